@@ -1,0 +1,40 @@
+# Two commands (see README): `make synth` runs the main job, `make test` runs every check.
+# Both create ./.venv and install what they need on a fresh machine (Python 3.11 + pip).
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ALGORITHM ?= bg_mcts
+BUDGET ?= 10000
+
+.PHONY: synth test lint typecheck unit bench clean
+
+$(BIN)/python:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,abmcts]'
+	touch $(STAMP)
+
+synth: $(STAMP)
+	$(BIN)/python -m jobs.synthesize --algorithm $(ALGORITHM) --budget $(BUDGET)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy search actors pipeline jobs
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test: lint typecheck unit
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/select_backprop.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Entrypoints for `ray job submit` and the local CLI."""

@@ -1,0 +1,1 @@
+"""Sources, records, grading, Parquet sink and Hub publishing (next issues)."""

@@ -1,0 +1,127 @@
+"""Token budget B, the budget sufficiency ratio rho (Eq. 2) and the cost model.
+
+The paper charges only policy output tokens.  `CostModel` adds one weight per
+token kind so that the paper's stated future work (budgets over input tokens
+and reward-model computation) is a config change; the default weights
+reproduce the paper exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from search.protocols import TokenCounts
+
+
+class BudgetViolation(RuntimeError):
+    """A service reported more cost than the budget allowed it to spend."""
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Cost units per token, by kind.  Defaults: the paper (output tokens only)."""
+
+    policy_output: float = 1.0
+    policy_input: float = 0.0
+    prm_input: float = 0.0
+    prm_output: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("policy_output", "policy_input", "prm_input", "prm_output"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"cost weight {name} must be a finite number >= 0, got {value!r}")
+
+    @property
+    def charges_scoring(self) -> bool:
+        return self.prm_input > 0 or self.prm_output > 0
+
+
+@dataclass(slots=True)
+class Budget:
+    """Fixed per-problem budget B and the running cost C_used.
+
+    Invariant: `used <= total` at all times; every request is sized by
+    `max_tokens_per_choice` before it is sent.
+    """
+
+    total: float
+    cost: CostModel = field(default_factory=CostModel)
+    used: float = 0.0
+    tokens: TokenCounts = field(default_factory=TokenCounts)
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.total) or self.total <= 0:
+            raise ValueError(f"budget must be a positive number of tokens, got {self.total!r}")
+
+    @property
+    def remaining(self) -> float:
+        return self.total - self.used
+
+    @property
+    def rho(self) -> float:
+        """Budget sufficiency ratio rho = 1 - C_used / B (Eq. 2), in [0, 1]."""
+        return min(1.0, max(0.0, 1.0 - self.used / self.total))
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining < min(1.0, self.cost.policy_output or 1.0)
+
+    def max_tokens_per_choice(
+        self,
+        *,
+        n: int,
+        cap: int,
+        inserted_tokens: int = 0,
+        input_tokens: int = 0,
+        score_reserve: float = 0.0,
+    ) -> int:
+        """Largest per-choice `max_tokens` such that n choices can never overspend.
+
+        `inserted_tokens` is the fixed text the search adds (charged as output),
+        `input_tokens` the request's prompt (charged once per request) and
+        `score_reserve` what scoring the n children may cost at most.  Returns 0
+        when not even one token per choice fits.
+        """
+        if n < 1 or cap < 1:
+            return 0
+        fixed = (
+            inserted_tokens * self.cost.policy_output
+            + input_tokens * self.cost.policy_input
+            + score_reserve
+        )
+        spendable = self.remaining - fixed
+        if spendable <= 0:
+            return 0
+        if self.cost.policy_output == 0:
+            return cap
+        return max(0, min(cap, math.floor(spendable / (n * self.cost.policy_output) + 1e-9)))
+
+    def _charge(self, amount: float, what: str) -> None:
+        if amount > self.remaining + 1e-9:
+            raise BudgetViolation(
+                f"{what} costs {amount:g} but only {self.remaining:g} of B={self.total:g} is left"
+            )
+        self.used = min(self.total, self.used + amount)
+
+    def charge_generation(
+        self, *, output_tokens: int, input_tokens: int, inserted_tokens: int
+    ) -> None:
+        self._charge(
+            output_tokens * self.cost.policy_output
+            + input_tokens * self.cost.policy_input
+            + inserted_tokens * self.cost.policy_output,
+            "policy request",
+        )
+        self.tokens.policy_output += output_tokens
+        self.tokens.policy_input += input_tokens
+        self.tokens.inserted_prompt += inserted_tokens
+
+    def score_cost(self, input_tokens: int, output_tokens: int) -> float:
+        return input_tokens * self.cost.prm_input + output_tokens * self.cost.prm_output
+
+    def charge_score(self, *, input_tokens: int, output_tokens: int) -> None:
+        self._charge(self.score_cost(input_tokens, output_tokens), "scoring")
+        self.tokens.prm_input += input_tokens
+        self.tokens.prm_output += output_tokens

@@ -1,0 +1,404 @@
+"""The async driver: one search of one problem under a fixed budget B.
+
+The driver owns generation, scoring, the budget and the clock; the algorithm
+only decides (see `search.algorithms.base`).  Loop (the paper's Algorithm 1):
+
+    while budget left:  expansions = propose(tree, rho)
+                        generate children (one request per expansion, n choices)
+                        score them concurrently, add them (backprop), observe
+
+Each request's per-choice `max_tokens` is clipped so that the request can never
+push C_used past B, which makes `C_used <= B` an invariant rather than a hope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from search.algorithms import make_algorithm
+from search.algorithms.base import Expansion, SearchAlgorithm
+from search.answer_choice import AnswerTally
+from search.answers import extract_boxed, is_answered
+from search.budget import Budget, BudgetViolation
+from search.config import NodeUnit, SearchConfig
+from search.protocols import (
+    FinishReason,
+    Generation,
+    GenerationRequest,
+    Policy,
+    Score,
+    Scorer,
+    ScoreRequest,
+    TokenCounts,
+)
+from search.tree import Node, Tree
+
+_UNSCORED = (FinishReason.ERROR, FinishReason.CONTEXT_OVERFLOW)
+
+
+@dataclass(frozen=True, slots=True)
+class TracePoint:
+    """The search's state after one step; accuracy-vs-tokens curves read these."""
+
+    iteration: int
+    c_used: float
+    rho: float
+    n_nodes: int
+    n_answered: int
+    any_answer: bool
+    best_answer: str | None
+    best_q: float | None
+    max_depth: int
+    max_width: int
+    generative: int  # expansions made through the virtual generative child this step
+
+
+@dataclass(slots=True)
+class SearchResult:
+    problem: str
+    algorithm: str
+    seed: int
+    budget: float
+    c_used: float
+    tree: Tree
+    chosen_answer: str | None
+    chosen_node_id: int | None
+    tokens: TokenCounts
+    trace: list[TracePoint]
+    stop_reason: str
+    iterations: int
+    wall_time_s: float
+    votes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def answered_nodes(self) -> list[Node]:
+        return self.tree.answered_nodes()
+
+
+@dataclass(slots=True)
+class _Plan:
+    expansion: Expansion
+    parent: Node
+    inserted_text: str
+    inserted_tokens: int
+    input_tokens: int
+    stop: tuple[str, ...]
+    cap: int
+    n: int
+    max_tokens: int = 0
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A stable 31-bit seed from a base seed and any labels (no Python hash salt)."""
+    digest = hashlib.blake2b(repr((seed, *parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+class _Search:
+    def __init__(
+        self,
+        problem: str,
+        config: SearchConfig,
+        policy: Policy,
+        scorer: Scorer,
+        budget: float,
+        seed: int,
+        algorithm: SearchAlgorithm | None,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.scorer = scorer
+        self.seed = seed
+        self.tree = Tree(problem, config.response_prefix)
+        self.budget = Budget(total=budget, cost=config.cost.model())
+        self.algorithm = algorithm or make_algorithm(config, seed=seed)
+        self.tally = AnswerTally(config.answer_rule)
+        self.trace: list[TracePoint] = []
+        self.requests = 0
+        self._token_cache: dict[str, int] = {}
+
+    # -------------------------------------------------------------- planning
+    async def _count(self, text: str) -> int:
+        if text not in self._token_cache:
+            self._token_cache[text] = await self.policy.count_tokens(text)
+        return self._token_cache[text]
+
+    async def _plan(self, expansion: Expansion) -> _Plan:
+        config = self.config
+        parent = self.tree[expansion.node_id]
+        if expansion.unit is NodeUnit.SEQUENTIAL:
+            stop: tuple[str, ...] = (config.step_boundary,)
+            cap = config.step_max_tokens
+        else:
+            stop, cap = (), config.full_max_tokens
+        inserted, charged = "", 0
+        if parent.answered:
+            # Sec. 4.1: continue an answered node with the continuation prompt; the
+            # search wrote these tokens, so they are charged like output.
+            tail = config.step_boundary if expansion.unit is NodeUnit.SEQUENTIAL else "\n"
+            inserted = f"\n{config.continuation_prompt}{tail}"
+            charged = await self._count(inserted)
+        elif parent.finish is FinishReason.STOP_STRING:
+            # The model generated (and paid for) the boundary; put it back verbatim.
+            inserted = config.step_boundary
+        input_tokens = 0
+        if self.budget.cost.policy_input > 0:
+            prefix = self.tree.assistant_text(parent) + inserted
+            input_tokens = await self._count_prompt(prefix)
+        return _Plan(expansion, parent, inserted, charged, input_tokens, stop, cap, expansion.n)
+
+    async def _count_prompt(self, assistant_prefix: str) -> int:
+        counter = getattr(self.policy, "prompt_tokens", None)
+        if counter is not None:
+            return int(await counter(self.tree.problem, assistant_prefix))
+        return await self._count(self.tree.problem) + await self._count(assistant_prefix)
+
+    def _size(self, plans: list[_Plan]) -> list[_Plan]:
+        """Give every choice the same token share of what is left; drop choices that cannot fit."""
+        reserve = self.config.cost.score_reserve() if self.budget.cost.charges_scoring else 0.0
+        plans = [p for p in plans if p.n > 0]
+        while plans:
+            choices = sum(p.n for p in plans)
+            share = self.budget.max_tokens_per_choice(
+                n=choices,
+                cap=max(p.cap for p in plans),
+                inserted_tokens=sum(p.inserted_tokens * p.n for p in plans),
+                input_tokens=sum(p.input_tokens for p in plans),
+                score_reserve=reserve * choices,
+            )
+            if share >= 1:
+                for p in plans:
+                    p.max_tokens = min(p.cap, share)
+                return plans
+            plans[-1].n -= 1
+            if plans[-1].n == 0:
+                plans.pop()
+        return []
+
+    # -------------------------------------------------------------- execution
+    async def _generate(self, plan: _Plan) -> list[Generation]:
+        config = self.config
+        temperature = plan.expansion.temperature
+        request = GenerationRequest(
+            problem=self.tree.problem,
+            assistant_prefix=self.tree.assistant_text(plan.parent) + plan.inserted_text,
+            n=plan.n,
+            max_tokens=plan.max_tokens,
+            stop=plan.stop,
+            temperature=config.temperature if temperature is None else temperature,
+            seed=derive_seed(self.seed, "request", self.requests),
+        )
+        self.requests += 1
+        self.budget.tokens.policy_requests += 1
+        try:
+            generations = list(await self.policy.generate(request))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed request fails its nodes, not the search
+            message = f"policy request failed: {type(exc).__name__}: {exc}"
+            return [Generation("", 0, FinishReason.ERROR, error=message)] * plan.n
+        if len(generations) != plan.n:
+            message = f"policy returned {len(generations)} choices for n={plan.n}"
+            generations = (
+                generations + [Generation("", 0, FinishReason.ERROR, error=message)] * plan.n
+            )[: plan.n]
+        for g in generations:
+            if g.output_tokens > plan.max_tokens or g.output_tokens < 0:
+                raise BudgetViolation(
+                    f"policy {self.policy.name!r} reported {g.output_tokens} output tokens "
+                    f"for max_tokens={plan.max_tokens}"
+                )
+        return generations
+
+    async def _score(
+        self, parent: Node, segment: str, answered: bool, answer: str | None, full: bool
+    ) -> Score:
+        reserve = self.config.cost.score_reserve() if self.budget.cost.charges_scoring else 0.0
+        request = ScoreRequest(
+            problem=self.tree.problem,
+            path=(*self.tree.path_segments(parent), segment),
+            parent_context=parent.score_context,
+            answered=answered,
+            answer=answer,
+            full_generation=full,
+            max_cost=reserve,
+        )
+        self.budget.tokens.scorer_requests += 1
+        try:
+            score = await self.scorer.score(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return Score(0.0, error=f"scorer failed: {type(exc).__name__}: {exc}")
+        if not 0.0 <= score.value <= 1.0:  # also catches NaN
+            return Score(0.0, error=f"scorer returned Q={score.value!r}, outside [0, 1]")
+        cost = self.budget.score_cost(score.input_tokens, score.output_tokens)
+        if cost > reserve + 1e-9:
+            raise BudgetViolation(
+                f"scorer {self.scorer.name!r} spent {cost:g} cost units, more than its {reserve:g}"
+            )
+        return score
+
+    async def _step(self, iteration: int, plans: list[_Plan]) -> tuple[list[Node], int]:
+        c_before = self.budget.used
+        results = await asyncio.gather(*(self._generate(p) for p in plans))
+        for plan, generations in zip(plans, results, strict=True):
+            self.budget.charge_generation(
+                output_tokens=sum(g.output_tokens for g in generations),
+                input_tokens=plan.input_tokens if generations else 0,
+                inserted_tokens=plan.inserted_tokens * len(generations),
+            )
+        drafts: list[tuple[_Plan, Generation, bool, str | None]] = []
+        for plan, generations in zip(plans, results, strict=True):
+            for g in generations:
+                answered = g.finish not in _UNSCORED and is_answered(g.text, g.finish)
+                drafts.append((plan, g, answered, extract_boxed(g.text) if answered else None))
+        scores = await asyncio.gather(
+            *(
+                self._score(
+                    plan.parent,
+                    plan.inserted_text + g.text,
+                    answered,
+                    answer,
+                    plan.expansion.unit is NodeUnit.FULL,
+                )
+                if g.finish not in _UNSCORED
+                else _no_score(g)
+                for plan, g, answered, answer in drafts
+            )
+        )
+        for score in scores:
+            self.budget.charge_score(
+                input_tokens=score.input_tokens, output_tokens=score.output_tokens
+            )
+        added: list[Node] = []
+        by_plan: dict[int, list[Node]] = {}
+        for (plan, g, answered, answer), score in zip(drafts, scores, strict=True):
+            error = g.error or score.error
+            if g.finish is FinishReason.ERROR or error:
+                self.budget.tokens.failed_generations += g.finish is FinishReason.ERROR
+                self.budget.tokens.failed_scores += score.error is not None
+            node = self.tree.add_child(
+                plan.parent,
+                text=g.text,
+                q=score.value,
+                answered=answered and error is None,
+                answer=answer if error is None else None,
+                finish=g.finish,
+                output_tokens=g.output_tokens,
+                inserted_text=plan.inserted_text,
+                inserted_tokens=plan.inserted_tokens,
+                full_generation=plan.expansion.unit is NodeUnit.FULL,
+                from_generative=plan.expansion.from_generative,
+                iteration=iteration,
+                c_used=c_before,
+                error=error,
+                score_context=score.context,
+            )
+            self.tally.add(node)
+            added.append(node)
+            by_plan.setdefault(id(plan), []).append(node)
+        for plan in plans:
+            self.algorithm.observe(self.tree, plan.expansion, by_plan.get(id(plan), []))
+        generative = sum(p.expansion.from_generative for p in plans)
+        return added, generative
+
+    async def run(self) -> SearchResult:
+        start = time.perf_counter()
+        stalled, iteration = 0, 0
+        stop_reason = "budget_exhausted"
+        while True:
+            if self.budget.exhausted:
+                stop_reason = "budget_exhausted"
+                break
+            if self.algorithm.should_stop(self.tree, self.budget):
+                stop_reason = "early_stop"
+                break
+            expansions = self.algorithm.propose(self.tree, self.budget)
+            if not expansions:
+                stop_reason = "algorithm_done"
+                break
+            plans = self._size([await self._plan(e) for e in expansions])
+            if not plans:
+                stop_reason = "budget_exhausted"
+                break
+            used_before = self.budget.used
+            iteration += 1
+            _, generative = await self._step(iteration, plans)
+            self._record(iteration, generative)
+            stalled = stalled + 1 if self.budget.used == used_before else 0
+            if stalled >= self.config.max_stalled_expansions:
+                stop_reason = "stalled"
+                break
+        chosen = self.tally.chosen_node
+        return SearchResult(
+            problem=self.tree.problem,
+            algorithm=self.algorithm.name,
+            seed=self.seed,
+            budget=self.budget.total,
+            c_used=self.budget.used,
+            tree=self.tree,
+            chosen_answer=self.tally.answer,
+            chosen_node_id=None if chosen is None else chosen.id,
+            tokens=self.budget.tokens,
+            trace=self.trace,
+            stop_reason=stop_reason,
+            iterations=iteration,
+            wall_time_s=time.perf_counter() - start,
+            votes=self.tally.votes(),
+        )
+
+    def _record(self, iteration: int, generative: int) -> None:
+        best = self.tally.chosen_node
+        tree = self.tree
+        self.trace.append(
+            TracePoint(
+                iteration=iteration,
+                c_used=self.budget.used,
+                rho=self.budget.rho,
+                n_nodes=len(tree),
+                n_answered=len(tree.answered_ids),
+                any_answer=bool(tree.answered_ids),
+                best_answer=self.tally.answer,
+                best_q=None if best is None else best.q,
+                max_depth=tree.max_depth,
+                max_width=tree.max_width,
+                generative=generative,
+            )
+        )
+
+
+async def _no_score(generation: Generation) -> Score:
+    return Score(0.0)
+
+
+async def run_search(
+    problem: str,
+    config: SearchConfig,
+    policy: Policy,
+    scorer: Scorer,
+    budget: float,
+    seed: int = 0,
+    *,
+    algorithm: SearchAlgorithm | None = None,
+) -> SearchResult:
+    """Search one problem with `config` until the budget B (in cost units) is spent.
+
+    Many calls can run concurrently on one event loop; they share nothing but
+    the `policy` and `scorer` objects.
+    """
+    search = _Search(problem, config, policy, scorer, budget, seed, algorithm)
+    return await search.run()
+
+
+def trace_rows(result: SearchResult) -> list[dict[str, Any]]:
+    """The anytime trace as flat rows (for Parquet)."""
+    return [{f: getattr(p, f) for f in TracePoint.__dataclass_fields__} for p in result.trace]
+
+
+__all__: Sequence[str] = ("SearchResult", "TracePoint", "derive_seed", "run_search", "trace_rows")

@@ -1,0 +1,120 @@
+"""The two services a search talks to: a policy LLM and a process scorer.
+
+Both are async protocols so that many searches can share one event loop and
+one engine.  The search core never renders chat templates or tokenizes on its
+own: a `Policy` receives the problem and the assistant text produced so far and
+continues it; a `Scorer` receives the problem and the path of step texts.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+class FinishReason(enum.StrEnum):
+    """How one generated choice ended.
+
+    The paper (App. A) treats only *natural* termination as an answer, so a
+    stop string and the end-of-sequence token must be told apart.
+    """
+
+    STOP_STRING = "stop_string"  # hit the step boundary ("\\nStep")
+    EOS = "eos"  # the model ended the sequence on its own
+    LENGTH = "length"  # hit max_tokens
+    CONTEXT_OVERFLOW = "context_overflow"  # the path no longer fits the model's context
+    ERROR = "error"  # the request failed; the node is kept but never expanded
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One policy request: continue `assistant_prefix` for `problem`, n times.
+
+    `max_tokens` is a per-choice cap already clipped by the budget, so an engine
+    that honours it can never make a search overspend.
+    """
+
+    problem: str
+    assistant_prefix: str
+    n: int
+    max_tokens: int
+    stop: tuple[str, ...]
+    temperature: float
+    seed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One generated choice: its text (stop string excluded) and its cost."""
+
+    text: str
+    output_tokens: int
+    finish: FinishReason
+    input_tokens: int = 0  # prompt tokens of the request this choice came from
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreRequest:
+    """Ask for Q of one node.
+
+    `path` holds the texts of every node from the root's first child down to
+    the node to score (each with the fixed text the search inserted before it),
+    `parent_context` is what the scorer returned for the parent, so a scorer
+    such as GenPRM can reuse the critiques of ancestor steps.
+    """
+
+    problem: str
+    path: tuple[str, ...]
+    parent_context: Any
+    answered: bool
+    answer: str | None
+    full_generation: bool
+    max_cost: float  # the most this call may charge to the budget (cost units)
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    value: float  # Q(x) in [0, 1]
+    context: Any = None  # handed to this node's children as `parent_context`
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error: str | None = None
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    async def generate(self, request: GenerationRequest) -> Sequence[Generation]:
+        """Return exactly `request.n` choices (failed ones as FinishReason.ERROR)."""
+        ...
+
+    async def count_tokens(self, text: str) -> int:
+        """Tokens of `text` in the policy's tokenizer (charges fixed prompt text)."""
+        ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    name: str
+
+    async def score(self, request: ScoreRequest) -> Score: ...
+
+
+@dataclass(slots=True)
+class TokenCounts:
+    """Raw token counters of one search, before any weighting."""
+
+    policy_output: int = 0
+    policy_input: int = 0
+    inserted_prompt: int = 0  # fixed text the search adds (continuation prompt)
+    prm_input: int = 0
+    prm_output: int = 0
+    policy_requests: int = 0
+    scorer_requests: int = 0
+    failed_generations: int = 0
+    failed_scores: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
