@@ -37,13 +37,11 @@ def litesearch_width(value: float, depth: int, epsilon: float, max_width: int) -
     clipped to [1, max_width].  A node with v = 0 never reaches epsilon and gets
     the maximum; depth 0 (the root) is treated as depth 1.
     """
-    if value >= 1.0:
-        needed = 1.0
-    elif value <= 0.0:
-        needed = float(max_width)
-    else:
-        # 1 - (1-v)^C > eps  <=>  C > ln(1-eps) / ln(1-v)
-        bound = math.log(1.0 - epsilon) / math.log(1.0 - value)
-        needed = math.floor(bound) + 1.0
+    # Count C upwards: exact to the definition, no log-ratio rounding at the boundary.
+    # Past max_width * depth the clip gives max_width anyway.
+    limit = max_width * max(1, depth)
+    needed = 1
+    while needed < limit and 1.0 - (1.0 - value) ** needed <= epsilon:
+        needed += 1
     width = math.ceil(needed / max(1, depth))
     return int(min(max_width, max(1, width)))
