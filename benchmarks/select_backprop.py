@@ -32,13 +32,14 @@ Method (also printed with the results):
   the steps follow many different selection paths.
 * NAIVE runs the same windows with the same random draws; every one of its
   decisions is compared (outside the timed region) with FAST's, so the
-  timings are for identical work.  The garbage collector is off inside a
-  window (as in `timeit`) and collected between windows.
+  timings are for identical work.  The cyclic garbage collector is off
+  while timing (as in `timeit`); NAIVE's repetitions are capped.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import math
 import os
@@ -48,7 +49,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -280,7 +281,25 @@ def lockstep_trace(
 class Run:
     times_us: list[float]
     choices: list[list[Choice]]  # per window
+    depths: list[int]  # depth of the node each step expanded
     children_added: int
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Collect once, then keep the cyclic GC off (as `timeit` does).
+
+    Restored trees are freed by reference counting (nodes hold ids, not
+    references), so nothing piles up while the collector is off.
+    """
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _window_draws(seed: int, size: int, window: int) -> list[Draw]:
@@ -289,20 +308,19 @@ def _window_draws(seed: int, size: int, window: int) -> list[Draw]:
 
 
 def time_fast(snapshot: bytes, size: int, reps: int, seed: int) -> Run:
+    """Time `reps` steps on trees of `size` .. (1 + GROWTH) `size` nodes."""
     limit = max(size + 2, math.ceil((1.0 + GROWTH) * size))
     budget = make_budget(TIMING_RHO)
-    run = Run([], [], 0)
+    run = Run([], [], [], 0)
     perf = time.perf_counter
     window = 0
-    while len(run.times_us) < reps:
-        tree: Tree = pickle.loads(snapshot)
-        algorithm = make_fast()
-        draws = _window_draws(seed, size, window)
-        pos = 0
-        choices: list[Choice] = []
-        gc.collect()
-        gc.disable()
-        try:
+    with gc_paused():
+        while len(run.times_us) < reps:
+            tree: Tree = pickle.loads(snapshot)
+            algorithm = make_fast()
+            draws = _window_draws(seed, size, window)
+            pos = 0
+            choices: list[Choice] = []
             while len(tree) + 2 <= limit and len(run.times_us) < reps:
                 t0 = perf()
                 expansions = algorithm.propose(tree, budget)
@@ -324,31 +342,41 @@ def time_fast(snapshot: bytes, size: int, reps: int, seed: int) -> Run:
                 run.times_us.append((t1 - t0) * 1e6)
                 (done,) = expansions
                 choices.append((done.node_id, done.n, done.from_generative))
-        finally:
-            gc.enable()
-        run.children_added += pos
-        run.choices.append(choices)
-        window += 1
+                run.depths.append(tree[done.node_id].depth)
+            run.children_added += pos
+            run.choices.append(choices)
+            window += 1
     return run
 
 
-def time_naive(snapshot: bytes, size: int, reps: int, seed: int, settings: PuctSettings) -> Run:
+def time_naive(
+    snapshot: bytes,
+    size: int,
+    reps: int,
+    seed: int,
+    settings: PuctSettings,
+    max_seconds: float = math.inf,
+    min_reps: int = 10,
+) -> Run:
+    """Like `time_fast`, stopping early once `max_seconds` of timed steps (and `min_reps`) ran."""
     limit = max(size + 2, math.ceil((1.0 + GROWTH) * size))
-    rho = TIMING_RHO
-    run = Run([], [], 0)
+    run = Run([], [], [], 0)
     perf = time.perf_counter
     window = 0
-    while len(run.times_us) < reps:
-        tree = NaiveTree.from_tree(pickle.loads(snapshot))
-        draws = _window_draws(seed, size, window)
-        pos = 0
-        choices: list[Choice] = []
-        gc.collect()
-        gc.disable()
-        try:
+    spent_us = 0.0
+    max_us = max_seconds * 1e6
+    with gc_paused():
+        while len(run.times_us) < reps:
+            tree = NaiveTree.from_tree(pickle.loads(snapshot))
+            draws = _window_draws(seed, size, window)
+            pos = 0
+            choices: list[Choice] = []
             while len(tree) + 2 <= limit and len(run.times_us) < reps:
+                if spent_us > max_us and len(run.times_us) >= min_reps:
+                    reps = len(run.times_us)
+                    break
                 t0 = perf()
-                choice = naive_select(tree, settings, rho)
+                choice = naive_select(tree, settings, TIMING_RHO)
                 node_id, n, _ = choice
                 for _ in range(n):
                     q, answered = draws[pos]
@@ -356,12 +384,12 @@ def time_naive(snapshot: bytes, size: int, reps: int, seed: int, settings: PuctS
                     tree.add_child(node_id, q, answered)
                 t1 = perf()
                 run.times_us.append((t1 - t0) * 1e6)
+                spent_us += run.times_us[-1]
                 choices.append(choice)
-        finally:
-            gc.enable()
-        run.children_added += pos
-        run.choices.append(choices)
-        window += 1
+                run.depths.append(tree.nodes[node_id].depth)
+            run.children_added += pos
+            run.choices.append(choices)
+            window += 1
     return run
 
 
@@ -431,14 +459,15 @@ def markdown_table(rows: Sequence[Row]) -> str:
 
 def shape_table(rows: Sequence[Row]) -> str:
     lines = [
-        "| nodes | max depth | root children | answered nodes | d_ans | children/step "
-        "| steps cross-checked |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| nodes | max depth | mean depth expanded | root children | answered nodes | d_ans "
+        "| children/step | steps cross-checked |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         per_step = row.fast.children_added / len(row.fast.times_us)
         lines.append(
-            f"| {row.size:,} | {row.max_depth} | {row.root_children} | {row.answered:,} "
+            f"| {row.size:,} | {row.max_depth} | {statistics.fmean(row.fast.depths):.1f} "
+            f"| {row.root_children} | {row.answered:,} "
             f"| {row.d_ans:.2f} | {per_step:.2f} | {row.checked:,} |"
         )
     return "\n".join(lines)
@@ -451,19 +480,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     fast_reps = 500 if args.quick else 5_000
-    # NAIVE costs O(N) per step; cap its repetitions so the run stays short.
+    # NAIVE costs O(N) per step; cap its repetitions and its timed seconds per
+    # size so that the whole run stays under ~2 minutes.
     naive_caps = (
         {100: 300, 1_000: 100, 10_000: 20}
         if args.quick
         else {100: 5_000, 1_000: 1_500, 10_000: 200}
     )
+    naive_seconds = 3.0 if args.quick else 25.0
     started = time.perf_counter()
 
-    # Cross-check while growing a tree through the whole rho schedule.
-    trace = lockstep_trace(300, args.seed)
-    mismatches = [(i, f, n) for i, (f, n) in enumerate(trace) if f != n]
-    if mismatches:
-        raise AssertionError(f"fast and naive selections differ: {mismatches[:5]}")
+    # Cross-check while growing trees through three rho schedules: annealed to
+    # 0.5 and 0.0 (completion bias, exploration annealing) and kept at 1.0
+    # (where the generative child widens more often).
+    lockstep: list[tuple[Choice, Choice]] = []
+    for rho_final in (0.5, 0.0, 1.0):
+        trace = lockstep_trace(300, args.seed + 5, rho_final)
+        mismatches = [(i, f, n) for i, (f, n) in enumerate(trace) if f != n]
+        if mismatches:
+            raise AssertionError(f"rho_final={rho_final}: selections differ: {mismatches[:5]}")
+        lockstep.extend(trace)
+    widenings = sum(1 for fast, _ in lockstep if fast[2])
 
     settings = make_fast().s
     rows: list[Row] = []
@@ -472,7 +509,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         snapshot = pickle.dumps(tree, protocol=pickle.HIGHEST_PROTOCOL)
         fast = time_fast(snapshot, size, fast_reps, args.seed)
         naive = time_naive(
-            snapshot, size, min(fast_reps, naive_caps.get(size, 20)), args.seed, settings
+            snapshot,
+            size,
+            min(fast_reps, naive_caps.get(size, 20)),
+            args.seed,
+            settings,
+            max_seconds=naive_seconds,
         )
         rows.append(
             Row(
@@ -514,13 +556,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "snapshot of the N-node tree (untimed) before it outgrows that; both versions use "
         "the same random children and every naive decision was asserted equal to fast's."
     )
-    print("- time.perf_counter around each step, GC disabled inside a timing window.")
+    print(
+        "- time.perf_counter around each step; cyclic GC off while timing (as in timeit); "
+        f"naive repetitions capped (and at most {naive_seconds:g} s of naive steps per size)."
+    )
     print()
     print(markdown_table(rows))
     print()
     print(shape_table(rows))
     print()
-    print(f"Lock-step cross-check while growing a 300-node tree: {len(trace)} selections agree.")
+    print(
+        "Lock-step cross-check while growing 300-node trees (rho annealed to 0.5, 0.0; "
+        f"kept at 1.0): {len(lockstep)} selections agree, {widenings} of them widenings."
+    )
     print(f"Total wall time: {elapsed:.1f} s")
     return 0
 

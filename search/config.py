@@ -115,6 +115,8 @@ class LiteSearchConfig(_Common):
     max_width: int = Field(10, ge=1)
     early_stop: bool = True
     early_stop_threshold: float = Field(0.9, ge=0, le=1)
+    # The paper continues answered nodes (Sec. 4.1); original LiteSearch treats them as terminal.
+    expand_answered: bool = True
 
 
 class BeamConfig(_Common):

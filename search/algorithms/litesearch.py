@@ -32,7 +32,7 @@ Points of LiteSearch this implementation had to interpret:
   failed generation uses one unit of the parent's room.
 * Answered nodes stay selectable: the paper continues any answered node with
   its continuation prompt (Sec. 4.1), and the driver does that for every
-  algorithm.  `expand_answered=False` treats them as terminal instead, as the
+  algorithm.  The config's `expand_answered: false` treats them as terminal instead, as the
   original LiteSearch does.
 * Ties in value go to the lowest node id (the earliest created).
 * When the driver drops trailing choices near the end of the budget, a batch
@@ -58,12 +58,14 @@ from search.tree import ROOT_ID, Node, Tree
 class LiteSearch(SearchAlgorithm):
     """LiteSearch-Incre. / LiteSearch-Batch of the paper's Table 1."""
 
-    def __init__(self, config: LiteSearchConfig, *, expand_answered: bool = True) -> None:
+    def __init__(self, config: LiteSearchConfig, *, expand_answered: bool | None = None) -> None:
         self.config = config
         self.mode = config.mode
         self.name = f"litesearch_{config.mode}"
         self.unit = config.node_unit
-        self.expand_answered = expand_answered
+        self.expand_answered = (
+            config.expand_answered if expand_answered is None else expand_answered
+        )
         self._heap: list[tuple[float, int]] = []  # (-v(x), x.id): a max-heap on value
         self._synced = 0  # nodes with id < _synced have been registered
         self._best_answer_q = -1.0
@@ -76,9 +78,7 @@ class LiteSearch(SearchAlgorithm):
     def width(self, node: Node) -> int:
         """b(x), LiteSearch's expansion budget (the root: v = 0, depth 1 -> max width)."""
         depth = max(1, node.depth)
-        return litesearch_width(
-            self.value(node), depth, self.config.epsilon, self.config.max_width
-        )
+        return litesearch_width(self.value(node), depth, self.config.epsilon, self.config.max_width)
 
     def room(self, node: Node) -> int:
         """How many more children `node` may get: b(x) - |children|, at least 0."""

@@ -67,7 +67,7 @@ def test_bg_puct_eq3() -> None:
 
 
 def test_e_gen_eq5() -> None:
-    """E_gen(root, .25): mu = (.8+.4)/2 = .6, sigma^2 = (.2^2+.2^2)/2 = .04 -> .6 + .25*.04 = .61."""
+    """E_gen(root, .25): mu = (.8+.4)/2 = .6, sigma^2 = (.2^2+.2^2)/2 = .04 -> .6+.25*.04 = .61."""
     tree = small_tree()
     mu, var = tree.child_mean_var(tree.root)
     assert (mu, var) == (pytest.approx(0.6), pytest.approx(0.04))
@@ -101,7 +101,6 @@ def test_generative_child_wins_when_subtree_disappoints() -> None:
     so BG(a) = .3 + .56949 = .86949 < E_gen = mu .9 + 1 * 0 = .9 -> widen the root with 1 child.
     """
     from search.protocols import FinishReason
-
     from search.tree import Tree
 
     tree = Tree("p")
