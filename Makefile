@@ -35,6 +35,7 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/select_backprop.py
+	$(BIN)/python benchmarks/wide_to_deep.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -74,15 +74,19 @@ class PuctSearch(SearchAlgorithm):
         self._best_answer_q = -1.0
 
     def child_scores(self, tree: Tree, parent: Node, rho: float) -> list[tuple[Node, float]]:
-        """BG-PUCT (Eq. 3) of every selectable standard child of `parent`."""
+        """BG-PUCT (Eq. 3) of every selectable standard child of `parent`.
+
+        W~ = W + kappa (1 - rho) D / d_ans (Eq. 4); the factor before D is the same
+        for every child, so it is computed once.
+        """
         s = self.s
         explore_rho = rho if s.explore_annealing else 1.0
-        kappa = s.kappa if s.exploit_shaping else 0.0
+        bias = s.kappa * (1.0 - rho) / tree.d_ans if s.exploit_shaping else 0.0
         scored: list[tuple[Node, float]] = []
         for child, prior in zip(tree.children(parent), tree.priors(parent), strict=True):
             if not child.expandable or child.id in self._exhausted:
                 continue
-            value = tree.w_tilde(child, rho, kappa) if kappa else child.w
+            value = child.w + bias * child.d_sum
             scored.append((child, bg_puct(value, child.m, parent.m, prior, s.c, explore_rho)))
         return scored
 
