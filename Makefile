@@ -13,9 +13,10 @@ $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml requirements-nodeps.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,abmcts]'
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	touch $(STAMP)
 
 synth: $(STAMP)

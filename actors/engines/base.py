@@ -1,0 +1,67 @@
+"""The engine contract shared by llama.cpp, vLLM and OpenAI-compatible backends."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from search.protocols import FinishReason
+
+TopLogprobs = tuple[tuple[str, float], ...]  # (token text, log-probability), best first
+
+
+class EngineError(RuntimeError):
+    """An engine could not start or serve (missing model file, package, dead server)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One sampled continuation of a prompt.
+
+    `output_tokens` counts every generated token, a matched stop string
+    included (the engine generated it), while `text` excludes the stop string.
+    `top_logprobs` holds, per generated token, the engine's top alternatives
+    when they were asked for.
+    """
+
+    text: str
+    output_tokens: int
+    finish: FinishReason
+    input_tokens: int = 0
+    stop_string: str = ""
+    top_logprobs: tuple[TopLogprobs, ...] = field(default=())
+    error: str | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    name: str
+    context_length: int
+
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: Sequence[str],
+        temperature: float,
+        seed: int,
+        top_logprobs: int = 0,
+    ) -> Completion:
+        """Continue `prompt`; never raises for a bad request (returns an ERROR completion)."""
+        ...
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        """The model's chat template applied to `messages`.
+
+        `continue_final=True` leaves the last (assistant) message open so the
+        model continues it; otherwise the assistant turn header is appended.
+        """
+        ...
+
+    async def tokenize(self, text: str) -> list[int]: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,142 @@
+"""llama.cpp on CPU, in-process: the embedded default engine.
+
+`xllamacpp` runs llama.cpp's server inside this process; we talk to it over
+loopback HTTP with an async client, using the native `/completion` endpoint
+because it reports *why* generation stopped (`stop_type`: eos / word / limit),
+which the OpenAI-style answer folds into one "stop".  The paper counts only a
+natural end of sequence as an answer, so that distinction matters.
+
+One request per sample: llama.cpp's `n > 1` reports a wrong total token count
+(FACTS.md), and separate requests share the prompt through its prefix cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from actors.engines.base import Completion, EngineError, TopLogprobs
+from actors.models import resolve_model_path
+from search.protocols import FinishReason
+
+_STOP_TYPES = {"eos": FinishReason.EOS, "word": FinishReason.STOP_STRING}
+
+
+class LlamaCppEngine:
+    """A GGUF model served by llama.cpp in this process."""
+
+    def __init__(
+        self,
+        model: str = "embedded",
+        *,
+        context_length: int = 4096,
+        threads: int = 2,
+        parallel: int = 4,
+        request_timeout_s: float = 300.0,
+        name: str | None = None,
+    ) -> None:
+        try:
+            import xllamacpp
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise EngineError("the llama.cpp engine needs: pip install xllamacpp") from exc
+        path = resolve_model_path(model)
+        params = xllamacpp.CommonParams()
+        params.model.path = str(path)
+        params.n_ctx = context_length * parallel  # llama.cpp splits the context over slots
+        params.cpuparams.n_threads = threads
+        params.cpuparams_batch.n_threads = threads
+        params.n_parallel = parallel
+        self.name = name or path.stem
+        self.context_length = context_length
+        self._server = xllamacpp.Server(params)
+        self._client = httpx.AsyncClient(
+            base_url=self._server.listening_address, timeout=request_timeout_s
+        )
+
+    async def _post(self, path: str, body: Mapping[str, Any]) -> httpx.Response:
+        return await self._client.post(path, json=dict(body))
+
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: Sequence[str],
+        temperature: float,
+        seed: int,
+        top_logprobs: int = 0,
+    ) -> Completion:
+        body: dict[str, Any] = {
+            "prompt": prompt,
+            "n_predict": max_tokens,
+            "stop": list(stop),
+            "temperature": temperature,
+            "seed": seed,
+            "cache_prompt": True,
+        }
+        if top_logprobs:
+            body["n_probs"] = top_logprobs
+        try:
+            response = await self._post("/completion", body)
+        except (httpx.HTTPError, OSError) as exc:
+            return Completion("", 0, FinishReason.ERROR, error=f"llama.cpp request failed: {exc}")
+        data = response.json()
+        if response.status_code != 200:
+            error = data.get("error", {}) if isinstance(data, dict) else {}
+            if error.get("type") == "exceed_context_size_error":
+                return Completion(
+                    "", 0, FinishReason.CONTEXT_OVERFLOW, int(error.get("n_prompt_tokens", 0))
+                )
+            message = error.get("message", response.text[:200])
+            return Completion("", 0, FinishReason.ERROR, error=f"llama.cpp: {message}")
+        return self._completion(data, max_tokens)
+
+    def _completion(self, data: Mapping[str, Any], max_tokens: int) -> Completion:
+        generated = int(data.get("tokens_predicted", 0))
+        prompt_tokens = int(data.get("tokens_evaluated", 0))
+        finish = _STOP_TYPES.get(str(data.get("stop_type")), FinishReason.LENGTH)
+        if finish is FinishReason.LENGTH and generated < max_tokens:
+            # Stopped by the limit before max_tokens: the context slot is full.
+            finish = FinishReason.CONTEXT_OVERFLOW
+        return Completion(
+            text=str(data.get("content", "")),
+            output_tokens=generated,
+            finish=finish,
+            input_tokens=prompt_tokens,
+            stop_string=str(data.get("stopping_word", "")),
+            top_logprobs=_top_logprobs(data.get("completion_probabilities") or ()),
+        )
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        response = await self._post("/apply-template", {"messages": [dict(m) for m in messages]})
+        if response.status_code != 200:
+            raise EngineError(f"llama.cpp could not apply the chat template: {response.text}")
+        # llama.cpp leaves a final assistant message open (a prefill) and appends the
+        # assistant header after a final user message, which is what both modes need.
+        return str(response.json()["prompt"])
+
+    async def tokenize(self, text: str) -> list[int]:
+        response = await self._post("/tokenize", {"content": text, "add_special": False})
+        if response.status_code != 200:
+            raise EngineError(f"llama.cpp could not tokenize: {response.text}")
+        return [int(t) for t in response.json()["tokens"]]
+
+    async def close(self) -> None:
+        await self._client.aclose()
+        await asyncio.to_thread(self._shutdown)
+
+    def _shutdown(self) -> None:
+        server, self._server = self._server, None
+        del server
+
+
+def _top_logprobs(entries: Sequence[Mapping[str, Any]]) -> tuple[TopLogprobs, ...]:
+    return tuple(
+        tuple((str(t.get("token", "")), float(t["logprob"])) for t in e.get("top_logprobs", ()))
+        for e in entries
+    )

@@ -1,0 +1,58 @@
+"""`search.Policy` on top of any engine: prompt rendering, n samples, token counts."""
+
+from __future__ import annotations
+
+import asyncio
+
+from actors.engines.base import Completion, Engine
+from actors.prompts import policy_messages
+from search.protocols import FinishReason, Generation, GenerationRequest
+
+
+class EnginePolicy:
+    """The policy LLM: continues the search's assistant text for a problem.
+
+    The n choices of a request are n engine requests with seeds seed, seed+1, ...
+    (the same seed gives the same text); their shared prompt is served from the
+    engine's prefix cache.  A path too long for the context comes back as a
+    `context_overflow` choice, a failed request as an `error` choice: neither raises.
+    """
+
+    def __init__(self, engine: Engine, name: str | None = None) -> None:
+        self.engine = engine
+        self.name = name or engine.name
+
+    async def render(self, problem: str, assistant_prefix: str) -> str:
+        return await self.engine.render_chat(
+            policy_messages(problem, assistant_prefix), continue_final=True
+        )
+
+    async def generate(self, request: GenerationRequest) -> list[Generation]:
+        prompt = await self.render(request.problem, request.assistant_prefix)
+        completions = await asyncio.gather(
+            *(
+                self.engine.complete(
+                    prompt,
+                    max_tokens=request.max_tokens,
+                    stop=request.stop,
+                    temperature=request.temperature,
+                    seed=(request.seed + i) & 0x7FFFFFFF,
+                )
+                for i in range(request.n)
+            )
+        )
+        return [_generation(c) for c in completions]
+
+    async def count_tokens(self, text: str) -> int:
+        return len(await self.engine.tokenize(text))
+
+    async def prompt_tokens(self, problem: str, assistant_prefix: str) -> int:
+        return len(await self.engine.tokenize(await self.render(problem, assistant_prefix)))
+
+
+def _generation(completion: Completion) -> Generation:
+    if completion.finish is FinishReason.ERROR:
+        return Generation("", 0, FinishReason.ERROR, completion.input_tokens, completion.error)
+    return Generation(
+        completion.text, completion.output_tokens, completion.finish, completion.input_tokens
+    )
