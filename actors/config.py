@@ -1,0 +1,73 @@
+"""Typed configs of the model services: which engine, which resources, how resilient."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LlamaCppConfig(_Strict):
+    """llama.cpp in-process (the CPU default); `model: embedded` is SmolLM2-135M-Instruct."""
+
+    kind: Literal["llamacpp"] = "llamacpp"
+    model: str = "embedded"
+    context_length: int = Field(4096, ge=256)
+    threads: int = Field(2, ge=1)
+    parallel: int = Field(4, ge=1, description="concurrent sequences (llama.cpp slots)")
+
+
+class VLLMConfig(_Strict):
+    """vLLM's async engine in the replica (GPU production)."""
+
+    kind: Literal["vllm"] = "vllm"
+    model: str
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    max_model_len: int = Field(8192, ge=256)
+    enable_prefix_caching: bool = True
+    seed: int = 0
+
+
+class OpenAIConfig(_Strict):
+    """Any OpenAI-compatible endpoint; the key is read from `api_key_env`, never stored."""
+
+    kind: Literal["openai"] = "openai"
+    base_url: str
+    model: str
+    api_key_env: str | None = "OPENAI_API_KEY"
+    context_length: int = Field(8192, ge=256)
+    chat_template: str = Field("server", description="'server' or a local tokenizer path")
+
+
+EngineConfig = Annotated[LlamaCppConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
+
+
+class ServiceConfig(_Strict):
+    """One Serve deployment: its engine, resources, scaling and request resilience."""
+
+    engine: EngineConfig = Field(default_factory=LlamaCppConfig)
+    num_replicas: int = Field(1, ge=1)
+    autoscaling: dict[str, Any] | None = Field(
+        None, description="Serve autoscaling_config; replaces num_replicas when set"
+    )
+    num_cpus: float = Field(0.0, ge=0, description="0 leaves CPUs to the search actors")
+    num_gpus: float = Field(0.0, ge=0)
+    max_ongoing_requests: int = Field(256, ge=1)
+    request_timeout_s: float = Field(300.0, gt=0)
+    max_retries: int = Field(2, ge=0)
+    retry_backoff_s: float = Field(1.0, ge=0)
+
+
+class GenPRMSettings(_Strict):
+    samples: int = Field(1, ge=1, description="N judgements averaged per step")
+    max_analysis_tokens: int = Field(512, ge=1)
+
+
+class ScorerConfig(ServiceConfig):
+    kind: Literal["genprm"] = "genprm"
+    genprm: GenPRMSettings = Field(default_factory=GenPRMSettings)
