@@ -12,16 +12,17 @@ Choices the paper and treequest leave open:
   overflow, scorer failure) is told with score 0, so treequest learns that
   the branch fails and never waits on the trial.
 * treequest may still select a failed node to expand (its score is low, not
-  excluded).  Such a node is never sent to the driver: treequest is told a
-  *virtual* failed child of it (score 0, state a negative id, nothing
-  generated or charged) and asked again, up to `max_virtual_failures` times
-  per proposal.  Three virtual zeros make a failed leaf's subtree four equal
-  scores, which AB-MCTS-M's pruning then skips.  If treequest still insists,
-  the trial goes to the nearest expandable ancestor (usually the failed
-  node's parent: a fresh attempt at the step that failed), created through
-  treequest's trial store so both trees stay the same shape.
-  `n_virtual` counts virtual nodes: treequest's tree has
-  ``len(tree) + n_virtual`` nodes.
+  excluded).  Such a node is never sent to the driver.  Each time it is
+  picked, treequest is told a *virtual* failed child of it (score 0, state a
+  negative id, nothing generated or charged), so repeated picks pile up
+  zeros (four equal scores in a subtree make AB-MCTS-M's pruning skip it).
+  Then treequest is asked again, up to `max_reasks` times per proposal
+  (default 3 for AB-MCTS-A, whose asks are cheap, and 0 for AB-MCTS-M, whose
+  asks cost MCMC fits); after that the trial goes to the nearest expandable
+  ancestor (usually the failed node's parent: a fresh attempt at the step
+  that failed), created through treequest's trial store so both trees keep
+  the same shape.  `n_virtual` counts virtual nodes (treequest's tree has
+  ``len(tree) + n_virtual`` nodes) and `n_fallbacks` the redirected trials.
 * A call to `observe` with no children (the driver dropped the request for
   budget) keeps the trial in flight and proposes it again.
 * AB-MCTS-M runs treequest's "multiarm_bandit_ucb" strategy: with our single
@@ -41,13 +42,16 @@ nothing outside a seeded call: a ContextVar switches them on).  With the same
 seed, policy and scorer a search is reproducible.  It is not if another
 thread uses NumPy's global RandomState during a decision.
 
-Cost (measured on a 2-core AMD EPYC, CPU JAX, trees of 1-30 nodes):
-AB-MCTS-A decides in about 1 ms a step.  AB-MCTS-M fits its Bayesian model
-with NUTS (4 chains) at every internal node on the selection path, each fit
-about 3-5 s, almost all of it XLA compiling (every fit builds a new model);
-a step takes 4-25 s on such trees and grows with depth.  Importing treequest
-loads JAX and PyMC when they are installed (about 4 s), and PyMC compiles
-into ``~/.pytensor``.  AB-MCTS-M needs ``pip install 'treequest[abmcts-m]'``.
+Cost (measured on a 2-core AMD EPYC, CPU JAX, otherwise idle): AB-MCTS-A
+decides in 1-4 ms a step, driver included, on trees of up to 2,400 nodes.
+AB-MCTS-M fits its Bayesian model with NUTS (4 chains) at every internal node
+on the selection path, each fit 3-5 s, almost all of it XLA compiling (every
+fit builds a new model): a step took 3.5-13 s on trees of 5-15 nodes, 4-25 s
+on random-score trees of up to 30 nodes, and one step 45 s of CPU on a deep
+13-node sequential tree; the first fit in a process adds about 3 s of JAX
+start-up.  Importing treequest loads JAX and PyMC when they are installed
+(about 4 s), and PyMC compiles into ``~/.pytensor``.  AB-MCTS-M needs
+``pip install 'treequest[abmcts-m]==0.3.3'``.
 """
 
 from __future__ import annotations
@@ -141,12 +145,14 @@ class _Pending:
 class ABMCTS(SearchAlgorithm):
     """AB-MCTS-M or AB-MCTS-A (by `config.algorithm`) deciding for our driver."""
 
-    def __init__(self, config: ABMCTSConfig, seed: int = 0, *, max_virtual_failures: int = 3):
-        if max_virtual_failures < 0:
-            raise ValueError("max_virtual_failures must be >= 0")
+    def __init__(self, config: ABMCTSConfig, seed: int = 0, *, max_reasks: int | None = None):
+        if max_reasks is None:
+            max_reasks = 3 if config.algorithm == "ab_mcts_a" else 0
+        if max_reasks < 0:
+            raise ValueError(f"max_reasks must be >= 0, got {max_reasks}")
         self.name = config.algorithm
         self.unit = config.node_unit
-        self.max_virtual_failures = max_virtual_failures
+        self.max_reasks = max_reasks
         self._rng_state: Any = np.random.RandomState(seed % 2**32).get_state()
         self._algo = _make_treequest(config)
         self._state: Any = self._algo.init_tree()
@@ -203,7 +209,7 @@ class ABMCTS(SearchAlgorithm):
 
     # ------------------------------------------------------------ decisions
     def _decide(self, tree: Tree) -> _Pending:
-        for _ in range(self.max_virtual_failures + 1):
+        for _ in range(self.max_reasks + 1):
             trial = self._ask()
             node_id = self._our_id(trial.parent_state)
             if node_id >= 0 and tree[node_id].expandable:

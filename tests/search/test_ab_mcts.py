@@ -105,11 +105,11 @@ async def test_ab_mcts_a_failing_policy_terminates() -> None:
     _check_mirror(result, algorithm)
 
 
-async def test_failed_nodes_are_never_expanded_even_without_virtual_retries() -> None:
-    """max_virtual_failures=0: a failed pick goes straight to its nearest expandable ancestor."""
+async def test_failed_nodes_are_never_expanded_even_without_reasking() -> None:
+    """max_reasks=0: a failed pick is told one virtual failure, then goes to its parent."""
     config = _config("ab_mcts_a", "sequential", max_stalled_expansions=64)
     policy = ScriptedPolicy(seed=2, step_tokens=(5, 15), p_error=0.4)
-    result, algorithm = await _search(config, 1500, policy, seed=2, max_virtual_failures=0)
+    result, algorithm = await _search(config, 1500, policy, seed=2, max_reasks=0)
     tree = result.tree
     assert any(not n.expandable for n in tree)
     assert all(tree[n.parent_id].expandable for n in tree if n.parent_id is not None)
