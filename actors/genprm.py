@@ -1,0 +1,328 @@
+"""GenPRM as a `search.Scorer` on any engine (the paper's reward-model protocol, App. E).
+
+The reward model reads one conversation per path: the system prompt, the
+problem with the first step as the first user turn, every later step as its own
+user turn, and its own critique of each earlier step as the assistant turns::
+
+    system:    PRM_SYSTEM
+    user:      "Question: {problem}\\n\\nStep 1: ..."
+    assistant: "<analyze>\\nLet's analyze the Paragraph 1 step by step: ...</analyze>
+                \\n<output>\\n**Judgement**: $\\\\boxed{Yes}$\\n</output>\\n"
+    user:      "Step 2: ..."
+    assistant: (critique of step 2)
+    ...
+
+Scoring one step is two engine calls: the analysis (the assistant turn
+prefilled with "<analyze>..Paragraph i..", stopped at "</analyze>") and a forced
+one-token judgement after "**Judgement**: $\\boxed{" whose top-20
+log-probabilities give P(Yes) / (P(Yes) + P(No)) (`judgement_score`).  The
+paper runs GenPRM-7B on GPUs; on CPU the same code path runs on SmolLM2, whose
+scores mean little.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from actors.engines.base import Completion, Engine, EngineError, TopLogprobs
+from actors.prompts import (
+    PRM_ANALYSIS_END,
+    PRM_ANALYSIS_PREFIX,
+    PRM_JUDGEMENT_PREFIX,
+    PRM_JUDGEMENT_SUFFIX,
+    PRM_SYSTEM,
+)
+from search.protocols import FinishReason, Score, ScoreRequest
+
+Message = dict[str, str]
+Conversation = tuple[Message, ...]
+
+YES, NO = "Yes", "No"
+
+
+def judgement_score(top: TopLogprobs) -> float:
+    """P(Yes) / (P(Yes) + P(No)) from the top log-probabilities of the judgement token.
+
+    Tokens are matched after stripping whitespace (" Yes" counts as "Yes"; several
+    spellings of one label add up).  A label missing from the list is given the
+    smallest probability in the list, the most it could have had while staying
+    out of it; when neither label appears the judgement says nothing: 0.5.
+
+    Example: top = [("Yes", ln 0.6), ("The", ln 0.3), ("A", ln 0.1)] has no "No",
+    so P(No) := 0.1 and the score is 0.6 / (0.6 + 0.1) = 0.857.
+    """
+    probs = [(token.strip(), math.exp(logprob)) for token, logprob in top]
+    yes = sum(p for token, p in probs if token == YES)
+    no = sum(p for token, p in probs if token == NO)
+    has_yes = any(token == YES for token, _ in probs)
+    has_no = any(token == NO for token, _ in probs)
+    if not has_yes and not has_no:
+        return 0.5
+    floor = min(p for _, p in probs)
+    yes = yes if has_yes else floor
+    no = no if has_no else floor
+    total = yes + no
+    return 0.5 if total <= 0.0 else yes / total
+
+
+def split_steps(
+    segment: str, *, first: bool, boundary: str = "\nStep", first_label: str = "Step 1:"
+) -> list[str]:
+    """The user turns (one per step) of one node's segment.
+
+    The segment is cut before every `boundary` ("\\nStep"); each piece loses the
+    leading newline so it reads "Step N: ...".  The first segment of a path
+    follows the search's prefilled `first_label` ("Step 1:"), which is put back.
+    A later segment may open with inserted text (the continuation prompt "But
+    wait, ...") before its first boundary: that text stays with the step that
+    follows it, as it does for a sequential node.  A sequential segment never
+    contains the boundary past its start (generation stops there), so it is
+    always exactly one step; a full-generation segment gives one step per
+    "Step N:" paragraph.
+    """
+    pieces = re.split(f"(?={re.escape(boundary)})", segment)
+    if first:
+        pieces[0] = first_label + pieces[0]  # never blank: the label is part of the step
+    elif len(pieces) > 1 and not pieces[0].startswith(boundary):
+        head = pieces.pop(0)
+        if head.strip():
+            pieces[0] = head + pieces[0]
+    steps = [piece.strip() for piece in pieces if piece.strip()]
+    return steps or [segment.strip()]  # an empty node is still one (empty) step
+
+
+def _derive_seed(*parts: object) -> int:
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+class _Failed(Exception):
+    """A PRM engine call failed; the node's score carries the message."""
+
+
+@dataclass(slots=True)
+class _Tokens:
+    input: int = 0
+    output: int = 0
+
+    def add(self, completion: Completion) -> None:
+        self.input += completion.input_tokens
+        self.output += completion.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    analysis: str
+    value: float
+
+
+class GenPRMScorer:
+    """The generative process reward model: critiques each step, then judges Yes/No.
+
+    * Q of a node is the judgement score of its (last) step, averaged over
+      `samples` independent analyses (sample i of a step uses a seed derived from
+      the scorer's seed, the problem, the conversation's steps and i, so the same
+      path always gets the same critique).
+    * `Score.context` is the whole conversation up to and including this node's
+      critique (a tuple of message dicts; picklable).  A child's request carries
+      it as `parent_context`, so an ancestor's critique is never regenerated:
+      scoring a sequential child costs exactly 2 x `samples` engine calls.
+      When `parent_context` is None (or not a conversation) but the path has
+      several segments, the conversation is rebuilt by scoring every ancestor
+      step in order first; those calls count toward this node's tokens.
+    * Full-generation nodes hold a whole solution: it is split into its
+      "Step N:" paragraphs, each prefix is scored in one growing conversation,
+      and the node's Q is the last step's score (App. E).
+    * The stored critique is the first sample's analysis followed by the
+      judgement "Yes" when the step's mean score is >= 0.5, else "No".
+    * `Score.input_tokens` / `output_tokens` are the prompt and generated tokens
+      of every engine call made for this node (the driver charges them with the
+      PRM cost weights, zero in the paper's output-token budget).  `max_cost` is
+      not enforced here: cap `max_analysis_tokens` so that a score fits the
+      driver's PRM reserve when PRM tokens are charged.
+    * A failed engine call (an ERROR completion, a conversation that overflows
+      the context, a judgement without log-probabilities, a chat template the
+      engine cannot apply) is reported as `Score(0.0, error=...)` with the
+      tokens spent so far; the driver keeps such a node but never expands it.
+    * GenPRM can write Python to check a step; nothing the model writes is ever
+      executed, and there is no code-execution mode: code in an analysis is
+      just text.
+
+    `calls` counts engine `complete()` calls (tests check reuse with it).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        samples: int = 1,
+        max_analysis_tokens: int = 512,
+        temperature: float = 0.6,
+        top_logprobs: int = 20,
+        seed: int = 0,
+        step_boundary: str = "\nStep",
+        response_prefix: str = "Step 1:",
+        name: str | None = None,
+    ) -> None:
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, got {samples}")
+        if max_analysis_tokens < 1:
+            raise ValueError(f"max_analysis_tokens must be >= 1, got {max_analysis_tokens}")
+        self.engine = engine
+        self.samples = samples
+        self.max_analysis_tokens = max_analysis_tokens
+        self.temperature = temperature
+        self.top_logprobs = top_logprobs
+        self.seed = seed
+        self.step_boundary = step_boundary
+        self.response_prefix = response_prefix
+        self.name = name or f"genprm:{engine.name}"
+        self.calls = 0
+        self.steps_scored = 0
+
+    # ------------------------------------------------------------- public API
+    async def score(self, request: ScoreRequest) -> Score:
+        conversation = _as_conversation(request.parent_context)
+        if conversation is None:
+            # No usable context: rebuild the whole path, ancestors first.
+            conversation = ()
+            segments: Sequence[str] = request.path
+            first_index = 0
+        else:
+            segments = request.path[-1:]
+            first_index = len(request.path) - 1
+        steps = [
+            step
+            for offset, segment in enumerate(segments)
+            for step in split_steps(
+                segment,
+                first=first_index + offset == 0,
+                boundary=self.step_boundary,
+                first_label=self.response_prefix,
+            )
+        ]
+        tokens = _Tokens()
+        value = 0.5
+        try:
+            for step in steps:
+                conversation, value = await self._score_step(
+                    request.problem, conversation, step, tokens
+                )
+        except _Failed as exc:
+            return Score(0.0, None, tokens.input, tokens.output, error=str(exc))
+        return Score(value, conversation, tokens.input, tokens.output)
+
+    # -------------------------------------------------------------- internals
+    async def _score_step(
+        self, problem: str, conversation: Conversation, step: str, tokens: _Tokens
+    ) -> tuple[Conversation, float]:
+        if not conversation:
+            conversation = ({"role": "system", "content": PRM_SYSTEM},)
+            user = f"Question: {problem}\n\n{step}"
+        else:
+            user = step
+        conversation = (*conversation, {"role": "user", "content": user})
+        index = sum(m["role"] == "user" for m in conversation)
+        key = (self.seed, problem, tuple(m["content"] for m in conversation if m["role"] == "user"))
+        results = await asyncio.gather(
+            *(
+                self._sample(conversation, index, _derive_seed(*key, i), tokens)
+                for i in range(self.samples)
+            ),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                if isinstance(result, _Failed | EngineError):
+                    raise _Failed(f"GenPRM step {index}: {result}") from result
+                raise result
+        samples = [r for r in results if isinstance(r, _Sample)]
+        value = sum(s.value for s in samples) / len(samples)
+        label = YES if value >= 0.5 else NO
+        critique = samples[0].analysis + PRM_JUDGEMENT_PREFIX + label + PRM_JUDGEMENT_SUFFIX
+        self.steps_scored += 1
+        return (*conversation, {"role": "assistant", "content": critique}), value
+
+    async def _sample(
+        self, conversation: Conversation, index: int, seed: int, tokens: _Tokens
+    ) -> _Sample:
+        opening = PRM_ANALYSIS_PREFIX.format(index=index)
+        prompt = await self._render(conversation, opening)
+        analysis = await self._complete(
+            prompt,
+            max_tokens=self.max_analysis_tokens,
+            stop=(PRM_ANALYSIS_END,),
+            temperature=self.temperature,
+            seed=seed,
+            tokens=tokens,
+            what="analysis",
+        )
+        text = opening + analysis.text
+        prompt = await self._render(conversation, text + PRM_JUDGEMENT_PREFIX)
+        judgement = await self._complete(
+            prompt,
+            max_tokens=1,
+            stop=(),
+            temperature=0.0,
+            seed=seed,
+            tokens=tokens,
+            what="judgement",
+            top_logprobs=self.top_logprobs,
+        )
+        if not judgement.top_logprobs or not judgement.top_logprobs[0]:
+            raise _Failed("the engine returned no log-probabilities for the judgement token")
+        return _Sample(text, judgement_score(judgement.top_logprobs[0]))
+
+    async def _render(self, conversation: Conversation, assistant: str) -> str:
+        messages = [*conversation, {"role": "assistant", "content": assistant}]
+        return await self.engine.render_chat(messages, continue_final=True)
+
+    async def _complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: tuple[str, ...],
+        temperature: float,
+        seed: int,
+        tokens: _Tokens,
+        what: str,
+        top_logprobs: int = 0,
+    ) -> Completion:
+        self.calls += 1
+        completion = await self.engine.complete(
+            prompt,
+            max_tokens=max_tokens,
+            stop=stop,
+            temperature=temperature,
+            seed=seed,
+            top_logprobs=top_logprobs,
+        )
+        tokens.add(completion)
+        if completion.finish is FinishReason.ERROR:
+            raise _Failed(f"{what} call failed: {completion.error or 'engine error'}")
+        if completion.finish is FinishReason.CONTEXT_OVERFLOW:
+            raise _Failed(
+                f"{what} prompt overflows the PRM context "
+                f"({completion.input_tokens} prompt tokens, "
+                f"context {self.engine.context_length})"
+            )
+        return completion
+
+
+def _as_conversation(context: Any) -> Conversation | None:
+    """`context` if it is a conversation this scorer produced (a list after JSON), else None."""
+    if not isinstance(context, tuple | list) or not context:
+        return None
+    if not all(isinstance(m, Mapping) and {"role", "content"} <= m.keys() for m in context):
+        return None
+    return tuple(dict(m) for m in context)
+
+
+__all__ = ["GenPRMScorer", "judgement_score", "split_steps"]

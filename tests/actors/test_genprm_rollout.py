@@ -1,0 +1,317 @@
+"""GenPRM and rollout scorers on the real embedded SmolLM2 engine (llama.cpp on CPU).
+
+The 135M model's judgements mean little; what is checked is the protocol: the
+conversation, the number of engine calls (reuse of ancestor critiques), the
+token accounting, errors and the rollout reward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from actors.engines.base import Completion, TopLogprobs
+from actors.engines.llamacpp import LlamaCppEngine
+from actors.genprm import GenPRMScorer, judgement_score, split_steps
+from actors.policy import EnginePolicy
+from actors.prompts import PRM_JUDGEMENT_PREFIX, PRM_SYSTEM
+from actors.rollout import RolloutScorer, answers_match
+from search import parse_search_config, run_search
+from search.protocols import FinishReason, Generation, GenerationRequest, Score, ScoreRequest
+
+# One engine (and one event loop, which its HTTP client is bound to) per module.
+on_module_loop = pytest.mark.asyncio(loop_scope="module")
+
+PROBLEM = "What is 12 times 3?"
+ANALYSIS_TOKENS = 48
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def engine() -> AsyncIterator[LlamaCppEngine]:
+    engine = LlamaCppEngine(context_length=2048, parallel=4)
+    yield engine
+    await engine.close()
+
+
+class Recording:
+    """The real engine, with every prompt sent to `complete` recorded."""
+
+    def __init__(self, engine: LlamaCppEngine, fail: bool = False) -> None:
+        self.engine = engine
+        self.name = engine.name
+        self.context_length = engine.context_length
+        self.prompts: list[str] = []
+        self.fail = fail
+
+    async def complete(self, prompt: str, **kw: Any) -> Completion:
+        self.prompts.append(prompt)
+        if self.fail:
+            return Completion("", 0, FinishReason.ERROR, error="injected failure")
+        return await self.engine.complete(prompt, **kw)
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        return await self.engine.render_chat(messages, continue_final=continue_final)
+
+    async def tokenize(self, text: str) -> list[int]:
+        return await self.engine.tokenize(text)
+
+    async def close(self) -> None:
+        pass
+
+
+def _request(path: tuple[str, ...], context: Any = None, *, full: bool = False) -> ScoreRequest:
+    return ScoreRequest(PROBLEM, path, context, False, None, full, 0.0)
+
+
+def _roles(score: Score) -> list[str]:
+    return [m["role"] for m in score.context]
+
+
+# ------------------------------------------------------------- pure functions
+def test_judgement_score_from_top_logprobs() -> None:
+    ln = math.log
+    # both labels present: 0.6 / (0.6 + 0.2)
+    assert judgement_score((("Yes", ln(0.6)), ("No", ln(0.2)), ("A", ln(0.1)))) == pytest.approx(
+        0.75
+    )
+    # whitespace is stripped and spellings of one label add up: (0.3 + 0.3) / (0.6 + 0.2)
+    top: TopLogprobs = ((" Yes", ln(0.3)), ("Yes", ln(0.3)), ("No ", ln(0.2)), ("A", ln(0.1)))
+    assert judgement_score(top) == pytest.approx(0.75)
+    # "No" missing: it takes the smallest top-k probability, 0.1 -> 0.6 / 0.7
+    top = (("Yes", ln(0.6)), ("The", ln(0.3)), ("A", ln(0.1)))
+    assert judgement_score(top) == pytest.approx(0.6 / 0.7)
+    # "Yes" missing: 0.05 / (0.05 + 0.5)
+    top = (("No", ln(0.5)), ("The", ln(0.3)), ("A", ln(0.05)))
+    assert judgement_score(top) == pytest.approx(0.05 / 0.55)
+    # neither label among the top 20: no information
+    assert judgement_score(tuple((str(i), ln(0.04)) for i in range(20))) == 0.5
+    assert judgement_score(()) == 0.5
+
+
+def test_split_steps_keeps_labels_and_continuations() -> None:
+    full = " 12 * 3 = 36.\nStep 2: So 36.\nStep 3: The answer is \\boxed{36}."
+    assert split_steps(full, first=True) == [
+        "Step 1: 12 * 3 = 36.",
+        "Step 2: So 36.",
+        "Step 3: The answer is \\boxed{36}.",
+    ]
+    assert split_steps("\nStep 2: 12 + 12 + 12 = 36.", first=False) == [
+        "Step 2: 12 + 12 + 12 = 36."
+    ]
+    wait = "\nBut wait, let me think about the problem again.\nStep 3: Check: 36 / 3 = 12."
+    assert split_steps(wait, first=False) == [
+        "But wait, let me think about the problem again.\nStep 3: Check: 36 / 3 = 12."
+    ]
+    assert split_steps(wait + "\nStep 4: Yes.", first=False)[1] == "Step 4: Yes."
+
+
+# ------------------------------------------------------------------- GenPRM
+@on_module_loop
+async def test_genprm_reuses_the_parent_critique(engine: LlamaCppEngine) -> None:
+    recording = Recording(engine)
+    scorer = GenPRMScorer(recording, max_analysis_tokens=ANALYSIS_TOKENS)
+    first = await scorer.score(_request((" 12 times 3 means adding 12 three times.",)))
+    assert first.error is None and 0.0 <= first.value <= 1.0
+    assert scorer.calls == 2  # analysis + judgement
+    assert first.input_tokens > 0 and first.output_tokens >= 2
+    assert _roles(first) == ["system", "user", "assistant"]
+    assert first.context[0]["content"] == PRM_SYSTEM
+    assert first.context[1]["content"] == (
+        f"Question: {PROBLEM}\n\nStep 1: 12 times 3 means adding 12 three times."
+    )
+    critique = first.context[-1]["content"]
+    assert critique.startswith("<analyze>\nLet's analyze the Paragraph 1 step by step: ")
+    assert PRM_JUDGEMENT_PREFIX in critique
+    assert critique.endswith(("{Yes}$\n</output>\n", "{No}$\n</output>\n"))
+
+    recording.prompts.clear()
+    path = (" 12 times 3 means adding 12 three times.", "\nStep 2: 12 + 12 + 12 = 36.")
+    second = await scorer.score(_request(path, first.context))
+    assert second.error is None and 0.0 <= second.value <= 1.0
+    assert scorer.calls == 4  # only step 2: the parent's critique is reused
+    assert len(recording.prompts) == 2
+    assert all(critique in prompt for prompt in recording.prompts)
+    assert "Paragraph 2 step by step" in recording.prompts[0]
+    assert second.context[: len(first.context)] == first.context
+    assert second.context[3] == {"role": "user", "content": "Step 2: 12 + 12 + 12 = 36."}
+    assert _roles(second) == ["system", "user", "assistant", "user", "assistant"]
+
+
+@on_module_loop
+async def test_genprm_rebuilds_a_missing_context(engine: LlamaCppEngine) -> None:
+    scorer = GenPRMScorer(engine, max_analysis_tokens=16)
+    path = (" 12 times 3 is 36.", "\nStep 2: The answer is \\boxed{36}.")
+    score = await scorer.score(_request(path, None))
+    assert score.error is None and 0.0 <= score.value <= 1.0
+    assert scorer.calls == 4  # both steps, in order, in one conversation
+    assert _roles(score) == ["system", "user", "assistant", "user", "assistant"]
+
+
+@on_module_loop
+async def test_genprm_full_generation_scores_every_prefix(engine: LlamaCppEngine) -> None:
+    scorer = GenPRMScorer(engine, max_analysis_tokens=ANALYSIS_TOKENS)
+    text = " 12 * 3 = 36.\nStep 2: Check: 36 / 3 = 12.\nStep 3: So the answer is \\boxed{36}."
+    score = await scorer.score(_request((text,), full=True))
+    assert score.error is None and 0.0 <= score.value <= 1.0
+    assert scorer.calls == 6 and scorer.steps_scored == 3
+    users = [m["content"] for m in score.context if m["role"] == "user"]
+    assert users == [
+        f"Question: {PROBLEM}\n\nStep 1: 12 * 3 = 36.",
+        "Step 2: Check: 36 / 3 = 12.",
+        "Step 3: So the answer is \\boxed{36}.",
+    ]
+    assert "Paragraph 3 step by step" in score.context[-1]["content"]
+
+
+@on_module_loop
+async def test_genprm_averages_samples(engine: LlamaCppEngine) -> None:
+    scorer = GenPRMScorer(engine, samples=2, max_analysis_tokens=16)
+    score = await scorer.score(_request((" 12 times 3 is 36.",)))
+    assert score.error is None and 0.0 <= score.value <= 1.0
+    assert scorer.calls == 4  # two analyses + two judgements for one step
+
+
+@on_module_loop
+async def test_genprm_engine_failure_is_a_score_error(engine: LlamaCppEngine) -> None:
+    scorer = GenPRMScorer(Recording(engine, fail=True), max_analysis_tokens=16)
+    score = await scorer.score(_request((" 12 times 3 is 36.",)))
+    assert score.error is not None and "injected failure" in score.error
+    assert score.value == 0.0 and score.context is None
+
+
+@on_module_loop
+async def test_genprm_context_overflow_is_a_score_error(engine: LlamaCppEngine) -> None:
+    scorer = GenPRMScorer(engine, max_analysis_tokens=16)
+    huge = " 12 times 3 is 36." * 400  # about 3,600 tokens > the 2,048-token context
+    score = await scorer.score(_request((huge,)))
+    assert score.error is not None and "overflows the PRM context" in score.error
+    assert scorer.calls == 1  # the analysis failed; no judgement was asked for
+
+
+@on_module_loop
+async def test_search_end_to_end_with_genprm(engine: LlamaCppEngine) -> None:
+    policy = EnginePolicy(engine)
+    scorer = GenPRMScorer(engine, max_analysis_tokens=32)
+    config = parse_search_config({"algorithm": "bg_mcts", "step_max_tokens": 64})
+    result = await run_search(PROBLEM, config, policy, scorer, 300, seed=1)
+    assert 0 < result.c_used <= 300
+    unscored = (FinishReason.ERROR, FinishReason.CONTEXT_OVERFLOW)
+    scored = [
+        n
+        for n in result.tree
+        if n.parent_id is not None and n.error is None and n.finish not in unscored
+    ]
+    assert scored and all(0.0 <= n.q <= 1.0 for n in result.tree)
+    # every node costs exactly one step's calls: ancestor critiques came from context
+    assert scorer.steps_scored == len(scored)
+    assert scorer.calls == 2 * len(scored)
+    assert result.tokens.prm_output > 0
+
+
+# ------------------------------------------------------------------ rollouts
+@on_module_loop
+async def test_answers_match_with_math_verify() -> None:
+    assert await answers_match("\\frac{1}{2}", "0.5")
+    assert await answers_match("4", "4")
+    assert not await answers_match("5", "4")
+    assert not await answers_match(None, "4")
+    # a comparison that runs out of time is no match
+    assert not await answers_match("\\frac{1}{2}", "0.5", timeout_s=1e-6)
+
+
+class NoPolicy:
+    """A policy that must not be called (answered nodes are never rolled out)."""
+
+    name = "unused"
+
+    async def generate(self, request: Any) -> Any:
+        raise AssertionError("answered nodes are scored without rollouts")
+
+    async def count_tokens(self, text: str) -> int:
+        raise AssertionError
+
+
+@on_module_loop
+async def test_rollout_scores_answered_nodes_by_reference() -> None:
+    scorer = RolloutScorer(NoPolicy(), {"half": "0.5"})
+    right = ScoreRequest("half", (" \\boxed{\\frac{1}{2}}",), None, True, "\\frac{1}{2}", False, 0)
+    wrong = ScoreRequest("half", (" \\boxed{3}",), None, True, "3", False, 0)
+    assert (await scorer.score(right)).value == 1.0
+    assert (await scorer.score(wrong)).value == 0.0
+    unknown = ScoreRequest("other", (" x",), None, False, None, False, 0)
+    assert (await scorer.score(unknown)).error is not None
+
+
+class FixedRollouts:
+    """A policy returning canned rollouts (to check the arithmetic of Q exactly)."""
+
+    name = "fixed"
+
+    def __init__(self, texts: Sequence[str | None]) -> None:
+        self.texts = texts
+        self.requests: list[GenerationRequest] = []
+
+    async def generate(self, request: GenerationRequest) -> list[Generation]:
+        self.requests.append(request)
+        return [
+            Generation(t, 10, FinishReason.EOS, input_tokens=7)
+            if t is not None
+            else Generation("", 0, FinishReason.ERROR, error="boom")
+            for t in self.texts
+        ]
+
+    async def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+@on_module_loop
+async def test_rollout_fraction_counts_matches_over_n() -> None:
+    texts = [
+        "So the answer is \\boxed{4}.",
+        "\\boxed{\\frac{8}{2}}",  # equal to 4 by math-verify
+        "\\boxed{5}",
+        "no box at all: 4",
+        None,  # a failed rollout is no match
+    ]
+    policy = FixedRollouts(texts)
+    scorer = RolloutScorer(policy, {"p": "4"}, max_tokens=99)
+    score = await scorer.score(
+        ScoreRequest("p", (" a", "\nStep 2: b"), None, False, None, False, 0)
+    )
+    assert score.error is None and score.value == pytest.approx(0.4)
+    request = policy.requests[0]
+    assert request.n == 5 and request.max_tokens == 99 and request.stop == ()
+    assert request.assistant_prefix == "Step 1: a\nStep 2: b"
+    assert scorer.rollout_tokens == 40 and scorer.rollout_input_tokens == 28
+    assert (score.input_tokens, score.output_tokens) == (0, 0)
+
+    failed = RolloutScorer(FixedRollouts([None] * 5), {"p": "4"})
+    score = await failed.score(ScoreRequest("p", (" a",), None, False, None, False, 0))
+    assert score.error is not None and "boom" in score.error
+
+
+@on_module_loop
+async def test_rollout_fraction_with_the_real_policy(engine: LlamaCppEngine) -> None:
+    problem = "What is 2+2?"
+    scorer = RolloutScorer(EnginePolicy(engine), {problem: "4"}, max_tokens=64)
+    request = ScoreRequest(problem, (" 2+2 means adding 2 and 2.",), None, False, None, False, 0)
+    score = await scorer.score(request)
+    assert score.error is None
+    assert score.value in {0.0, 0.2, 0.4, 0.6, 0.8, 1.0}
+    # counted, not charged (the paper's protocol)
+    assert scorer.rollout_requests == 1 and scorer.rollout_tokens > 0
+    assert scorer.rollout_input_tokens > 0
+    assert score.input_tokens == 0 and score.output_tokens == 0
+
+    charging = RolloutScorer(
+        EnginePolicy(engine), lambda p: "4", max_tokens=32, charge_rollouts=True
+    )
+    charged = await charging.score(request)
+    assert charged.output_tokens == charging.rollout_tokens > 0
+    assert charged.input_tokens == charging.rollout_input_tokens > 0
