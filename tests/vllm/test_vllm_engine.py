@@ -1,0 +1,200 @@
+"""`VLLMEngine` contract tests: the same contract as the llama.cpp engine.
+
+Skipped unless `vllm` is importable.  On a CUDA node they run against the real
+`vllm`; on a CPU machine `scripts/test-vllm-cpu.sh` runs them with `vllm-cpu`
+in its own virtualenv (`.venv-vllm`).  The model is built locally (no hub):
+a tiny random-weight Llama with a character-level tokenizer (`tiny_model.py`),
+so the text is noise but every engine path is real.  With ~100 tokens and
+near-uniform logits, EOS and one-character stop strings come up within a few
+seeds: the tests scan seeds for the finish reason they need.
+
+Engine start takes about a minute on CPU (eager mode, no torch.compile).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from actors.engines.base import Completion, EngineError
+from actors.engines.vllm_engine import VLLMEngine
+from actors.policy import EnginePolicy
+from search import parse_search_config, run_search
+from search.protocols import FinishReason
+from search.scripted import ScriptedScorer
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vllm (scripts/test-vllm-cpu.sh)")
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+CONTEXT = 1536  # the policy prompt (Appendix E) is ~800 characters = tokens here
+PROMPT_MESSAGES = [{"role": "user", "content": "What is 12 times 3?"}]
+STOPS = ["q", "z", "\n"]  # one character each: with ~100 tokens, each ~1% a step
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.vllm.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def engine(model_dir: Path) -> AsyncIterator[VLLMEngine]:
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, for vllm-cpu
+    engine = VLLMEngine(
+        str(model_dir),
+        context_length=CONTEXT,
+        gpu_memory_utilization=0.3,
+        engine_args={"dtype": "float32", "enforce_eager": True, "max_num_seqs": 16},
+    )
+    yield engine
+    await engine.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def prompt(engine: VLLMEngine) -> str:
+    return await engine.render_chat(PROMPT_MESSAGES, continue_final=False)
+
+
+async def _first(
+    make: Callable[[int], Awaitable[Completion]], finish: FinishReason, seeds: int = 40
+) -> Completion:
+    """The first completion over seeds 0, 1, ... that ends with `finish`."""
+    seen = []
+    for seed in range(seeds):
+        completion = await make(seed)
+        if completion.finish is finish:
+            return completion
+        seen.append(completion.finish.value)
+    raise AssertionError(f"no {finish} in {seeds} seeds: {seen}")
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="checks the error without vllm")
+async def test_missing_vllm_gives_a_clear_error() -> None:
+    with pytest.raises(EngineError, match="vllm"):
+        VLLMEngine("some/model")
+
+
+@needs_vllm
+async def test_stop_string_ends_a_step_and_is_excluded(engine: VLLMEngine, prompt: str) -> None:
+    async def make(seed: int) -> Completion:
+        return await engine.complete(prompt, max_tokens=300, stop=STOPS, temperature=0.8, seed=seed)
+
+    done = await _first(make, FinishReason.STOP_STRING)
+    assert done.stop_string in STOPS
+    assert not any(s in done.text for s in STOPS)
+    # the stop string's tokens were generated (and counted) but are not in the text
+    assert done.output_tokens == len(await engine.tokenize(done.text + done.stop_string))
+    assert done.input_tokens == len(await engine.tokenize(prompt))
+
+
+@needs_vllm
+async def test_eos_is_detected(engine: VLLMEngine, prompt: str) -> None:
+    async def make(seed: int) -> Completion:
+        return await engine.complete(
+            prompt, max_tokens=300, stop=["\nStep"], temperature=0.8, seed=seed
+        )
+
+    done = await _first(make, FinishReason.EOS)
+    assert done.stop_string == ""
+    # the EOS token is generated and counted; decoding hides it
+    assert done.output_tokens == len(await engine.tokenize(done.text)) + 1
+
+
+@needs_vllm
+async def test_length(engine: VLLMEngine, prompt: str) -> None:
+    async def make(seed: int) -> Completion:
+        return await engine.complete(prompt, max_tokens=6, stop=[], temperature=0.8, seed=seed)
+
+    done = await _first(make, FinishReason.LENGTH)
+    assert done.output_tokens == 6 == len(await engine.tokenize(done.text))
+
+
+@needs_vllm
+async def test_same_seed_same_text(engine: VLLMEngine, prompt: str) -> None:
+    kw: dict[str, Any] = {"max_tokens": 40, "stop": [], "temperature": 0.8}
+    first = await engine.complete(prompt, seed=5, **kw)
+    again = await engine.complete(prompt, seed=5, **kw)
+    assert (first.text, first.output_tokens) == (again.text, again.output_tokens)
+    others = [(await engine.complete(prompt, seed=s, **kw)).text for s in (6, 7)]
+    assert any(text != first.text for text in others)
+
+
+@needs_vllm
+async def test_concurrent_requests_keep_their_seeds(engine: VLLMEngine, prompt: str) -> None:
+    import asyncio
+
+    kw: dict[str, Any] = {"max_tokens": 30, "stop": [], "temperature": 0.8}
+    alone = [await engine.complete(prompt, seed=s, **kw) for s in range(4)]
+    together = await asyncio.gather(*(engine.complete(prompt, seed=s, **kw) for s in range(4)))
+    assert [c.text for c in alone] == [c.text for c in together]
+
+
+@needs_vllm
+async def test_top_logprobs(engine: VLLMEngine, prompt: str) -> None:
+    done = await engine.complete(
+        prompt, max_tokens=5, stop=[], temperature=0.8, seed=1, top_logprobs=3
+    )
+    assert len(done.top_logprobs) == done.output_tokens
+    for row in done.top_logprobs:
+        assert len(row) == 3
+        assert row[0][1] >= row[1][1] >= row[2][1]
+    plain = await engine.complete(prompt, max_tokens=5, stop=[], temperature=0.8, seed=1)
+    assert plain.top_logprobs == ()
+
+
+@needs_vllm
+async def test_context_overflow(engine: VLLMEngine) -> None:
+    over = await engine.complete(
+        "x" * (CONTEXT + 10), max_tokens=4, stop=[], temperature=0.8, seed=0
+    )
+    assert over.finish is FinishReason.CONTEXT_OVERFLOW and over.output_tokens == 0
+
+    async def make(seed: int) -> Completion:
+        return await engine.complete(
+            "y" * (CONTEXT - 3), max_tokens=50, stop=[], temperature=0.8, seed=seed
+        )
+
+    # the prompt fits, but the context fills before max_tokens
+    full = await _first(make, FinishReason.CONTEXT_OVERFLOW)
+    assert full.output_tokens == 3 and full.input_tokens == CONTEXT - 3
+
+
+@needs_vllm
+async def test_render_chat(engine: VLLMEngine) -> None:
+    header = await engine.render_chat(PROMPT_MESSAGES, continue_final=False)
+    assert header.endswith("<|im_start|>assistant\n")
+    messages = [*PROMPT_MESSAGES, {"role": "assistant", "content": "Step 1: 12*3"}]
+    prefill = await engine.render_chat(messages, continue_final=True)
+    assert prefill.endswith("<|im_start|>assistant\nStep 1: 12*3")
+    assert await engine.tokenize("ab\n") == (await engine.tokenize("a")) + (
+        await engine.tokenize("b\n")
+    )
+
+
+@needs_vllm
+async def test_prefix_cache_hit_rate(engine: VLLMEngine) -> None:
+    shared = "z" * 300  # several KV blocks
+    for seed in range(3):
+        await engine.complete(shared, max_tokens=2, stop=[], temperature=0.8, seed=seed)
+    rate = engine.prefix_cache_hit_rate
+    assert rate is not None and 0.0 < rate <= 1.0
+
+
+@needs_vllm
+async def test_search_keeps_the_budget(engine: VLLMEngine) -> None:
+    config = parse_search_config({"algorithm": "bg_mcts", "step_max_tokens": 24})
+    budget = 200
+    result = await run_search(
+        "What is 12 times 3?", config, EnginePolicy(engine), ScriptedScorer(seed=0), budget, 1
+    )
+    assert 0 < result.c_used <= budget
+    assert len(result.tree) > 2
+    assert result.tokens.failed_generations == 0
