@@ -1,0 +1,680 @@
+"""Graded search trees as flat records: the Parquet schemas and the pure functions that fill them.
+
+Five record types, one `pyarrow.Schema` each (every field carries its own
+``description`` in the field metadata; `schema_markdown` renders them for the
+README):
+
+* ``nodes`` (`NODES_SCHEMA`) - every answered node, correct or not, with its
+  full trajectory, PRM score and label;
+* ``trees`` (`TREES_SCHEMA`) - one row per searched problem: chosen answer,
+  tokens by kind, counts, shape, time, why the search stopped;
+* ``sft`` (`SFT_SCHEMA`) - TRL conversational rows (``messages``) from the
+  nodes labelled correct;
+* ``dpo`` (`DPO_SCHEMA`) - TRL conversational preference rows (``prompt``,
+  ``chosen``, ``rejected``) pairing correct with incorrect nodes of a problem;
+* ``errors`` (`ERRORS_SCHEMA`) - a problem (or a source) that failed, and where.
+
+Grading (`grade_result`)
+    With a reference answer each *distinct* extracted answer of the tree is
+    compared once with math-verify (`actors.rollout.answers_match`, bounded by
+    ``timeout_s`` per comparison; a timeout or a parse failure is "incorrect"),
+    and every node carrying it gets that verdict: ``label_source = "reference"``.
+    Without a reference the labels are pseudo labels (``pseudo_label = true``):
+
+    * ``prm_threshold``: an answered node is labelled correct when its Q >= threshold;
+    * ``majority``: the distinct answers are grouped by math-verify equivalence
+      (each new answer is compared with one representative of every group) and
+      the nodes of the largest group are labelled correct; ties go to the group
+      with the higher best Q, then to the group reached first.
+
+    An answered node without an extractable ``\\boxed{}`` answer is always incorrect.
+
+SFT rows (`sft_rows`)
+    The answered nodes labelled correct (by reference or pseudo label) with
+    Q >= ``min_score``, best Q first; with ``dedupe`` only the best-Q node of
+    identical trajectories (exact assistant text) is kept.
+
+DPO pairs (`dpo_rows`)
+    Per problem, correct nodes (chosen) against incorrect nodes (rejected).
+    Trajectories are deduplicated first (the best-Q copy of a correct one, the
+    worst-Q copy of an incorrect one), every node is used at most once, and at
+    most ``max_pairs_per_problem`` pairs are made (``min(#correct, #incorrect)``
+    at most):
+
+    * ``best_vs_worst``: correct nodes by Q descending (ties: lower node id)
+      are zipped with incorrect nodes by Q ascending - the highest-Q correct
+      against the lowest-Q incorrect, then the next of each, and so on;
+    * ``random``: both lists are shuffled with a generator seeded from
+      ``(seed, problem_id)`` and zipped; the same inputs give the same pairs.
+
+Everything here is pure (no file I/O, no Ray); a sink writes the tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import numbers
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from pydantic import BaseModel, ConfigDict, Field
+
+from actors.prompts import policy_messages
+from actors.rollout import answers_match
+from search.answer_choice import normalize_answer
+from search.driver import SearchResult, derive_seed
+from search.tree import Node
+
+LabelSource = Literal["reference", "prm_threshold", "majority"]
+PseudoLabel = Literal["prm_threshold", "majority"]
+Pairing = Literal["best_vs_worst", "random"]
+Row = dict[str, Any]
+
+SCHEMA_VERSION = "1"
+
+
+# --------------------------------------------------------------------------- config
+class RecordsConfig(BaseModel):
+    """Knobs of grading and of the SFT / DPO exports."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_sft_score: float = Field(
+        0.0, ge=0, le=1, description="SFT keeps correct nodes with Q at least this"
+    )
+    dedupe: bool = Field(True, description="drop identical trajectories (keep the best Q)")
+    max_pairs_per_problem: int = Field(4, ge=0, description="DPO pairs per problem, at most")
+    pairing: Pairing = Field("best_vs_worst", description="DPO pairing rule")
+    seed: int = Field(0, description="seed of the `random` pairing rule")
+    pseudo_label: PseudoLabel = Field(
+        "prm_threshold", description="how nodes are labelled when a problem has no reference"
+    )
+    pseudo_threshold: float = Field(
+        0.5, ge=0, le=1, description="prm_threshold: answered nodes with Q >= this are correct"
+    )
+    grade_timeout_s: float = Field(5.0, gt=0, description="math-verify time per comparison")
+
+
+# --------------------------------------------------------------------------- schemas
+def _f(name: str, type_: Any, doc: str, *, nullable: bool = False) -> Any:
+    return pa.field(name, type_, nullable=nullable, metadata={"description": doc})
+
+
+def _schema(record: str, fields: list[Any]) -> Any:
+    return pa.schema(fields, metadata={"record": record, "schema_version": SCHEMA_VERSION})
+
+
+MESSAGE_TYPE = pa.struct(
+    [
+        pa.field("role", pa.string(), nullable=False),
+        pa.field("content", pa.string(), nullable=False),
+    ]
+)
+# "element" is Parquet's name for a list's item, so the schema survives a round trip unchanged
+MESSAGES_TYPE = pa.list_(pa.field("element", MESSAGE_TYPE, nullable=False))
+
+_RUN_ID = _f("run_id", pa.string(), "identifier of the synthesis run that wrote the row")
+_PROBLEM_ID = _f("problem_id", pa.string(), "identifier of the problem in its source")
+_METHOD = _f("method", pa.string(), "search algorithm (SearchResult.algorithm)")
+_BUDGET = _f("budget", pa.float64(), "the search budget B, in cost units")
+_POLICY = _f("policy_model", pa.string(), "policy model name", nullable=True)
+_PRM = _f("prm_model", pa.string(), "scorer (PRM) model name", nullable=True)
+_LABEL_SOURCE = _f(
+    "label_source",
+    pa.string(),
+    "where the labels come from: reference | prm_threshold | majority",
+)
+
+NODES_SCHEMA = _schema(
+    "nodes",
+    [
+        _RUN_ID,
+        _PROBLEM_ID,
+        _f("node_id", pa.int64(), "node id within its tree (the root, the bare problem, is 0)"),
+        _f("parent_id", pa.int64(), "id of the parent node (0 for a first step)"),
+        _f("trajectory", pa.string(), 'full assistant text: "Step 1:" plus every segment'),
+        _f("answer", pa.string(), "the last \\boxed{} content; null if none", nullable=True),
+        _f("score", pa.float64(), "the node's PRM score Q in [0, 1]"),
+        _f(
+            "correct",
+            pa.bool_(),
+            "math-verify verdict against the reference; null without a reference",
+            nullable=True,
+        ),
+        _f("label", pa.bool_(), "the label used for SFT/DPO: `correct`, else the pseudo label"),
+        _f("pseudo_label", pa.bool_(), "true when `label` is a pseudo label (no reference)"),
+        _LABEL_SOURCE,
+        _f("is_chosen", pa.bool_(), "whether the search chose this node's answer node"),
+        _f("depth", pa.int64(), "depth in the tree (a first step is 1)"),
+        _f("iteration", pa.int64(), "the search step that created the node"),
+        _f("c_used", pa.float64(), "cost units spent when the node was created, before it"),
+        _f("output_tokens", pa.int64(), "tokens the policy generated for this node"),
+        _f("finish", pa.string(), "why its generation ended (eos, stop, length...)", nullable=True),
+        _METHOD,
+        _POLICY,
+        _PRM,
+        _BUDGET,
+        _f("seed", pa.int64(), "the search's seed"),
+    ],
+)
+"""`nodes`: one row per answered node of every tree."""
+
+TREES_SCHEMA = _schema(
+    "trees",
+    [
+        _RUN_ID,
+        _PROBLEM_ID,
+        _f(
+            "chosen_answer", pa.string(), "the answer the search chose; null if none", nullable=True
+        ),
+        _f("chosen_node_id", pa.int64(), "the node carrying it; null if none", nullable=True),
+        _f(
+            "correct",
+            pa.bool_(),
+            "chosen answer matches the reference (math-verify); null without a reference",
+            nullable=True,
+        ),
+        _f("reference", pa.string(), "the reference answer, if any", nullable=True),
+        _LABEL_SOURCE,
+        _f("policy_output_tokens", pa.int64(), "tokens generated by the policy"),
+        _f("policy_input_tokens", pa.int64(), "prompt tokens sent to the policy"),
+        _f("inserted_prompt_tokens", pa.int64(), "tokens the search inserted (continuations)"),
+        _f("prm_input_tokens", pa.int64(), "tokens read by the scorer"),
+        _f("prm_output_tokens", pa.int64(), "tokens generated by the scorer"),
+        _f("c_used", pa.float64(), "cost units spent (never above `budget`)"),
+        _f("n_nodes", pa.int64(), "nodes in the tree, the root excluded"),
+        _f("n_answered", pa.int64(), "answered nodes"),
+        _f("n_correct", pa.int64(), "answered nodes whose label is true (see label_source)"),
+        _f("max_depth", pa.int64(), "deepest node"),
+        _f("max_width", pa.int64(), "most nodes at one depth"),
+        _f("wall_time_s", pa.float64(), "search wall time, seconds"),
+        _f("stop_reason", pa.string(), "budget_exhausted | early_stop | algorithm_done | stalled"),
+        _f("iterations", pa.int64(), "search steps taken"),
+        _METHOD,
+        _POLICY,
+        _PRM,
+        _BUDGET,
+        _f("seed", pa.int64(), "the search's seed"),
+    ],
+)
+"""`trees`: one row per searched problem."""
+
+SFT_SCHEMA = _schema(
+    "sft",
+    [
+        _f(
+            "messages",
+            MESSAGES_TYPE,
+            "TRL conversational format: the policy's user prompt, then the assistant's "
+            "full trajectory",
+        ),
+        _PROBLEM_ID,
+        _f("node_id", pa.int64(), "the answered node the trajectory ends at"),
+        _f("answer", pa.string(), "its extracted answer", nullable=True),
+        _f("score", pa.float64(), "its PRM score Q"),
+        _LABEL_SOURCE,
+        _RUN_ID,
+    ],
+)
+"""`sft`: supervised fine-tuning rows from correct answered nodes."""
+
+DPO_SCHEMA = _schema(
+    "dpo",
+    [
+        _f("prompt", MESSAGES_TYPE, "TRL preference format: the user turn (one message)"),
+        _f("chosen", MESSAGES_TYPE, "one assistant message: a correct trajectory"),
+        _f("rejected", MESSAGES_TYPE, "one assistant message: an incorrect trajectory"),
+        _f("score_chosen", pa.float64(), "PRM score Q of the chosen node"),
+        _f("score_rejected", pa.float64(), "PRM score Q of the rejected node"),
+        _f("chosen_node_id", pa.int64(), "node id of the chosen trajectory"),
+        _f("rejected_node_id", pa.int64(), "node id of the rejected trajectory"),
+        _f("chosen_answer", pa.string(), "answer of the chosen node", nullable=True),
+        _f("rejected_answer", pa.string(), "answer of the rejected node", nullable=True),
+        _f("pairing", pa.string(), "pairing rule: best_vs_worst | random"),
+        _LABEL_SOURCE,
+        _PROBLEM_ID,
+        _RUN_ID,
+    ],
+)
+"""`dpo`: preference pairs, a correct against an incorrect node of one problem."""
+
+ERRORS_SCHEMA = _schema(
+    "errors",
+    [
+        _f(
+            "problem_id",
+            pa.string(),
+            "the failed problem; null for a failure outside one",
+            nullable=True,
+        ),
+        _f("stage", pa.string(), "where it failed (source, search, grade, records, sink...)"),
+        _f("error_type", pa.string(), "exception class name, if any", nullable=True),
+        _f("message", pa.string(), "the error message"),
+        _RUN_ID,
+    ],
+)
+"""`errors`: one row per failure, so a run never loses a problem silently."""
+
+SCHEMAS: Mapping[str, Any] = {
+    "nodes": NODES_SCHEMA,
+    "trees": TREES_SCHEMA,
+    "sft": SFT_SCHEMA,
+    "dpo": DPO_SCHEMA,
+    "errors": ERRORS_SCHEMA,
+}
+
+
+def schema_markdown(schema: Any) -> str:
+    """A Markdown table of a schema's fields (name, type, nullable, description)."""
+    lines = ["| field | type | nullable | description |", "|---|---|---|---|"]
+    for f in schema:
+        doc = (f.metadata or {}).get(b"description", b"").decode()
+        lines.append(f"| `{f.name}` | `{f.type}` | {'yes' if f.nullable else 'no'} | {doc} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- grading
+@dataclass(frozen=True, slots=True)
+class GradedTree:
+    """A search result with a label for every answered node."""
+
+    problem_id: str
+    result: SearchResult
+    reference: str | None
+    label_source: LabelSource
+    labels: Mapping[int, bool]  # answered node id -> label
+    chosen_correct: bool | None  # null without a reference
+    verified: Mapping[str, bool] = field(default_factory=dict)  # distinct answer -> verdict
+
+    @property
+    def pseudo(self) -> bool:
+        return self.label_source != "reference"
+
+    def answered(self) -> list[Node]:
+        return self.result.answered_nodes
+
+    def trajectory(self, node: Node) -> str:
+        return self.result.tree.assistant_text(node)
+
+
+async def grade_result(
+    result: SearchResult,
+    reference: str | None,
+    *,
+    problem_id: str,
+    timeout_s: float = 5.0,
+    pseudo_label: PseudoLabel = "prm_threshold",
+    threshold: float = 0.5,
+) -> GradedTree:
+    """Label every answered node of `result` (see the module docstring for the rules).
+
+    With a reference, each distinct (whitespace-normalized) answer string is
+    verified once; `GradedTree.verified` holds those verdicts.
+    """
+    nodes = result.answered_nodes
+    keys = {n.id: _key(n.answer) for n in nodes}
+    if reference is not None:
+        candidates = [*keys.values(), _key(result.chosen_answer)]
+        distinct = list(dict.fromkeys(k for k in candidates if k is not None))
+        verdicts = await asyncio.gather(*(answers_match(d, reference, timeout_s) for d in distinct))
+        verified = dict(zip(distinct, verdicts, strict=True))
+        labels = {i: k is not None and verified.get(k, False) for i, k in keys.items()}
+        chosen = _key(result.chosen_answer)
+        chosen_correct = chosen is not None and verified.get(chosen, False)
+        return GradedTree(
+            problem_id, result, reference, "reference", labels, chosen_correct, verified
+        )
+    if pseudo_label == "prm_threshold":
+        labels = {n.id: keys[n.id] is not None and n.q >= threshold for n in nodes}
+    elif pseudo_label == "majority":
+        winners = await _majority_answers(nodes, keys, timeout_s)
+        labels = {n.id: keys[n.id] in winners for n in nodes}
+    else:
+        raise ValueError(f"unknown pseudo_label rule {pseudo_label!r}")
+    return GradedTree(problem_id, result, None, pseudo_label, labels, None)
+
+
+def _key(answer: str | None) -> str | None:
+    if answer is None:
+        return None
+    key = normalize_answer(answer)
+    return key or None
+
+
+async def _majority_answers(
+    nodes: Sequence[Node], keys: Mapping[int, str | None], timeout_s: float
+) -> set[str]:
+    """The answer strings of the largest math-verify-equivalence group."""
+    groups: list[list[str]] = []  # first element: the representative
+    count: dict[str, int] = {}
+    best_q: dict[str, float] = {}
+    for n in nodes:
+        k = keys[n.id]
+        if k is None:
+            continue
+        count[k] = count.get(k, 0) + 1
+        best_q[k] = max(best_q.get(k, 0.0), n.q)
+    for answer in count:  # first-reached order
+        for group in groups:
+            if await answers_match(answer, group[0], timeout_s):
+                group.append(answer)
+                break
+        else:
+            groups.append([answer])
+    if not groups:
+        return set()
+    best = max(
+        groups,
+        key=lambda g: (sum(count[a] for a in g), max(best_q[a] for a in g)),
+    )  # max() keeps the first group on full ties
+    return set(best)
+
+
+# --------------------------------------------------------------------------- rows
+def node_rows(
+    graded: GradedTree,
+    *,
+    run_id: str,
+    policy_model: str | None = None,
+    prm_model: str | None = None,
+) -> list[Row]:
+    """One `nodes` row per answered node, in answering order."""
+    result = graded.result
+    rows: list[Row] = []
+    for n in graded.answered():
+        label = graded.labels[n.id]
+        rows.append(
+            {
+                "run_id": run_id,
+                "problem_id": graded.problem_id,
+                "node_id": n.id,
+                "parent_id": n.parent_id,
+                "trajectory": graded.trajectory(n),
+                "answer": n.answer,
+                "score": n.q,
+                "correct": None if graded.pseudo else label,
+                "label": label,
+                "pseudo_label": graded.pseudo,
+                "label_source": graded.label_source,
+                "is_chosen": n.id == result.chosen_node_id,
+                "depth": n.depth,
+                "iteration": n.iteration,
+                "c_used": n.c_used,
+                "output_tokens": n.output_tokens,
+                "finish": None if n.finish is None else n.finish.value,
+                "method": result.algorithm,
+                "policy_model": policy_model,
+                "prm_model": prm_model,
+                "budget": result.budget,
+                "seed": result.seed,
+            }
+        )
+    return rows
+
+
+def tree_row(
+    graded: GradedTree,
+    *,
+    run_id: str,
+    policy_model: str | None = None,
+    prm_model: str | None = None,
+) -> Row:
+    """The `trees` row of one graded search."""
+    result = graded.result
+    tokens = result.tokens
+    return {
+        "run_id": run_id,
+        "problem_id": graded.problem_id,
+        "chosen_answer": result.chosen_answer,
+        "chosen_node_id": result.chosen_node_id,
+        "correct": graded.chosen_correct,
+        "reference": graded.reference,
+        "label_source": graded.label_source,
+        "policy_output_tokens": tokens.policy_output,
+        "policy_input_tokens": tokens.policy_input,
+        "inserted_prompt_tokens": tokens.inserted_prompt,
+        "prm_input_tokens": tokens.prm_input,
+        "prm_output_tokens": tokens.prm_output,
+        "c_used": result.c_used,
+        "n_nodes": len(result.tree) - 1,
+        "n_answered": len(graded.labels),
+        "n_correct": sum(graded.labels.values()),
+        "max_depth": result.tree.max_depth,
+        "max_width": result.tree.max_width,
+        "wall_time_s": result.wall_time_s,
+        "stop_reason": result.stop_reason,
+        "iterations": result.iterations,
+        "method": result.algorithm,
+        "policy_model": policy_model,
+        "prm_model": prm_model,
+        "budget": result.budget,
+        "seed": result.seed,
+    }
+
+
+def _user_turn(graded: GradedTree) -> list[dict[str, str]]:
+    return policy_messages(graded.result.problem, "")[:1]
+
+
+def _assistant(text: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": text}]
+
+
+def _unique(nodes: Iterable[Node], graded: GradedTree) -> list[Node]:
+    """The first node of every distinct trajectory, order kept."""
+    seen: set[str] = set()
+    out: list[Node] = []
+    for n in nodes:
+        text = graded.trajectory(n)
+        if text not in seen:
+            seen.add(text)
+            out.append(n)
+    return out
+
+
+def sft_rows(
+    graded: GradedTree, *, run_id: str, min_score: float = 0.0, dedupe: bool = True
+) -> list[Row]:
+    """`sft` rows from the nodes labelled correct with Q >= `min_score`, best Q first."""
+    picked = sorted(
+        (n for n in graded.answered() if graded.labels[n.id] and n.q >= min_score),
+        key=lambda n: (-n.q, n.id),
+    )
+    if dedupe:
+        picked = _unique(picked, graded)
+    return [
+        {
+            "messages": [*_user_turn(graded), *_assistant(graded.trajectory(n))],
+            "problem_id": graded.problem_id,
+            "node_id": n.id,
+            "answer": n.answer,
+            "score": n.q,
+            "label_source": graded.label_source,
+            "run_id": run_id,
+        }
+        for n in picked
+    ]
+
+
+def dpo_rows(
+    graded: GradedTree,
+    *,
+    run_id: str,
+    max_pairs_per_problem: int = 4,
+    pairing: Pairing = "best_vs_worst",
+    seed: int = 0,
+) -> list[Row]:
+    """`dpo` pairs of one problem (rules in the module docstring)."""
+    answered = graded.answered()
+    good = _unique(
+        sorted((n for n in answered if graded.labels[n.id]), key=lambda n: (-n.q, n.id)), graded
+    )
+    bad = _unique(
+        sorted((n for n in answered if not graded.labels[n.id]), key=lambda n: (n.q, n.id)), graded
+    )
+    if pairing == "random":
+        rng = random.Random(derive_seed(seed, "dpo", graded.problem_id))
+        rng.shuffle(good)
+        rng.shuffle(bad)
+    elif pairing != "best_vs_worst":
+        raise ValueError(f"unknown pairing rule {pairing!r}")
+    pairs = list(zip(good, bad, strict=False))[: max(0, max_pairs_per_problem)]
+    return [
+        {
+            "prompt": _user_turn(graded),
+            "chosen": _assistant(graded.trajectory(c)),
+            "rejected": _assistant(graded.trajectory(r)),
+            "score_chosen": c.q,
+            "score_rejected": r.q,
+            "chosen_node_id": c.id,
+            "rejected_node_id": r.id,
+            "chosen_answer": c.answer,
+            "rejected_answer": r.answer,
+            "pairing": pairing,
+            "label_source": graded.label_source,
+            "problem_id": graded.problem_id,
+            "run_id": run_id,
+        }
+        for c, r in pairs
+    ]
+
+
+def error_row(
+    problem_id: str | None, stage: str, error: BaseException | str, *, run_id: str
+) -> Row:
+    """An `errors` row from an exception or a message."""
+    if isinstance(error, BaseException):
+        return {
+            "problem_id": problem_id,
+            "stage": stage,
+            "error_type": type(error).__name__,
+            "message": str(error) or type(error).__name__,
+            "run_id": run_id,
+        }
+    return {
+        "problem_id": problem_id,
+        "stage": stage,
+        "error_type": None,
+        "message": error,
+        "run_id": run_id,
+    }
+
+
+async def records_for(
+    result: SearchResult,
+    reference: str | None,
+    *,
+    problem_id: str,
+    run_id: str,
+    config: RecordsConfig | None = None,
+    policy_model: str | None = None,
+    prm_model: str | None = None,
+) -> dict[str, list[Row]]:
+    """Grade one result and build its `nodes`, `trees`, `sft` and `dpo` rows with `config`."""
+    config = config or RecordsConfig()
+    graded = await grade_result(
+        result,
+        reference,
+        problem_id=problem_id,
+        timeout_s=config.grade_timeout_s,
+        pseudo_label=config.pseudo_label,
+        threshold=config.pseudo_threshold,
+    )
+    models = {"policy_model": policy_model, "prm_model": prm_model}
+    return {
+        "nodes": node_rows(graded, run_id=run_id, **models),
+        "trees": [tree_row(graded, run_id=run_id, **models)],
+        "sft": sft_rows(
+            graded, run_id=run_id, min_score=config.min_sft_score, dedupe=config.dedupe
+        ),
+        "dpo": dpo_rows(
+            graded,
+            run_id=run_id,
+            max_pairs_per_problem=config.max_pairs_per_problem,
+            pairing=config.pairing,
+            seed=config.seed,
+        ),
+    }
+
+
+# --------------------------------------------------------------------------- tables
+class RecordValidationError(ValueError):
+    """A row does not fit its schema; names the record, the field and the row."""
+
+    def __init__(self, record: str, field_name: str, row: int | None, reason: str) -> None:
+        where = "" if row is None else f" (row {row})"
+        super().__init__(f"{record} record: field {field_name!r}{where}: {reason}")
+        self.record = record
+        self.field = field_name
+        self.row = row
+
+
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
+
+
+def to_table(rows: Iterable[Mapping[str, Any]], schema: Any) -> Any:
+    """Rows as a `pyarrow.Table` of exactly `schema`, checked field by field.
+
+    Unknown fields, missing or null non-nullable fields, and values that do not
+    convert to the field's type raise `RecordValidationError` naming the field
+    and the row.  A missing nullable field is null.  Integer fields take only
+    integers (pyarrow itself would truncate a float).
+    """
+    rows = list(rows)
+    record = (schema.metadata or {}).get(b"record", b"record").decode()
+    names = set(schema.names)
+    for i, row in enumerate(rows):
+        for key in row:
+            if key not in names:
+                raise RecordValidationError(record, str(key), i, "not in the schema")
+    columns = []
+    for f in schema:
+        values = [row.get(f.name) for row in rows]
+        if not f.nullable:
+            for i, (row, value) in enumerate(zip(rows, values, strict=True)):
+                if value is None:
+                    reason = "missing" if f.name not in row else "null in a non-nullable field"
+                    raise RecordValidationError(record, f.name, i, reason)
+        if pa.types.is_integer(f.type):  # pyarrow would silently truncate 1.5 to 1
+            for i, value in enumerate(values):
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                ):
+                    raise RecordValidationError(record, f.name, i, f"{value!r:.80} is not {f.type}")
+        try:
+            columns.append(pa.array(values, type=f.type))
+        except _ARROW_ERRORS as exc:
+            for i, value in enumerate(values):
+                try:
+                    pa.array([value], type=f.type)
+                except _ARROW_ERRORS as one:
+                    raise RecordValidationError(
+                        record, f.name, i, f"{value!r:.80} is not {f.type}: {one}"
+                    ) from one
+            raise RecordValidationError(record, f.name, None, str(exc)) from exc
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+__all__ = [
+    "DPO_SCHEMA",
+    "ERRORS_SCHEMA",
+    "NODES_SCHEMA",
+    "SCHEMAS",
+    "SFT_SCHEMA",
+    "TREES_SCHEMA",
+    "GradedTree",
+    "RecordValidationError",
+    "RecordsConfig",
+    "dpo_rows",
+    "error_row",
+    "grade_result",
+    "node_rows",
+    "records_for",
+    "schema_markdown",
+    "sft_rows",
+    "to_table",
+    "tree_row",
+]

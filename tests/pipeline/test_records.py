@@ -1,0 +1,315 @@
+"""Records from real searches (scripted policy and scorer), real math-verify, real pyarrow."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from math_verify import parse, verify
+from pydantic import ValidationError
+
+from pipeline.records import (
+    DPO_SCHEMA,
+    ERRORS_SCHEMA,
+    NODES_SCHEMA,
+    SCHEMAS,
+    SFT_SCHEMA,
+    TREES_SCHEMA,
+    GradedTree,
+    RecordsConfig,
+    RecordValidationError,
+    dpo_rows,
+    error_row,
+    grade_result,
+    node_rows,
+    records_for,
+    schema_markdown,
+    sft_rows,
+    to_table,
+    tree_row,
+)
+from search import SearchResult, parse_search_config, run_search
+from search.answer_choice import normalize_answer
+from search.protocols import FinishReason
+from search.scripted import ScriptedPolicy, ScriptedScorer
+
+PROBLEM = "What is the value of the expression?"
+
+
+async def _search(
+    seed: int,
+    algorithm: str = "bg_mcts",
+    budget: float = 4000,
+    answers: tuple[str, ...] = ("12", "7", "\\frac{1}{2}"),
+) -> SearchResult:
+    config = parse_search_config({"algorithm": algorithm})
+    policy = ScriptedPolicy(seed=seed, p_answer=0.5, answers=answers)
+    return await run_search(PROBLEM, config, policy, ScriptedScorer(seed=seed), budget, seed)
+
+
+async def _results() -> list[SearchResult]:
+    results = [await _search(s) for s in range(3)]
+    results.append(await _search(7, algorithm="repeated_sampling", budget=3000))
+    assert all(r.answered_nodes for r in results)
+    return results
+
+
+def _mv(answer: str | None, reference: str) -> bool:
+    """math-verify straight, as the ground truth for the grader."""
+    if answer is None:
+        return False
+    return bool(verify(parse(f"${reference}$"), parse(f"${answer}$")))
+
+
+@pytest.mark.parametrize("reference", ["12", "0.5"])
+async def test_every_answered_node_is_one_row_and_correct_agrees_with_math_verify(
+    reference: str,
+) -> None:
+    seen_correct = seen_wrong = 0
+    for i, result in enumerate(await _results()):
+        graded = await grade_result(result, reference, problem_id=f"p{i}", timeout_s=10)
+        rows = node_rows(graded, run_id="r", policy_model="pol", prm_model="prm")
+        assert [r["node_id"] for r in rows] == [n.id for n in result.answered_nodes]
+        assert len({r["node_id"] for r in rows}) == len(rows)
+        distinct = {normalize_answer(n.answer) for n in result.answered_nodes if n.answer}
+        assert set(graded.verified) == distinct  # each distinct answer verified once
+        for row in rows:
+            assert row["correct"] is _mv(row["answer"], reference)
+            assert row["label"] is row["correct"] and row["pseudo_label"] is False
+            assert row["label_source"] == "reference" and row["problem_id"] == f"p{i}"
+            node = result.tree[row["node_id"]]
+            assert row["trajectory"] == result.tree.assistant_text(node)
+            assert row["trajectory"].startswith("Step 1:") and row["c_used"] == node.c_used
+            seen_correct += row["correct"]
+            seen_wrong += not row["correct"]
+        tree = tree_row(graded, run_id="r")
+        assert tree["correct"] is _mv(result.chosen_answer, reference)
+        assert tree["n_answered"] == len(rows)
+        assert tree["n_correct"] == sum(r["correct"] for r in rows)
+    assert seen_correct and seen_wrong
+    if reference == "0.5":  # \frac{1}{2} is 0.5 only by math-verify, not by string
+        assert any(r["answer"] == "\\frac{1}{2}" and r["correct"] for r in rows)
+
+
+async def _graded(reference: str | None = "12", **kwargs: Any) -> list[GradedTree]:
+    return [
+        await grade_result(r, reference, problem_id=f"p{i}", **kwargs)
+        for i, r in enumerate(await _results())
+    ]
+
+
+@pytest.mark.parametrize("cap", [0, 1, 2, 100])
+@pytest.mark.parametrize("pairing", ["best_vs_worst", "random"])
+async def test_dpo_pairs_join_correct_and_incorrect_of_one_problem(cap: int, pairing: Any) -> None:
+    for graded in await _graded("12"):
+        labels = {r["node_id"]: r for r in node_rows(graded, run_id="r")}
+        pairs = dpo_rows(graded, run_id="r", max_pairs_per_problem=cap, pairing=pairing, seed=3)
+        good = {labels[i]["trajectory"] for i in labels if labels[i]["correct"]}
+        bad = {labels[i]["trajectory"] for i in labels if not labels[i]["correct"]}
+        assert len(pairs) == min(cap, len(good), len(bad))
+        for pair in pairs:
+            assert pair["problem_id"] == graded.problem_id
+            chosen, rejected = labels[pair["chosen_node_id"]], labels[pair["rejected_node_id"]]
+            assert chosen["correct"] is True and rejected["correct"] is False
+            assert pair["chosen"] == [{"role": "assistant", "content": chosen["trajectory"]}]
+            assert pair["rejected"] == [{"role": "assistant", "content": rejected["trajectory"]}]
+            assert pair["score_chosen"] == chosen["score"]
+            assert pair["score_rejected"] == rejected["score"]
+            assert [m["role"] for m in pair["prompt"]] == ["user"]
+            assert PROBLEM in pair["prompt"][0]["content"]
+        # every node (and trajectory) is used at most once
+        assert len({p["chosen_node_id"] for p in pairs}) == len(pairs)
+        assert len({p["rejected_node_id"] for p in pairs}) == len(pairs)
+        if pairing == "best_vs_worst":
+            chosen_q = [p["score_chosen"] for p in pairs]
+            rejected_q = [p["score_rejected"] for p in pairs]
+            assert chosen_q == sorted(chosen_q, reverse=True)
+            assert rejected_q == sorted(rejected_q)
+            if pairs:
+                best_good = max(r["score"] for r in labels.values() if r["correct"])
+                worst_bad = min(r["score"] for r in labels.values() if not r["correct"])
+                assert (chosen_q[0], rejected_q[0]) == (best_good, worst_bad)
+        else:
+            again = dpo_rows(graded, run_id="r", max_pairs_per_problem=cap, pairing=pairing, seed=3)
+            assert again == pairs
+
+
+async def test_sft_rows_only_from_correct_nodes_above_min_score_without_duplicates() -> None:
+    graded_trees = await _graded("12")
+    # a duplicate trajectory: the best correct node's text again, under the same parent
+    graded = graded_trees[0]
+    tree = graded.result.tree
+    original = max((n for n in tree.answered_nodes() if graded.labels[n.id]), key=lambda n: n.q)
+    copy = tree.add_child(
+        tree[original.parent_id or 0],
+        text=original.text,
+        inserted_text=original.inserted_text,
+        q=original.q / 2,
+        answered=True,
+        answer=original.answer,
+        finish=FinishReason.EOS,
+        output_tokens=original.output_tokens,
+    )
+    regraded = await grade_result(graded.result, "12", problem_id="p0")
+    assert regraded.labels[copy.id]
+    with_dupes = sft_rows(regraded, run_id="r", dedupe=False)
+    deduped = sft_rows(regraded, run_id="r")
+    assert len(with_dupes) == len(deduped) + 1
+    assert copy.id not in {r["node_id"] for r in deduped}  # the best-Q copy is kept
+
+    for g in [regraded, *graded_trees[1:]]:
+        nodes = {r["node_id"]: r for r in node_rows(g, run_id="r")}
+        for min_score in (0.0, 0.5, 0.9):
+            rows = sft_rows(g, run_id="r", min_score=min_score)
+            expected = {
+                r["trajectory"] for r in nodes.values() if r["correct"] and r["score"] >= min_score
+            }
+            texts = [r["messages"][1]["content"] for r in rows]
+            assert sorted(texts) == sorted(expected)  # no duplicates, nothing missing
+            for row in rows:
+                node = nodes[row["node_id"]]
+                assert node["correct"] and row["score"] == node["score"] >= min_score
+                user, assistant = row["messages"]
+                assert user["role"] == "user" and PROBLEM in user["content"]
+                assert assistant == {"role": "assistant", "content": node["trajectory"]}
+            assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
+
+
+async def test_no_reference_prm_threshold_pseudo_labels_are_marked() -> None:
+    for graded in await _graded(None, pseudo_label="prm_threshold", threshold=0.6):
+        assert graded.label_source == "prm_threshold" and not graded.verified
+        rows = node_rows(graded, run_id="r")
+        for row in rows:
+            assert row["correct"] is None and row["pseudo_label"] is True
+            assert row["label_source"] == "prm_threshold"
+            assert row["label"] is (row["score"] >= 0.6)
+        tree = tree_row(graded, run_id="r")
+        assert tree["correct"] is None and tree["reference"] is None
+        assert tree["label_source"] == "prm_threshold"
+        for sft in sft_rows(graded, run_id="r"):
+            assert sft["score"] >= 0.6 and sft["label_source"] == "prm_threshold"
+        for pair in dpo_rows(graded, run_id="r"):
+            assert pair["score_chosen"] >= 0.6 > pair["score_rejected"]
+
+
+async def test_no_reference_majority_groups_equivalent_answers() -> None:
+    # "0.5" and "\frac{1}{2}" are one answer to math-verify: together they outvote "7"
+    answers = ("0.5", "\\frac{1}{2}", "7", "7")
+    checked = 0
+    for seed in range(4):
+        result = await _search(seed, algorithm="repeated_sampling", budget=3000, answers=answers)
+        graded = await grade_result(result, None, problem_id="p", pseudo_label="majority")
+        counts = Counter(n.answer for n in result.answered_nodes)
+        half = counts["0.5"] + counts["\\frac{1}{2}"]
+        if half == counts["7"]:
+            continue
+        winners = {"0.5", "\\frac{1}{2}"} if half > counts["7"] else {"7"}
+        rows = node_rows(graded, run_id="r")
+        for row in rows:
+            assert row["label"] is (row["answer"] in winners)
+            assert row["pseudo_label"] is True and row["label_source"] == "majority"
+            assert row["correct"] is None
+        checked += 1
+    assert checked
+
+
+def _all_rows(graded: list[GradedTree]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in SCHEMAS}
+    for g in graded:
+        out["nodes"] += node_rows(g, run_id="r", policy_model="pol", prm_model=None)
+        out["trees"].append(tree_row(g, run_id="r", policy_model="pol"))
+        out["sft"] += sft_rows(g, run_id="r")
+        out["dpo"] += dpo_rows(g, run_id="r", max_pairs_per_problem=2)
+    out["errors"] += [
+        error_row("p9", "search", RuntimeError("engine down"), run_id="r"),
+        error_row(None, "source", "bad line 3", run_id="r"),
+    ]
+    return out
+
+
+async def test_tables_round_trip_through_parquet(tmp_path: Path) -> None:
+    graded = [*await _graded("0.5"), *await _graded(None, pseudo_label="majority")]
+    for name, rows in _all_rows(graded).items():
+        assert rows, name
+        schema = SCHEMAS[name]
+        table = to_table(rows, schema)
+        assert table.schema.equals(schema, check_metadata=True)
+        assert table.num_rows == len(rows)
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(table, path)
+        back = pq.read_table(path)
+        assert back.equals(table)
+        assert back.schema.equals(schema, check_metadata=True)
+        assert back.to_pylist() == [{f: row.get(f) for f in schema.names} for row in rows]
+
+
+def test_error_rows() -> None:
+    row = error_row("p1", "grade", ValueError("bad latex"), run_id="r")
+    assert row == {
+        "problem_id": "p1",
+        "stage": "grade",
+        "error_type": "ValueError",
+        "message": "bad latex",
+        "run_id": "r",
+    }
+    assert to_table([row], ERRORS_SCHEMA).num_rows == 1
+
+
+async def test_bad_rows_raise_errors_naming_the_field() -> None:
+    graded = (await _graded("12"))[0]
+    good = node_rows(graded, run_id="r")[0]
+    cases: list[tuple[dict[str, Any], str, str]] = [
+        ({**good, "score": "high"}, "score", "not double"),
+        ({**good, "node_id": 1.5}, "node_id", "not int64"),
+        ({**good, "correct": "yes"}, "correct", "not bool"),
+        ({**good, "trajectory": None}, "trajectory", "null in a non-nullable"),
+        ({k: v for k, v in good.items() if k != "run_id"}, "run_id", "missing"),
+        ({**good, "colour": "red"}, "colour", "not in the schema"),
+    ]
+    for bad, field_name, reason in cases:
+        with pytest.raises(RecordValidationError) as info:
+            to_table([good, bad], NODES_SCHEMA)
+        assert info.value.field == field_name and info.value.row == 1
+        assert f"field {field_name!r} (row 1)" in str(info.value)
+        assert reason in str(info.value) and "nodes record" in str(info.value)
+    sft = sft_rows(graded, run_id="r")[0]
+    with pytest.raises(RecordValidationError, match="'messages'"):
+        to_table([{**sft, "messages": "not a list"}], SFT_SCHEMA)
+    # a missing nullable field is simply null
+    table = to_table([{k: v for k, v in good.items() if k != "prm_model"}], NODES_SCHEMA)
+    assert table.column("prm_model").to_pylist() == [None]
+
+
+def test_schemas_are_documented_field_by_field() -> None:
+    for name, schema in SCHEMAS.items():
+        assert schema.metadata[b"record"] == name.encode()
+        markdown = schema_markdown(schema)
+        for field in schema:
+            assert field.metadata[b"description"], (name, field.name)
+            assert f"`{field.name}`" in markdown
+    message = pa.struct(
+        [pa.field("role", pa.string(), False), pa.field("content", pa.string(), False)]
+    )
+    for column in ("prompt", "chosen", "rejected"):
+        assert DPO_SCHEMA.field(column).type.value_type.equals(message)
+    assert SFT_SCHEMA.field("messages").type.value_type.names == ["role", "content"]
+    assert {"policy_output_tokens", "prm_output_tokens", "seed"} <= set(TREES_SCHEMA.names)
+
+
+async def test_records_for_applies_the_config() -> None:
+    result = (await _results())[0]
+    config = RecordsConfig(min_sft_score=0.3, max_pairs_per_problem=1, pairing="random", seed=5)
+    records = await records_for(result, "12", problem_id="p", run_id="r", config=config)
+    assert len(records["trees"]) == 1 and len(records["dpo"]) <= 1
+    assert all(r["score"] >= 0.3 for r in records["sft"])
+    assert all(p["pairing"] == "random" for p in records["dpo"])
+    for name, rows in records.items():
+        to_table(rows, SCHEMAS[name])
+    with pytest.raises(ValidationError):
+        RecordsConfig(pairing="all_pairs")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        RecordsConfig(min_sft_score=0.5, colour="red")  # type: ignore[call-arg]
