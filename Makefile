@@ -4,8 +4,8 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-ALGORITHM ?= bg_mcts
-BUDGET ?= 10000
+CONFIG ?= configs/local.yaml
+OUTPUT_ROOT ?=
 
 .PHONY: synth test test-vllm-cpu lint typecheck unit bench clean
 
@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml requirements-nodeps.txt | $(BIN)/python
 	touch $(STAMP)
 
 synth: $(STAMP)
-	$(BIN)/python -m jobs.synthesize --algorithm $(ALGORITHM) --budget $(BUDGET)
+	RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m jobs.synthesize \
+		--config $(CONFIG) $(if $(OUTPUT_ROOT),--output-root $(OUTPUT_ROOT))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

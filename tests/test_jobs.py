@@ -1,19 +1,38 @@
-"""The main command's entrypoint (scripted services until the pipeline lands)."""
+"""The synthesis job's entrypoint: bad configs are one clear error naming the field."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from jobs.synthesize import main
+from pipeline.config import ConfigError, load_run_config
 
 
-def test_main_command_runs_and_keeps_the_budget(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--algorithm", "bg_mcts", "--budget", "600"]) == 0
-    out = capsys.readouterr().out
-    assert "budget kept in every search: True" in out
+def test_local_config_is_valid() -> None:
+    config = load_run_config("configs/local.yaml", output_root="/tmp/x")
+    assert config.search.algorithm == "bg_mcts" and str(config.output_root) == "/tmp/x"
+    assert config.policy.engine.kind == "llamacpp"
 
 
-def test_unknown_algorithm_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["--algorithm", "nope"])
-    assert "invalid choice: 'nope'" in capsys.readouterr().err
+def test_bad_field_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "budget: -5\n"
+        "source: {kind: bundled, dataset: gsm8k}\n"
+        "search: {algorithm: bg_mcts, kapa: 1}\n"
+    )
+    assert main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "budget: Input should be greater than or equal to 1" in err
+    assert "search.bg_mcts.kapa: Extra inputs are not permitted" in err
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_run_config(tmp_path / "nope.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("source: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_run_config(broken)

@@ -1,0 +1,71 @@
+"""The search actor Ray Data instantiates: many BG-MCTS trees at once per actor.
+
+`map_batches` hands it batches of problems; it runs up to `trees_per_actor`
+searches concurrently on one event loop against the *shared* policy and scorer
+deployments, grades each finished tree and returns its records.  A problem
+that fails becomes an `errors` record; it never fails the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import traceback
+from typing import Any
+
+from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
+from pipeline.config import RunConfig
+from pipeline.records import error_row, records_for
+from search import derive_seed, run_search
+
+log = logging.getLogger(__name__)
+
+
+class SearchActor:
+    def __init__(self, run: dict[str, Any]) -> None:
+        from ray import serve
+
+        self.run = RunConfig.model_validate(run)
+        self.run_id = self.run.resolved_run_id
+        self.policy = ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy)
+        self.scorer = ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer)
+        self.gate = asyncio.Semaphore(self.run.trees_per_actor)
+        self.models = {
+            "policy_model": _model_name(self.run.policy.engine),
+            "prm_model": _model_name(self.run.scorer.engine),
+        }
+
+    async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        ids = [str(x) for x in batch["problem_id"]]
+        problems = [str(x) for x in batch["problem"]]
+        references = [None if x is None else str(x) for x in batch["reference"]]
+        outputs = await asyncio.gather(
+            *(self.solve(i, p, r) for i, p, r in zip(ids, problems, references, strict=True))
+        )
+        return {"problem_id": ids, "records": [json.dumps(o) for o in outputs]}
+
+    async def solve(
+        self, problem_id: str, problem: str, reference: str | None
+    ) -> dict[str, list[dict[str, Any]]]:
+        async with self.gate:
+            try:
+                seed = derive_seed(self.run.seed, problem_id)
+                result = await run_search(
+                    problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
+                )
+                return await records_for(
+                    result,
+                    reference,
+                    problem_id=problem_id,
+                    run_id=self.run_id,
+                    config=self.run.records,
+                    **self.models,
+                )
+            except Exception as exc:  # one bad problem must not kill the run
+                log.warning("problem %s failed: %s", problem_id, traceback.format_exc(limit=5))
+                return {"errors": [dict(error_row(problem_id, "search", exc, run_id=self.run_id))]}
+
+
+def _model_name(engine: Any) -> str:
+    return str(getattr(engine, "model", engine.kind))

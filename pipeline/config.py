@@ -1,0 +1,86 @@
+"""The run config: one YAML file validated into typed models, errors naming the field."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from actors.config import ScorerConfig, ServiceConfig
+from pipeline.records import RecordsConfig
+from pipeline.sources import SourceConfig
+from search.config import SearchConfig
+
+
+class ConfigError(ValueError):
+    """A run config that cannot be used; the message names the file and the field."""
+
+
+class PublishConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repo: str | None = Field(None, description="Hub dataset repo id; unset: do not publish")
+    private: bool = True
+    token_env: str = "HF_TOKEN"
+    endpoint: str | None = None
+
+
+class RunConfig(BaseModel):
+    """Everything one synthesis run needs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str | None = Field(None, description="output folder run=<id>; default: today's date")
+    output_root: Path = Path("out")
+    seed: int = 0
+    budget: int = Field(10_000, ge=1, description="output-token budget B per problem")
+    source: SourceConfig
+    search: SearchConfig
+    policy: ServiceConfig = Field(default_factory=ServiceConfig)
+    scorer: ScorerConfig = Field(default_factory=ScorerConfig)
+    records: RecordsConfig = Field(default_factory=RecordsConfig)
+    publish: PublishConfig = Field(default_factory=PublishConfig)
+    actors: int = Field(1, ge=1, description="search actors in the Ray Data pool")
+    trees_per_actor: int = Field(4, ge=1, description="searches each actor runs at once")
+    actor_num_cpus: float = Field(0.5, ge=0)
+    max_actor_restarts: int = Field(2, ge=0)
+    ray_num_cpus: int | None = Field(None, ge=1, description="local cluster size when starting one")
+
+    @property
+    def resolved_run_id(self) -> str:
+        return self.run_id or dt.date.today().isoformat()
+
+
+def _where(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        field = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        lines.append(f"  {field}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def parse_run_config(data: Any, source: str = "config") -> RunConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: invalid config\n{_where(exc)}") from None
+
+
+def load_run_config(path: str | Path, **overrides: Any) -> RunConfig:
+    """Read a YAML run config; `overrides` (e.g. output_root from the CLI) win over the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return parse_run_config(data, str(path))

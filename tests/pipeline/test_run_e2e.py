@@ -1,0 +1,74 @@
+"""The whole synthesis job on a real local Ray cluster with the real SmolLM2 model.
+
+Ray Data, the search actor, both Serve deployments, llama.cpp, math-verify and the
+Parquet files are all real; only the budget is tiny so the test takes about a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from pipeline.config import parse_run_config
+from pipeline.records import SCHEMAS
+from pipeline.run import synthesize
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def test_end_to_end_writes_every_record_type_and_resumes(tmp_path: Path) -> None:
+    import ray
+
+    problems = tmp_path / "problems.jsonl"
+    rows = [
+        {"id": "p1", "question": "What is 12 times 3?", "answer": "36"},
+        {"id": "p2", "question": "What is 2 + 2?", "answer": "4"},
+        {"id": "bad", "question": "", "answer": "1"},
+    ]
+    problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    engine = {"kind": "llamacpp", "context_length": 2048, "parallel": 4}
+    config = parse_run_config(
+        {
+            "run_id": "e2e",
+            "output_root": str(tmp_path / "out"),
+            "budget": 64,
+            "source": {
+                "kind": "jsonl",
+                "path": str(problems),
+                "columns": {"problem": "question", "reference": "answer", "id": "id"},
+            },
+            "search": {"algorithm": "bg_mcts", "step_max_tokens": 24},
+            "policy": {"engine": engine},
+            "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 8}},
+            "trees_per_actor": 2,
+            "ray_num_cpus": 2,
+        }
+    )
+    try:
+        summary = synthesize(config, progress=None)
+        run_dir = tmp_path / "out" / "run=e2e"
+        assert summary.searched == 2 and summary.errors == 1
+        for kind, schema in SCHEMAS.items():
+            for part in sorted((run_dir / kind).glob("*.parquet")):
+                assert pq.read_schema(part).equals(schema, check_metadata=False), kind
+        trees = pq.read_table(run_dir / "trees").to_pylist()
+        assert sorted(t["problem_id"] for t in trees) == ["p1", "p2"]
+        assert all(t["c_used"] <= 64 for t in trees)
+        errors = pq.read_table(run_dir / "errors").to_pylist()
+        assert len(errors) == 1 and errors[0]["stage"] == "source"
+        assert "problem" in errors[0]["message"]
+        # rerunning the same run id skips everything already written: no row twice
+        again = synthesize(config, progress=None)
+        assert again.searched == 0 and again.skipped == 3
+        assert len(pq.read_table(run_dir / "trees")) == 2
+        assert len(pq.read_table(run_dir / "errors")) == 1
+    finally:
+        from ray import serve
+
+        if ray.is_initialized():
+            serve.shutdown()
+            ray.shutdown()
