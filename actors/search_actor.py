@@ -32,8 +32,8 @@ class SearchActor:
         self.scorer = ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer)
         self.gate = asyncio.Semaphore(self.run.trees_per_actor)
         self.models = {
-            "policy_model": _model_name(self.run.policy.engine),
-            "prm_model": _model_name(self.run.scorer.engine),
+            "policy_model": self.run.policy.engine.model,
+            "prm_model": self.run.scorer.engine.model,
         }
 
     async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
@@ -65,7 +65,3 @@ class SearchActor:
             except Exception as exc:  # one bad problem must not kill the run
                 log.warning("problem %s failed: %s", problem_id, traceback.format_exc(limit=5))
                 return {"errors": [dict(error_row(problem_id, "search", exc, run_id=self.run_id))]}
-
-
-def _model_name(engine: Any) -> str:
-    return str(getattr(engine, "model", engine.kind))

@@ -29,10 +29,18 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from pipeline.run import synthesize
+    from pipeline.hub import HubPublishError
+    from pipeline.run import publish_configured, synthesize
 
     summary = synthesize(config)
     print(summary.table())
+    if config.publish.repo is not None:
+        try:
+            published = publish_configured(config, summary)
+        except HubPublishError as exc:  # the local Parquet stays; the message says how to retry
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"  published to {published.repo_id}: {published.commit_url}")
     return 1 if summary.errors else 0
 
 

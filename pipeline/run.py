@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import RunConfig
+from pipeline.hub import CardInfo, PublishResult, publish_run
 from pipeline.records import error_row
 from pipeline.sink import RECORD_TYPES, ParquetSink
 from pipeline.sources import load_problems
@@ -84,7 +85,7 @@ def synthesize(
     """Run the whole synthesis job for `config`; returns the summary."""
     import ray
 
-    from actors.search_actor import SearchActor
+    from actors.search_actor import SearchActor  # imports Ray Serve: only when searching
     from actors.serve import deploy_policy, deploy_scorer
 
     start = time.perf_counter()
@@ -140,6 +141,32 @@ def synthesize(
     summary.rows = {kind: sink.read(kind).num_rows for kind in RECORD_TYPES}
     summary.wall_time_s = time.perf_counter() - start
     return summary
+
+
+def publish_configured(config: RunConfig, summary: RunSummary) -> PublishResult:
+    """Push the run's sft and dpo Parquet to `config.publish.repo` with a dataset card.
+
+    Raises `HubPublishError` (local files untouched, message carries the retry command).
+    """
+    publish = config.publish
+    if publish.repo is None:
+        raise ValueError("publish.repo is not set")
+    precision = summary.correct_nodes / summary.answered_nodes if summary.answered_nodes else None
+    card = CardInfo(
+        config=config.model_dump(mode="json"),
+        models=[config.policy.engine.model, config.scorer.engine.model],
+        budget={"B": config.budget, "algorithm": config.search.algorithm},
+        answered_precision=precision,
+    )
+    return publish_run(
+        summary.run_dir,
+        publish.repo,
+        run_id=summary.run_id,
+        token_env=publish.token_env,
+        private=publish.private,
+        endpoint=publish.endpoint,
+        card_info=card,
+    )
 
 
 def _account(summary: RunSummary, records: dict[str, list[dict[str, Any]]]) -> None:

@@ -26,7 +26,6 @@ class AnswerTally:
     best_node: Node | None = None
     _count: dict[str, int] = field(default_factory=dict)
     _q_sum: dict[str, float] = field(default_factory=dict)
-    _first: dict[str, Node] = field(default_factory=dict)
     _best_by_answer: dict[str, Node] = field(default_factory=dict)
 
     def add(self, node: Node) -> None:
@@ -35,7 +34,6 @@ class AnswerTally:
         key = normalize_answer(node.answer)
         self._count[key] = self._count.get(key, 0) + 1
         self._q_sum[key] = self._q_sum.get(key, 0.0) + node.q
-        self._first.setdefault(key, node)
         held = self._best_by_answer.get(key)
         if held is None or node.q > held.q:
             self._best_by_answer[key] = node

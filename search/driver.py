@@ -119,7 +119,6 @@ class _Search:
         self.algorithm = algorithm or make_algorithm(config, seed=seed)
         self.tally = AnswerTally(config.answer_rule)
         self.trace: list[TracePoint] = []
-        self.requests = 0
         self._token_cache: dict[str, int] = {}
 
     # -------------------------------------------------------------- planning
@@ -191,9 +190,8 @@ class _Search:
             max_tokens=plan.max_tokens,
             stop=plan.stop,
             temperature=config.temperature if temperature is None else temperature,
-            seed=derive_seed(self.seed, "request", self.requests),
+            seed=derive_seed(self.seed, "request", self.budget.tokens.policy_requests),
         )
-        self.requests += 1
         self.budget.tokens.policy_requests += 1
         try:
             generations = list(await self.policy.generate(request))
@@ -268,7 +266,7 @@ class _Search:
                     plan.expansion.unit is NodeUnit.FULL,
                 )
                 if g.finish not in _UNSCORED
-                else _no_score(g)
+                else _no_score()
                 for plan, g, answered, answer in drafts
             )
         )
@@ -373,7 +371,7 @@ class _Search:
         )
 
 
-async def _no_score(generation: Generation) -> Score:
+async def _no_score() -> Score:
     return Score(0.0)
 
 

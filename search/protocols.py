@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -117,4 +117,3 @@ class TokenCounts:
     scorer_requests: int = 0
     failed_generations: int = 0
     failed_scores: int = 0
-    extra: dict[str, int] = field(default_factory=dict)

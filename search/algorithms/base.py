@@ -40,7 +40,3 @@ class SearchAlgorithm(abc.ABC):
     def should_stop(self, tree: Tree, budget: Budget) -> bool:
         """Early stop (App. C / App. I) before the budget is spent."""
         return False
-
-
-def best_answered_q(tree: Tree) -> float:
-    return max((n.q for n in tree.answered_nodes() if n.answer is not None), default=-1.0)

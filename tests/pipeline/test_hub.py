@@ -247,3 +247,24 @@ def test_server_tree_missing_folder_is_entry_not_found(env: HubServer) -> None:
         r = client.get(f"{env.endpoint}/api/datasets/o/x/tree/main/nope")
         assert r.status_code == 404
         assert r.headers["X-Error-Code"] == "EntryNotFound"
+
+
+def test_configured_publish_pushes_the_run(env: HubServer, tmp_path: Path) -> None:
+    """`publish.repo` in the run config publishes the run's sft/dpo with its card."""
+    from pipeline.config import parse_run_config
+    from pipeline.run import RunSummary, publish_configured
+
+    run_dir = make_run(tmp_path / "run=cfg", "cfg")
+    config = parse_run_config(
+        {
+            "run_id": "cfg",
+            "source": {"kind": "bundled", "dataset": "gsm8k"},
+            "search": {"algorithm": "bg_mcts"},
+            "publish": {"repo": REPO, "endpoint": env.endpoint},
+        }
+    )
+    summary = RunSummary("cfg", run_dir, answered_nodes=4, correct_nodes=3)
+    result = publish_configured(config, summary)
+    assert result.counts == {"sft": 3, "dpo": 2}
+    card = env.files(REPO)["README.md"].decode()
+    assert "0.75" in card and "embedded" in card and TOKEN not in card

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import pytest_asyncio
 from actors.engines.base import Completion
 from actors.engines.openai_compat import OpenAIEngine
 from search.protocols import FinishReason
+from tests.vllm.finishes import first_with_finish
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
@@ -119,18 +120,6 @@ async def prompt(engine: OpenAIEngine) -> str:
     return await engine.render_chat(MESSAGES, continue_final=False)
 
 
-async def _first(
-    make: Callable[[int], Awaitable[Completion]], finish: FinishReason, seeds: int = 40
-) -> Completion:
-    seen = []
-    for seed in range(seeds):
-        completion = await make(seed)
-        if completion.finish is finish:
-            return completion
-        seen.append((completion.finish.value, completion.error))
-    raise AssertionError(f"no {finish} in {seeds} seeds: {seen}")
-
-
 async def test_chat_renders_through_vllm_tokenize(
     engine: OpenAIEngine, prompt: str, model_dir: Path
 ) -> None:
@@ -155,7 +144,7 @@ async def test_stop_reason_tells_stop_string_from_eos(engine: OpenAIEngine, prom
     async def make_stop(seed: int) -> Completion:
         return await engine.complete(prompt, max_tokens=300, stop=STOPS, temperature=0.8, seed=seed)
 
-    stopped = await _first(make_stop, FinishReason.STOP_STRING)
+    stopped = await first_with_finish(make_stop, FinishReason.STOP_STRING)
     assert engine._reports_stop is True  # vLLM's stop_reason: no log-probability probe
     assert stopped.stop_string in STOPS and not any(s in stopped.text for s in STOPS)
     assert stopped.output_tokens == len(await engine.tokenize(stopped.text + stopped.stop_string))
@@ -165,14 +154,14 @@ async def test_stop_reason_tells_stop_string_from_eos(engine: OpenAIEngine, prom
             prompt, max_tokens=300, stop=["\nStep"], temperature=0.8, seed=seed
         )
 
-    eos = await _first(make_eos, FinishReason.EOS)
+    eos = await first_with_finish(make_eos, FinishReason.EOS)
     assert eos.output_tokens == len(await engine.tokenize(eos.text)) + 1
     assert eos.input_tokens == len(await engine.tokenize(prompt))
 
     async def make_length(seed: int) -> Completion:
         return await engine.complete(prompt, max_tokens=6, stop=[], temperature=0.8, seed=seed)
 
-    length = await _first(make_length, FinishReason.LENGTH)
+    length = await first_with_finish(make_length, FinishReason.LENGTH)
     assert length.output_tokens == 6
 
 
@@ -192,7 +181,7 @@ async def test_context_overflow(engine: OpenAIEngine) -> None:
     async def make(seed: int) -> Completion:
         return await engine.complete("y" * (CONTEXT - 3), max_tokens=50, **{**kw, "seed": seed})
 
-    full = await _first(make, FinishReason.CONTEXT_OVERFLOW)
+    full = await first_with_finish(make, FinishReason.CONTEXT_OVERFLOW)
     assert full.output_tokens == 3
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from actors.policy import EnginePolicy
 from search import parse_search_config, run_search
 from search.protocols import FinishReason
 from search.scripted import ScriptedScorer
+from tests.vllm.finishes import first_with_finish
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vllm (scripts/test-vllm-cpu.sh)")
@@ -63,19 +64,6 @@ async def prompt(engine: VLLMEngine) -> str:
     return await engine.render_chat(PROMPT_MESSAGES, continue_final=False)
 
 
-async def _first(
-    make: Callable[[int], Awaitable[Completion]], finish: FinishReason, seeds: int = 40
-) -> Completion:
-    """The first completion over seeds 0, 1, ... that ends with `finish`."""
-    seen = []
-    for seed in range(seeds):
-        completion = await make(seed)
-        if completion.finish is finish:
-            return completion
-        seen.append(completion.finish.value)
-    raise AssertionError(f"no {finish} in {seeds} seeds: {seen}")
-
-
 @pytest.mark.skipif(HAS_VLLM, reason="checks the error without vllm")
 async def test_missing_vllm_gives_a_clear_error() -> None:
     with pytest.raises(EngineError, match="vllm"):
@@ -87,7 +75,7 @@ async def test_stop_string_ends_a_step_and_is_excluded(engine: VLLMEngine, promp
     async def make(seed: int) -> Completion:
         return await engine.complete(prompt, max_tokens=300, stop=STOPS, temperature=0.8, seed=seed)
 
-    done = await _first(make, FinishReason.STOP_STRING)
+    done = await first_with_finish(make, FinishReason.STOP_STRING)
     assert done.stop_string in STOPS
     assert not any(s in done.text for s in STOPS)
     # the stop string's tokens were generated (and counted) but are not in the text
@@ -102,7 +90,7 @@ async def test_eos_is_detected(engine: VLLMEngine, prompt: str) -> None:
             prompt, max_tokens=300, stop=["\nStep"], temperature=0.8, seed=seed
         )
 
-    done = await _first(make, FinishReason.EOS)
+    done = await first_with_finish(make, FinishReason.EOS)
     assert done.stop_string == ""
     # the EOS token is generated and counted; decoding hides it
     assert done.output_tokens == len(await engine.tokenize(done.text)) + 1
@@ -113,7 +101,7 @@ async def test_length(engine: VLLMEngine, prompt: str) -> None:
     async def make(seed: int) -> Completion:
         return await engine.complete(prompt, max_tokens=6, stop=[], temperature=0.8, seed=seed)
 
-    done = await _first(make, FinishReason.LENGTH)
+    done = await first_with_finish(make, FinishReason.LENGTH)
     assert done.output_tokens == 6 == len(await engine.tokenize(done.text))
 
 
@@ -163,7 +151,7 @@ async def test_context_overflow(engine: VLLMEngine) -> None:
         )
 
     # the prompt fits, but the context fills before max_tokens
-    full = await _first(make, FinishReason.CONTEXT_OVERFLOW)
+    full = await first_with_finish(make, FinishReason.CONTEXT_OVERFLOW)
     assert full.output_tokens == 3 and full.input_tokens == CONTEXT - 3
 
 
