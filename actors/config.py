@@ -44,7 +44,23 @@ class OpenAIConfig(_Strict):
     chat_template: str = Field("server", description="'server' or a local tokenizer path")
 
 
-EngineConfig = Annotated[LlamaCppConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
+class SleepConfig(_Strict):
+    """No model: each call sleeps `latency_s` and returns `output_tokens` tokens (load tests)."""
+
+    kind: Literal["sleep"] = "sleep"
+    model: str = "sleep"
+    latency_s: float = Field(0.05, ge=0, description="seconds each engine call sleeps")
+    output_tokens: int = Field(16, ge=1, description="tokens per completion (max_tokens caps)")
+    context_length: int = Field(4096, ge=256)
+    answer_every: int = Field(
+        4, ge=0, description="every n-th stopped step answers $\\boxed{42}$ instead; 0: never"
+    )
+    seed: int = 0
+
+
+EngineConfig = Annotated[
+    LlamaCppConfig | VLLMConfig | OpenAIConfig | SleepConfig, Field(discriminator="kind")
+]
 
 
 class ServiceConfig(_Strict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -13,6 +13,8 @@ from actors.config import ScorerConfig, ServiceConfig
 from pipeline.records import RecordsConfig
 from pipeline.sources import SourceConfig
 from search.config import SearchConfig
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class ConfigError(ValueError):
@@ -26,6 +28,15 @@ class PublishConfig(BaseModel):
     private: bool = True
     token_env: str = "HF_TOKEN"
     endpoint: str | None = None
+
+
+class NightlyConfig(BaseModel):
+    """How `jobs.nightly` slices the source: one slice of this many problems per date."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    problems_per_night: int = Field(100, ge=1)
+    run_id_prefix: str = Field("", description="run id = prefix + date (YYYY-MM-DD)")
 
 
 class RunConfig(BaseModel):
@@ -43,6 +54,7 @@ class RunConfig(BaseModel):
     scorer: ScorerConfig = Field(default_factory=ScorerConfig)
     records: RecordsConfig = Field(default_factory=RecordsConfig)
     publish: PublishConfig = Field(default_factory=PublishConfig)
+    nightly: NightlyConfig = Field(default_factory=NightlyConfig)
     actors: int = Field(1, ge=1, description="search actors in the Ray Data pool")
     trees_per_actor: int = Field(4, ge=1, description="searches each actor runs at once")
     actor_num_cpus: float = Field(0.5, ge=0)
@@ -62,17 +74,18 @@ def _where(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def parse_run_config(data: Any, source: str = "config") -> RunConfig:
+def parse_config(data: Any, model: type[M], source: str = "config") -> M:
+    """Validate a mapping into `model`; a `ConfigError` names every bad field."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
     try:
-        return RunConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{source}: invalid config\n{_where(exc)}") from None
 
 
-def load_run_config(path: str | Path, **overrides: Any) -> RunConfig:
-    """Read a YAML run config; `overrides` (e.g. output_root from the CLI) win over the file."""
+def load_config(path: str | Path, model: type[M], **overrides: Any) -> M:
+    """Read a YAML config into `model`; `overrides` (from the CLI) win over the file."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -83,4 +96,13 @@ def load_run_config(path: str | Path, **overrides: Any) -> RunConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     data.update({k: v for k, v in overrides.items() if v is not None})
-    return parse_run_config(data, str(path))
+    return parse_config(data, model, str(path))
+
+
+def parse_run_config(data: Any, source: str = "config") -> RunConfig:
+    return parse_config(data, RunConfig, source)
+
+
+def load_run_config(path: str | Path, **overrides: Any) -> RunConfig:
+    """Read a YAML run config; `overrides` (e.g. output_root from the CLI) win over the file."""
+    return load_config(path, RunConfig, **overrides)

@@ -99,11 +99,11 @@ class RecordsConfig(BaseModel):
 
 
 # --------------------------------------------------------------------------- schemas
-def _f(name: str, type_: Any, doc: str, *, nullable: bool = False) -> Any:
+def doc_field(name: str, type_: Any, doc: str, *, nullable: bool = False) -> Any:
     return pa.field(name, type_, nullable=nullable, metadata={"description": doc})
 
 
-def _schema(record: str, fields: list[Any]) -> Any:
+def record_schema(record: str, fields: list[Any]) -> Any:
     return pa.schema(fields, metadata={"record": record, "schema_version": SCHEMA_VERSION})
 
 
@@ -116,124 +116,136 @@ MESSAGE_TYPE = pa.struct(
 # "element" is Parquet's name for a list's item, so the schema survives a round trip unchanged
 MESSAGES_TYPE = pa.list_(pa.field("element", MESSAGE_TYPE, nullable=False))
 
-_RUN_ID = _f("run_id", pa.string(), "identifier of the synthesis run that wrote the row")
-_PROBLEM_ID = _f("problem_id", pa.string(), "identifier of the problem in its source")
-_METHOD = _f("method", pa.string(), "search algorithm (SearchResult.algorithm)")
-_BUDGET = _f("budget", pa.float64(), "the search budget B, in cost units")
-_POLICY = _f("policy_model", pa.string(), "policy model name", nullable=True)
-_PRM = _f("prm_model", pa.string(), "scorer (PRM) model name", nullable=True)
-_LABEL_SOURCE = _f(
+_RUN_ID = doc_field("run_id", pa.string(), "identifier of the synthesis run that wrote the row")
+_PROBLEM_ID = doc_field("problem_id", pa.string(), "identifier of the problem in its source")
+_METHOD = doc_field("method", pa.string(), "search algorithm (SearchResult.algorithm)")
+_BUDGET = doc_field("budget", pa.float64(), "the search budget B, in cost units")
+_POLICY = doc_field("policy_model", pa.string(), "policy model name", nullable=True)
+_PRM = doc_field("prm_model", pa.string(), "scorer (PRM) model name", nullable=True)
+_LABEL_SOURCE = doc_field(
     "label_source",
     pa.string(),
     "where the labels come from: reference | prm_threshold | majority",
 )
 
-NODES_SCHEMA = _schema(
+NODES_SCHEMA = record_schema(
     "nodes",
     [
         _RUN_ID,
         _PROBLEM_ID,
-        _f("node_id", pa.int64(), "node id within its tree (the root, the bare problem, is 0)"),
-        _f("parent_id", pa.int64(), "id of the parent node (0 for a first step)"),
-        _f("trajectory", pa.string(), 'full assistant text: "Step 1:" plus every segment'),
-        _f("answer", pa.string(), "the last \\boxed{} content; null if none", nullable=True),
-        _f("score", pa.float64(), "the node's PRM score Q in [0, 1]"),
-        _f(
+        doc_field(
+            "node_id", pa.int64(), "node id within its tree (the root, the bare problem, is 0)"
+        ),
+        doc_field("parent_id", pa.int64(), "id of the parent node (0 for a first step)"),
+        doc_field("trajectory", pa.string(), 'full assistant text: "Step 1:" plus every segment'),
+        doc_field("answer", pa.string(), "the last \\boxed{} content; null if none", nullable=True),
+        doc_field("score", pa.float64(), "the node's PRM score Q in [0, 1]"),
+        doc_field(
             "correct",
             pa.bool_(),
             "math-verify verdict against the reference; null without a reference",
             nullable=True,
         ),
-        _f("label", pa.bool_(), "the label used for SFT/DPO: `correct`, else the pseudo label"),
-        _f("pseudo_label", pa.bool_(), "true when `label` is a pseudo label (no reference)"),
+        doc_field(
+            "label", pa.bool_(), "the label used for SFT/DPO: `correct`, else the pseudo label"
+        ),
+        doc_field("pseudo_label", pa.bool_(), "true when `label` is a pseudo label (no reference)"),
         _LABEL_SOURCE,
-        _f("is_chosen", pa.bool_(), "whether the search chose this node's answer node"),
-        _f("depth", pa.int64(), "depth in the tree (a first step is 1)"),
-        _f("iteration", pa.int64(), "the search step that created the node"),
-        _f("c_used", pa.float64(), "cost units spent when the node was created, before it"),
-        _f("output_tokens", pa.int64(), "tokens the policy generated for this node"),
-        _f("finish", pa.string(), "why its generation ended (eos, stop, length...)", nullable=True),
+        doc_field("is_chosen", pa.bool_(), "whether the search chose this node's answer node"),
+        doc_field("depth", pa.int64(), "depth in the tree (a first step is 1)"),
+        doc_field("iteration", pa.int64(), "the search step that created the node"),
+        doc_field("c_used", pa.float64(), "cost units spent when the node was created, before it"),
+        doc_field("output_tokens", pa.int64(), "tokens the policy generated for this node"),
+        doc_field(
+            "finish", pa.string(), "why its generation ended (eos, stop, length...)", nullable=True
+        ),
         _METHOD,
         _POLICY,
         _PRM,
         _BUDGET,
-        _f("seed", pa.int64(), "the search's seed"),
+        doc_field("seed", pa.int64(), "the search's seed"),
     ],
 )
 """`nodes`: one row per answered node of every tree."""
 
-TREES_SCHEMA = _schema(
+TREES_SCHEMA = record_schema(
     "trees",
     [
         _RUN_ID,
         _PROBLEM_ID,
-        _f(
+        doc_field(
             "chosen_answer", pa.string(), "the answer the search chose; null if none", nullable=True
         ),
-        _f("chosen_node_id", pa.int64(), "the node carrying it; null if none", nullable=True),
-        _f(
+        doc_field(
+            "chosen_node_id", pa.int64(), "the node carrying it; null if none", nullable=True
+        ),
+        doc_field(
             "correct",
             pa.bool_(),
             "chosen answer matches the reference (math-verify); null without a reference",
             nullable=True,
         ),
-        _f("reference", pa.string(), "the reference answer, if any", nullable=True),
+        doc_field("reference", pa.string(), "the reference answer, if any", nullable=True),
         _LABEL_SOURCE,
-        _f("policy_output_tokens", pa.int64(), "tokens generated by the policy"),
-        _f("policy_input_tokens", pa.int64(), "prompt tokens sent to the policy"),
-        _f("inserted_prompt_tokens", pa.int64(), "tokens the search inserted (continuations)"),
-        _f("prm_input_tokens", pa.int64(), "tokens read by the scorer"),
-        _f("prm_output_tokens", pa.int64(), "tokens generated by the scorer"),
-        _f("c_used", pa.float64(), "cost units spent (never above `budget`)"),
-        _f("n_nodes", pa.int64(), "nodes in the tree, the root excluded"),
-        _f("n_answered", pa.int64(), "answered nodes"),
-        _f("n_correct", pa.int64(), "answered nodes whose label is true (see label_source)"),
-        _f("max_depth", pa.int64(), "deepest node"),
-        _f("max_width", pa.int64(), "most nodes at one depth"),
-        _f("wall_time_s", pa.float64(), "search wall time, seconds"),
-        _f("stop_reason", pa.string(), "budget_exhausted | early_stop | algorithm_done | stalled"),
-        _f("iterations", pa.int64(), "search steps taken"),
+        doc_field("policy_output_tokens", pa.int64(), "tokens generated by the policy"),
+        doc_field("policy_input_tokens", pa.int64(), "prompt tokens sent to the policy"),
+        doc_field(
+            "inserted_prompt_tokens", pa.int64(), "tokens the search inserted (continuations)"
+        ),
+        doc_field("prm_input_tokens", pa.int64(), "tokens read by the scorer"),
+        doc_field("prm_output_tokens", pa.int64(), "tokens generated by the scorer"),
+        doc_field("c_used", pa.float64(), "cost units spent (never above `budget`)"),
+        doc_field("n_nodes", pa.int64(), "nodes in the tree, the root excluded"),
+        doc_field("n_answered", pa.int64(), "answered nodes"),
+        doc_field("n_correct", pa.int64(), "answered nodes whose label is true (see label_source)"),
+        doc_field("max_depth", pa.int64(), "deepest node"),
+        doc_field("max_width", pa.int64(), "most nodes at one depth"),
+        doc_field("wall_time_s", pa.float64(), "search wall time, seconds"),
+        doc_field(
+            "stop_reason", pa.string(), "budget_exhausted | early_stop | algorithm_done | stalled"
+        ),
+        doc_field("iterations", pa.int64(), "search steps taken"),
         _METHOD,
         _POLICY,
         _PRM,
         _BUDGET,
-        _f("seed", pa.int64(), "the search's seed"),
+        doc_field("seed", pa.int64(), "the search's seed"),
     ],
 )
 """`trees`: one row per searched problem."""
 
-SFT_SCHEMA = _schema(
+SFT_SCHEMA = record_schema(
     "sft",
     [
-        _f(
+        doc_field(
             "messages",
             MESSAGES_TYPE,
             "TRL conversational format: the policy's user prompt, then the assistant's "
             "full trajectory",
         ),
         _PROBLEM_ID,
-        _f("node_id", pa.int64(), "the answered node the trajectory ends at"),
-        _f("answer", pa.string(), "its extracted answer", nullable=True),
-        _f("score", pa.float64(), "its PRM score Q"),
+        doc_field("node_id", pa.int64(), "the answered node the trajectory ends at"),
+        doc_field("answer", pa.string(), "its extracted answer", nullable=True),
+        doc_field("score", pa.float64(), "its PRM score Q"),
         _LABEL_SOURCE,
         _RUN_ID,
     ],
 )
 """`sft`: supervised fine-tuning rows from correct answered nodes."""
 
-DPO_SCHEMA = _schema(
+DPO_SCHEMA = record_schema(
     "dpo",
     [
-        _f("prompt", MESSAGES_TYPE, "TRL preference format: the user turn (one message)"),
-        _f("chosen", MESSAGES_TYPE, "one assistant message: a correct trajectory"),
-        _f("rejected", MESSAGES_TYPE, "one assistant message: an incorrect trajectory"),
-        _f("score_chosen", pa.float64(), "PRM score Q of the chosen node"),
-        _f("score_rejected", pa.float64(), "PRM score Q of the rejected node"),
-        _f("chosen_node_id", pa.int64(), "node id of the chosen trajectory"),
-        _f("rejected_node_id", pa.int64(), "node id of the rejected trajectory"),
-        _f("chosen_answer", pa.string(), "answer of the chosen node", nullable=True),
-        _f("rejected_answer", pa.string(), "answer of the rejected node", nullable=True),
-        _f("pairing", pa.string(), "pairing rule: best_vs_worst | random"),
+        doc_field("prompt", MESSAGES_TYPE, "TRL preference format: the user turn (one message)"),
+        doc_field("chosen", MESSAGES_TYPE, "one assistant message: a correct trajectory"),
+        doc_field("rejected", MESSAGES_TYPE, "one assistant message: an incorrect trajectory"),
+        doc_field("score_chosen", pa.float64(), "PRM score Q of the chosen node"),
+        doc_field("score_rejected", pa.float64(), "PRM score Q of the rejected node"),
+        doc_field("chosen_node_id", pa.int64(), "node id of the chosen trajectory"),
+        doc_field("rejected_node_id", pa.int64(), "node id of the rejected trajectory"),
+        doc_field("chosen_answer", pa.string(), "answer of the chosen node", nullable=True),
+        doc_field("rejected_answer", pa.string(), "answer of the rejected node", nullable=True),
+        doc_field("pairing", pa.string(), "pairing rule: best_vs_worst | random"),
         _LABEL_SOURCE,
         _PROBLEM_ID,
         _RUN_ID,
@@ -241,18 +253,20 @@ DPO_SCHEMA = _schema(
 )
 """`dpo`: preference pairs, a correct against an incorrect node of one problem."""
 
-ERRORS_SCHEMA = _schema(
+ERRORS_SCHEMA = record_schema(
     "errors",
     [
-        _f(
+        doc_field(
             "problem_id",
             pa.string(),
             "the failed problem; null for a failure outside one",
             nullable=True,
         ),
-        _f("stage", pa.string(), "where it failed (source, search, grade, records, sink...)"),
-        _f("error_type", pa.string(), "exception class name, if any", nullable=True),
-        _f("message", pa.string(), "the error message"),
+        doc_field(
+            "stage", pa.string(), "where it failed (source, search, grade, records, sink...)"
+        ),
+        doc_field("error_type", pa.string(), "exception class name, if any", nullable=True),
+        doc_field("message", pa.string(), "the error message"),
         _RUN_ID,
     ],
 )
@@ -315,14 +329,14 @@ async def grade_result(
     verified once; `GradedTree.verified` holds those verdicts.
     """
     nodes = result.answered_nodes
-    keys = {n.id: _key(n.answer) for n in nodes}
+    keys = {n.id: answer_key(n.answer) for n in nodes}
     if reference is not None:
-        candidates = [*keys.values(), _key(result.chosen_answer)]
+        candidates = [*keys.values(), answer_key(result.chosen_answer)]
         distinct = list(dict.fromkeys(k for k in candidates if k is not None))
         verdicts = await asyncio.gather(*(answers_match(d, reference, timeout_s) for d in distinct))
         verified = dict(zip(distinct, verdicts, strict=True))
         labels = {i: k is not None and verified.get(k, False) for i, k in keys.items()}
-        chosen = _key(result.chosen_answer)
+        chosen = answer_key(result.chosen_answer)
         chosen_correct = chosen is not None and verified.get(chosen, False)
         return GradedTree(
             problem_id, result, reference, "reference", labels, chosen_correct, verified
@@ -337,7 +351,7 @@ async def grade_result(
     return GradedTree(problem_id, result, None, pseudo_label, labels, None)
 
 
-def _key(answer: str | None) -> str | None:
+def answer_key(answer: str | None) -> str | None:
     if answer is None:
         return None
     key = normalize_answer(answer)

@@ -11,59 +11,23 @@ actor's problems are redone; the sink's resume logic keeps rows unique.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pipeline.config import RunConfig
-from pipeline.hub import CardInfo, PublishResult, publish_run
+from pipeline.hub import redact_secrets
+from pipeline.publishing import MANIFEST
 from pipeline.records import error_row
 from pipeline.sink import RECORD_TYPES, ParquetSink
 from pipeline.sources import load_problems
+from pipeline.summary import Progress, RunSummary
 
-
-@dataclass
-class RunSummary:
-    run_id: str
-    run_dir: Path
-    problems: int = 0
-    skipped: int = 0
-    searched: int = 0
-    errors: int = 0
-    answered_nodes: int = 0
-    correct_nodes: int = 0
-    correct_trees: int = 0
-    tokens: int = 0
-    wall_time_s: float = 0.0
-    rows: dict[str, int] = field(default_factory=dict)
-
-    def table(self) -> str:
-        precision = self.correct_nodes / self.answered_nodes if self.answered_nodes else 0.0
-        lines = [
-            f"run {self.run_id}: {self.searched} problems searched, {self.skipped} already done, "
-            f"{self.errors} errors, {self.wall_time_s:.0f}s",
-            f"  answered nodes {self.answered_nodes}, correct {self.correct_nodes} "
-            f"(precision {precision:.3f}); trees with a correct answer {self.correct_trees}",
-            f"  policy tokens {self.tokens} ({self.tokens / max(self.wall_time_s, 1e-9):.1f}/s)",
-            "  rows: " + ", ".join(f"{k} {v}" for k, v in self.rows.items()),
-            f"  files: {self.run_dir}",
-        ]
-        return "\n".join(lines)
-
-
-def _progress(summary: RunSummary, total: int, start: float) -> None:
-    elapsed = time.perf_counter() - start
-    done = summary.searched + summary.errors
-    line = (
-        f"\r{done}/{total} problems | {summary.tokens / max(elapsed, 1e-9):.1f} tok/s | "
-        f"answered nodes {summary.answered_nodes} | correct {summary.correct_nodes}"
-    )
-    print(line, end="", file=sys.stderr, flush=True)
+ProgressFn = Callable[[RunSummary, int, float], None]
 
 
 def start_ray(config: RunConfig) -> None:
@@ -79,10 +43,28 @@ def start_ray(config: RunConfig) -> None:
             ray.init(num_cpus=config.ray_num_cpus, include_dashboard=False, log_to_driver=False)
 
 
+def write_manifest(config: RunConfig, run_dir: Path, **extra: Any) -> None:
+    """`run.json`: the config that produced the run (secrets redacted), for `publish` later."""
+    manifest = {
+        "run_id": config.resolved_run_id,
+        "written_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "config": redact_secrets(config.model_dump(mode="json")),
+        **extra,
+    }
+    (run_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
 def synthesize(
-    config: RunConfig, *, progress: Callable[[RunSummary, int, float], None] | None = _progress
+    config: RunConfig, *, progress: ProgressFn | Literal["stderr"] | None = "stderr"
 ) -> RunSummary:
-    """Run the whole synthesis job for `config`; returns the summary."""
+    """Run the whole synthesis job for `config`; returns the summary.
+
+    `progress` is called after every committed batch: by default a `Progress`
+    line on stderr; None is silent.
+    """
+    report: ProgressFn = (
+        Progress() if progress == "stderr" else (lambda *_: None) if progress is None else progress
+    )
     import ray
 
     from actors.search_actor import SearchActor  # imports Ray Serve: only when searching
@@ -92,6 +74,7 @@ def synthesize(
     run_id = config.resolved_run_id
     sink = ParquetSink(config.output_root, run_id)
     summary = RunSummary(run_id, sink.run_dir)
+    write_manifest(config, sink.run_dir)
     loaded = load_problems(config.source)
     done = sink.done_problem_ids()
     todo = [p for p in loaded.problems if p["problem_id"] not in done]
@@ -133,50 +116,22 @@ def synthesize(
             for text in table.column("records").to_pylist():
                 records: dict[str, list[dict[str, Any]]] = json.loads(text)
                 sink.write_batch(records)
-                _account(summary, records)
-            if progress is not None:
-                progress(summary, len(todo) + len(new_errors), start)
-        if progress is not None:
-            print(file=sys.stderr)
+                summary.account(records)
+            report(summary, len(todo) + len(new_errors), start)
+        if isinstance(report, Progress):
+            report.close()
     summary.rows = {kind: sink.read(kind).num_rows for kind in RECORD_TYPES}
     summary.wall_time_s = time.perf_counter() - start
+    write_manifest(config, sink.run_dir, summary=_summary_fields(summary))
     return summary
 
 
-def publish_configured(config: RunConfig, summary: RunSummary) -> PublishResult:
-    """Push the run's sft and dpo Parquet to `config.publish.repo` with a dataset card.
-
-    Raises `HubPublishError` (local files untouched, message carries the retry command).
-    """
-    publish = config.publish
-    if publish.repo is None:
-        raise ValueError("publish.repo is not set")
-    precision = summary.correct_nodes / summary.answered_nodes if summary.answered_nodes else None
-    card = CardInfo(
-        config=config.model_dump(mode="json"),
-        models=[config.policy.engine.model, config.scorer.engine.model],
-        budget={"B": config.budget, "algorithm": config.search.algorithm},
-        answered_precision=precision,
-    )
-    return publish_run(
-        summary.run_dir,
-        publish.repo,
-        run_id=summary.run_id,
-        token_env=publish.token_env,
-        private=publish.private,
-        endpoint=publish.endpoint,
-        card_info=card,
-    )
-
-
-def _account(summary: RunSummary, records: dict[str, list[dict[str, Any]]]) -> None:
-    if records.get("errors"):
-        summary.errors += 1
-        return
-    summary.searched += 1
-    nodes = records.get("nodes", [])
-    summary.answered_nodes += len(nodes)
-    summary.correct_nodes += sum(1 for n in nodes if n.get("label"))
-    for tree in records.get("trees", []):
-        summary.correct_trees += bool(tree.get("correct"))
-        summary.tokens += int(tree.get("policy_output_tokens") or 0)
+def _summary_fields(summary: RunSummary) -> dict[str, Any]:
+    return {
+        "searched": summary.searched,
+        "skipped": summary.skipped,
+        "errors": summary.errors,
+        "answered_nodes": summary.answered_nodes,
+        "correct_nodes": summary.correct_nodes,
+        "wall_time_s": round(summary.wall_time_s, 1),
+    }

@@ -31,17 +31,25 @@ def _parquet() -> Any:
 
 
 class ParquetSink:
-    def __init__(self, output_root: str | Path, run_id: str) -> None:
+    def __init__(self, output_root: str | Path, run_id: str, *, readonly: bool = False) -> None:
+        """Open (and clean) a run folder; `readonly` only reads committed batches.
+
+        A reader must not clean: the folder may belong to a run that is writing now.
+        """
         if not run_id or "/" in run_id or run_id.startswith("."):
             raise ValueError(f"run_id must be a plain folder name, got {run_id!r}")
         self.run_dir = Path(output_root).expanduser() / f"run={run_id}"
         self.run_id = run_id
-        for kind in (*RECORD_TYPES, _MARKERS):
-            (self.run_dir / kind).mkdir(parents=True, exist_ok=True)
-        self.removed_uncommitted = self._clean()
+        self.readonly = readonly
+        self.removed_uncommitted = 0
+        if not readonly:
+            for kind in (*RECORD_TYPES, _MARKERS):
+                (self.run_dir / kind).mkdir(parents=True, exist_ok=True)
+            self.removed_uncommitted = self._clean()
 
     def _committed(self) -> set[str]:
-        return {p.name for p in (self.run_dir / _MARKERS).iterdir()}
+        markers = self.run_dir / _MARKERS
+        return {p.name for p in markers.iterdir()} if markers.is_dir() else set()
 
     def _clean(self) -> int:
         committed = self._committed()
@@ -55,7 +63,13 @@ class ParquetSink:
         return removed
 
     def parts(self, kind: str) -> list[Path]:
-        return sorted((self.run_dir / kind).glob("part-*.parquet"))
+        """Committed part files of one record type."""
+        committed = self._committed()
+        return sorted(
+            p
+            for p in (self.run_dir / kind).glob("part-*.parquet")
+            if p.name.removeprefix("part-").split(".")[0] in committed
+        )
 
     def done_problem_ids(self) -> set[str]:
         """Problems already written: a tree row or an error row was committed for them."""
@@ -68,6 +82,8 @@ class ParquetSink:
 
     def write_batch(self, records: Mapping[str, Iterable[Mapping[str, Any]]]) -> str:
         """Write one batch of rows of any record types atomically; returns the batch id."""
+        if self.readonly:
+            raise RuntimeError(f"{self.run_dir} was opened read-only")
         unknown = set(records) - set(RECORD_TYPES)
         if unknown:
             raise ValueError(f"unknown record types {sorted(unknown)}")

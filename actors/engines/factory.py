@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import importlib.util
 
-from actors.config import EngineConfig, LlamaCppConfig, OpenAIConfig, VLLMConfig
+from actors.config import EngineConfig, LlamaCppConfig, OpenAIConfig, SleepConfig, VLLMConfig
 from actors.engines.base import Engine, EngineError
 from actors.models import resolve_model_path
 
-_PACKAGES = {
+# engine kind -> (module it imports, what to pip install); None: nothing beyond the base install
+_PACKAGES: dict[str, tuple[str, str] | None] = {
     "llamacpp": ("xllamacpp", "xllamacpp"),
     "vllm": ("vllm", "'.[gpu]'"),
     "openai": ("openai", "openai"),
+    "sleep": None,
 }
 
 
 def check_engine(config: EngineConfig) -> None:
     """Fail fast, naming the field, when the engine package or model file is missing."""
-    module, install = _PACKAGES[config.kind]
-    if importlib.util.find_spec(module) is None:
+    package = _PACKAGES[config.kind]
+    if package is not None and importlib.util.find_spec(package[0]) is None:
+        module, install = package
         raise EngineError(
             f"engine.kind={config.kind!r} needs the {module!r} package: pip install {install}"
         )
@@ -45,4 +48,15 @@ def build_engine(config: EngineConfig) -> Engine:
         from actors.engines.openai_compat import OpenAIEngine
 
         return OpenAIEngine.from_config(config)  # type: ignore[no-any-return, unused-ignore]
+    if isinstance(config, SleepConfig):
+        from actors.engines.sleep import SleepEngine
+
+        return SleepEngine(
+            latency_s=config.latency_s,
+            output_tokens=config.output_tokens,
+            context_length=config.context_length,
+            answer_every=config.answer_every,
+            seed=config.seed,
+            name=config.model,
+        )
     raise EngineError(f"unknown engine kind {config!r}")

@@ -249,22 +249,74 @@ def test_server_tree_missing_folder_is_entry_not_found(env: HubServer) -> None:
         assert r.headers["X-Error-Code"] == "EntryNotFound"
 
 
-def test_configured_publish_pushes_the_run(env: HubServer, tmp_path: Path) -> None:
-    """`publish.repo` in the run config publishes the run's sft/dpo with its card."""
+async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
+    """A real run folder: scripted searches -> records -> the streaming sink -> run.json."""
     from pipeline.config import parse_run_config
-    from pipeline.run import RunSummary, publish_configured
+    from pipeline.records import RecordsConfig, records_for
+    from pipeline.run import write_manifest
+    from pipeline.sink import ParquetSink
+    from search import parse_search_config, run_search
+    from search.scripted import ScriptedPolicy, ScriptedScorer
 
-    run_dir = make_run(tmp_path / "run=cfg", "cfg")
     config = parse_run_config(
         {
-            "run_id": "cfg",
+            "run_id": run_id,
+            "output_root": str(root),
             "source": {"kind": "bundled", "dataset": "gsm8k"},
             "search": {"algorithm": "bg_mcts"},
-            "publish": {"repo": REPO, "endpoint": env.endpoint},
+            "publish": {"repo": REPO},
         }
     )
-    summary = RunSummary("cfg", run_dir, answered_nodes=4, correct_nodes=3)
-    result = publish_configured(config, summary)
-    assert result.counts == {"sft": 3, "dpo": 2}
+    sink = ParquetSink(root, run_id)
+    for seed in range(3):
+        policy = ScriptedPolicy(seed=seed, p_answer=0.5)
+        result = await run_search(
+            "q?",
+            parse_search_config({"algorithm": "bg_mcts"}),
+            policy,
+            ScriptedScorer(seed=seed),
+            3000,
+            seed,
+        )
+        records = await records_for(
+            result, "12", problem_id=f"p{seed}", run_id=run_id, config=RecordsConfig()
+        )
+        sink.write_batch(records)
+    write_manifest(config, sink.run_dir)
+    return sink.run_dir, config
+
+
+async def test_configured_publish_pushes_the_run(env: HubServer, tmp_path: Path) -> None:
+    """`publish.repo` in the run config publishes the run's sft/dpo; card facts from Parquet."""
+    from pipeline.publishing import publish_configured
+
+    run_dir, config = await _sink_run(tmp_path, "cfg")
+    config = config.model_copy(
+        update={"publish": config.publish.model_copy(update={"endpoint": env.endpoint})}
+    )
+    result = publish_configured(config, run_dir)
+    labels = pq.read_table(run_dir / "nodes").column("label").to_pylist()
+    precision = sum(labels) / len(labels)
+    assert result.counts == {
+        "sft": pq.read_table(run_dir / "sft").num_rows,
+        "dpo": pq.read_table(run_dir / "dpo").num_rows,
+    }
     card = env.files(REPO)["README.md"].decode()
-    assert "0.75" in card and "embedded" in card and TOKEN not in card
+    assert f"Precision of answered nodes: {precision:.4f}" in card
+    assert "embedded" in card and TOKEN not in card
+
+
+async def test_publish_job_standalone_and_bad_arguments(
+    env: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m jobs.publish` (the retry command) publishes a finished run folder alone."""
+    from jobs.publish import main
+
+    run_dir, _ = await _sink_run(tmp_path, "alone")
+    argv = ["--run-dir", str(run_dir), "--repo", REPO, "--endpoint", env.endpoint]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "published run alone" in out and TOKEN not in out
+    assert canon(load("sft", tmp_path / "c")) == canon(rows_of(run_dir, "sft"))
+    assert main(["--run-dir", str(tmp_path / "nope"), "--repo", REPO]) == 2
+    assert "not a run folder" in capsys.readouterr().err

@@ -1,0 +1,271 @@
+"""Policy tokens per second: the real pipeline vs. the same requests replayed all at once.
+
+1. The real pipeline (`pipeline.run.synthesize`) runs BG-MCTS on a few bundled
+   GSM8K problems with a small budget against the embedded llama.cpp
+   deployments (SmolLM2-135M, as in configs/local.yaml).  The search actor is a
+   subclass of `SearchActor` defined here that wraps its `ServePolicy` /
+   `ServeScorer` in recorders: every policy and score request it sends is kept
+   with its start and end time.  Pipeline throughput = policy output tokens
+   (sum of `policy_output_tokens` over the trees) / search window (first request
+   sent to last answer received).
+2. The recorded policy requests are replayed all at once to the same policy
+   deployment (through `ServePolicy`, so Serve is included): the deployment's
+   own batched throughput on exactly that work.  Then the policy and score
+   requests are replayed together, the load the two deployments carried in the
+   pipeline but without the searches' dependencies (a step's children must be
+   generated and scored before the next step is chosen).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/pipeline_throughput.py [--problems 2 --budget 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pickle
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+import actors.search_actor
+from actors.search_actor import SearchActor
+from pipeline.config import RunConfig, parse_run_config
+from pipeline.run import synthesize
+from search.protocols import Generation, GenerationRequest, Score, ScoreRequest
+
+
+# ------------------------------------------------------------ recording search actor
+@dataclass
+class Call:
+    kind: str  # "policy" or "score"
+    request: GenerationRequest | ScoreRequest
+    start: float  # time.time(), comparable across processes on one machine
+    end: float
+    output_tokens: int
+
+
+class _Recorder:
+    """Wraps a ServePolicy or ServeScorer; every generate / score call is kept."""
+
+    def __init__(self, inner: Any, calls: list[tuple[Any, ...]]) -> None:
+        self._inner = inner
+        self._calls = calls
+        self.name = inner.name
+
+    async def generate(self, request: GenerationRequest) -> list[Generation]:
+        start = time.time()
+        generations: list[Generation] = await self._inner.generate(request)
+        tokens = sum(g.output_tokens for g in generations)
+        self._calls.append(("policy", request, start, time.time(), tokens))
+        return generations
+
+    async def score(self, request: ScoreRequest) -> Score:
+        start = time.time()
+        score: Score = await self._inner.score(request)
+        self._calls.append(("score", request, start, time.time(), score.output_tokens))
+        return score
+
+    def __getattr__(self, name: str) -> Any:  # count_tokens, prompt_tokens, stats
+        return getattr(self._inner, name)
+
+
+class RecordingSearchActor(SearchActor):
+    """The real search actor, with its policy and scorer clients recorded to `log_dir`."""
+
+    log_dir = ""  # set before the pipeline starts; pickled with the class
+
+    def __init__(self, run: dict[str, Any]) -> None:
+        super().__init__(run)
+        # plain tuples: a class defined in this script cannot be unpickled by name elsewhere
+        self.calls: list[tuple[Any, ...]] = []
+        self.policy = _Recorder(self.policy, self.calls)  # type: ignore[assignment]
+        self.scorer = _Recorder(self.scorer, self.calls)  # type: ignore[assignment]
+
+    async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        out = await super().__call__(batch)
+        path = Path(self.log_dir) / f"calls-{os.getpid()}.pkl"
+        path.write_bytes(pickle.dumps(self.calls))
+        return out
+
+
+def load_calls(log_dir: Path) -> list[Call]:
+    calls: list[Call] = []
+    for path in sorted(log_dir.glob("calls-*.pkl")):
+        calls.extend(Call(*fields) for fields in pickle.loads(path.read_bytes()))
+    return sorted(calls, key=lambda c: c.start)
+
+
+# -------------------------------------------------------------------------- replay
+@dataclass
+class Replay:
+    label: str
+    policy_requests: int
+    score_requests: int
+    policy_tokens: int
+    wall_s: float
+    policy_latency_s: float  # mean seconds from sending a request to its answer
+    score_latency_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.policy_tokens / self.wall_s
+
+
+async def replay(label: str, config: RunConfig, calls: list[Call]) -> Replay:
+    from ray import serve
+
+    from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
+
+    policy = ServePolicy(serve.get_app_handle(POLICY_APP), config.policy)
+    scorer = ServeScorer(serve.get_app_handle(SCORER_APP), config.scorer)
+
+    async def one(call: Call) -> Call:
+        start = time.time()
+        if isinstance(call.request, GenerationRequest):
+            tokens = sum(g.output_tokens for g in await policy.generate(call.request))
+        else:
+            tokens = (await scorer.score(call.request)).output_tokens
+        return Call(call.kind, call.request, start, time.time(), tokens)
+
+    await policy.count_tokens("warm up the handle")
+    start = time.perf_counter()
+    done = await asyncio.gather(*(one(c) for c in calls))
+    return summarize(label, done, time.perf_counter() - start)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def summarize(label: str, calls: list[Call], wall_s: float) -> Replay:
+    policy = [c for c in calls if c.kind == "policy"]
+    score = [c for c in calls if c.kind == "score"]
+    return Replay(
+        label,
+        len(policy),
+        len(score),
+        sum(c.output_tokens for c in policy),
+        wall_s,
+        _mean([c.end - c.start for c in policy]),
+        _mean([c.end - c.start for c in score]),
+    )
+
+
+# ---------------------------------------------------------------------------- main
+def _config(args: argparse.Namespace, root: Path) -> RunConfig:
+    engine = {
+        "kind": "llamacpp",
+        "model": "embedded",
+        "context_length": 4096,
+        "threads": args.threads,
+        "parallel": args.parallel,
+    }
+    return parse_run_config(
+        {
+            "run_id": "throughput",
+            "output_root": str(root),
+            "seed": 0,
+            "budget": args.budget,
+            "source": {
+                "kind": "bundled",
+                "dataset": "gsm8k",
+                "split": "test",
+                "limit": args.problems,
+            },
+            "search": {"algorithm": "bg_mcts", "step_max_tokens": args.step_tokens},
+            "policy": {"engine": engine},
+            "scorer": {
+                "engine": engine,
+                "genprm": {"samples": 1, "max_analysis_tokens": args.prm_tokens},
+            },
+            "actors": 1,
+            "trees_per_actor": args.problems,
+            "ray_num_cpus": os.cpu_count() or 2,
+        }
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--problems", type=int, default=2)
+    parser.add_argument("--budget", type=int, default=64, help="policy output tokens per problem")
+    parser.add_argument("--step-tokens", type=int, default=32, help="step_max_tokens")
+    parser.add_argument("--prm-tokens", type=int, default=16, help="GenPRM max_analysis_tokens")
+    parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads per engine")
+    parser.add_argument("--parallel", type=int, default=4, help="llama.cpp slots per engine")
+    args = parser.parse_args()
+
+    import ray
+    from ray import serve
+
+    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    try:
+        with tempfile.TemporaryDirectory(prefix="pipeline-throughput-") as tmp:
+            config = _config(args, Path(tmp))
+            RecordingSearchActor.log_dir = tmp
+            # synthesize() imports SearchActor from this module when it runs.
+            actors.search_actor.SearchActor = RecordingSearchActor  # type: ignore[misc]
+            try:
+                start = time.perf_counter()
+                summary = synthesize(config)
+                e2e = time.perf_counter() - start
+            finally:
+                actors.search_actor.SearchActor = SearchActor  # type: ignore[misc]
+            if summary.errors:
+                raise SystemExit(f"{summary.errors} problems failed; see {summary.run_dir}")
+            trees = pq.read_table(summary.run_dir / "trees").to_pylist()
+            calls = load_calls(Path(tmp))
+            policy_calls = [c for c in calls if c.kind == "policy"]
+            tokens = sum(int(t["policy_output_tokens"]) for t in trees)
+            recorded = sum(c.output_tokens for c in policy_calls)
+            window = max(c.end for c in calls) - min(c.start for c in calls)
+            pipeline = summarize("pipeline (search window)", calls, window)
+            alone = asyncio.run(replay("replay: policy requests at once", config, policy_calls))
+            both = asyncio.run(replay("replay: policy + score requests at once", config, calls))
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+    print(
+        f"\nPipeline vs deployment throughput, llama.cpp SmolLM2-135M (model 'embedded'), "
+        f"{args.threads} threads and {args.parallel} slots per engine, policy and GenPRM "
+        f"scorer each in its own replica, {os.cpu_count()} CPU cores.\n"
+        f"BG-MCTS on {args.problems} GSM8K problems at once (trees_per_actor={args.problems}), "
+        f"budget {args.budget} policy tokens, step_max_tokens {args.step_tokens}, GenPRM "
+        f"max_analysis_tokens {args.prm_tokens}. Pipeline end to end {e2e:.1f}s (Ray Data, "
+        f"actor start-up, grading, Parquet included); policy tokens in trees {tokens}, "
+        f"in the recorded requests {recorded}.\n"
+    )
+    print(
+        "| measurement | policy requests | score requests | policy tokens | wall s "
+        "| policy tok/s | pipeline / this | mean policy request s | mean score request s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in (pipeline, alone, both):
+        print(
+            f"| {row.label} | {row.policy_requests} | {row.score_requests} | "
+            f"{row.policy_tokens} | {row.wall_s:.1f} | {row.rate:.1f} | "
+            f"{pipeline.rate / row.rate:.2f} | {row.policy_latency_s:.1f} "
+            f"| {row.score_latency_s:.1f} |"
+        )
+    print(
+        "\nThe pipeline window also carries the GenPRM scorer's work (two llama.cpp calls per "
+        "scored node, sharing the same cores) and the searches' sequential dependencies; the "
+        "second replay adds the scorer's requests without those dependencies. Replayed "
+        "prompts may hit llama.cpp's prefix cache that the pipeline run warmed."
+    )
+
+
+if __name__ == "__main__":
+    main()

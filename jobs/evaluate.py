@@ -1,0 +1,80 @@
+"""Evaluation job: methods x budgets x seeds over a problem set, graded, with a report.
+
+    python -m jobs.evaluate --config configs/eval-sim.yaml        # simulated, seconds
+    python -m jobs.evaluate --config configs/eval-gsm8k-smollm2.yaml   # real model, CPU
+
+Writes <output_dir>/<name>/: eval_trees.parquet, eval_nodes.parquet, meta.json,
+accuracy.md/.csv, answered_nodes.md/.csv, prm_percentiles.md/.csv, PNG plots and
+report.md.  Exit status: 0 done, 1 some searches failed (listed in meta.json),
+2 bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/eval-sim.yaml", help="YAML eval config")
+    parser.add_argument("--output-dir", help="overrides output_dir of the config")
+    parser.add_argument("--name", help="overrides name (the report folder under output_dir)")
+    return parser
+
+
+def report_folder(folder: Path, *, rewrite: bool = True) -> int:
+    """(Re)write the report of an evaluation folder and print its accuracy table."""
+    from pipeline.evaluation.report import accuracy_table, read_trees, write_report
+
+    if rewrite:
+        write_report(folder)
+    print(accuracy_table(read_trees(folder)).to_string())
+    print(f"report: {folder / 'report.md'}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.config import ConfigError, load_config
+    from pipeline.evaluation.config import EvalConfig
+
+    try:
+        config = load_config(args.config, EvalConfig, output_dir=args.output_dir, name=args.name)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from pipeline.evaluation.runner import run_evaluation
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=False,
+    ) as bar:
+        task = bar.add_task(f"searches ({config.environment.kind})", total=None)
+        folder = run_evaluation(
+            config, lambda done, total: bar.update(task, completed=done, total=total)
+        )
+    report_folder(folder, rewrite=False)
+    meta = json.loads((folder / "meta.json").read_text())
+    print(f"{meta['searches']} searches in {meta['wall_time_s']:.1f}s")
+    if meta["failed_searches"]:
+        print(
+            f"error: {len(meta['failed_searches'])} searches failed (see meta.json)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""Nightly synthesis: the next unprocessed slice of the source, dated output, publish.
+
+    python -m jobs.nightly --config configs/nightly.yaml [--date 2026-11-22]
+
+Run it from cron or a KubeRay RayCronJob (see jobs/cron.example and
+jobs/raycronjob.yaml).  Each date gets its own slice of `nightly.problems_per_night`
+problems and writes `run=<prefix><date>/`; rerunning a date resumes it.
+Exit status: 0 all searched and published (if configured), 1 any failure
+(problem errors, a publish failure, or a crash), 2 bad config or arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import traceback
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/nightly.yaml", help="YAML run config")
+    parser.add_argument("--output-root", help="overrides output_root of the config")
+    parser.add_argument("--date", help="YYYY-MM-DD (default: today, UTC); reruns resume")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.config import ConfigError, load_run_config
+
+    try:
+        config = load_run_config(args.config, output_root=args.output_root)
+        date = dt.date.fromisoformat(args.date) if args.date else dt.datetime.now(dt.UTC).date()
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from pipeline.hub import HubPublishError
+    from pipeline.nightly import night_config, plan_night
+    from pipeline.publishing import publish_configured
+    from pipeline.run import synthesize
+
+    ledger, night = plan_night(config, date)
+    for old in ledger.unfinished(before=night.date):
+        print(
+            f"warning: night {old['date']} is {old.get('status')}; resume it with "
+            f"python -m jobs.nightly --config {args.config} --date {old['date']}",
+            file=sys.stderr,
+        )
+    print(f"night {night.date}: problems {night.skip}..{night.skip + night.limit - 1}")
+    try:
+        summary = synthesize(night_config(config, night))
+        summary.render()
+        if summary.problems == 0:
+            print("the source has no problems left for this slice; nothing to do")
+        if config.publish.repo is not None:
+            if summary.rows.get("sft", 0) + summary.rows.get("dpo", 0):
+                published = publish_configured(night_config(config, night), summary.run_dir)
+                print(f"published to {published.repo_id}: {published.commit_url}")
+            else:
+                print("no sft or dpo rows in this night's run: nothing to publish")
+    except HubPublishError as exc:
+        ledger.mark(night.date, "failed", reason="publish")
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception:
+        ledger.mark(night.date, "failed", reason="crash")
+        traceback.print_exc()
+        return 1
+    # Problem errors are final (bad rows stay bad), so the night is done either way;
+    # the exit status still tells the scheduler that some rows failed.
+    ledger.mark(night.date, "done", searched=summary.searched, errors=summary.errors)
+    return 1 if summary.errors else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""Publish a finished run's sft and dpo Parquet to the Hub, on its own.
+
+    python -m jobs.publish --run-dir out/run=2026-11-22 --repo org/name [--run-id ID]
+
+This is also the retry command a failed publish prints.  The token is read from
+the environment variable named by --token-env (HF_TOKEN by default), never from
+the command line.  Exit status: 0 published, 1 the Hub refused or failed (the
+local files are untouched), 2 bad arguments or not a run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", required=True, type=Path, help="the .../run=<id> folder")
+    parser.add_argument("--repo", required=True, help="Hub dataset repo id, <namespace>/<name>")
+    parser.add_argument("--run-id", help="run id on the Hub (default: from the folder name)")
+    parser.add_argument("--token-env", default="HF_TOKEN", help="env var holding the token")
+    parser.add_argument("--public", action="store_true", help="create the repo public")
+    parser.add_argument("--endpoint", help="Hub endpoint (default: huggingface.co)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.hub import HubPublishError
+    from pipeline.publishing import publish_run_dir
+
+    try:
+        result = publish_run_dir(
+            args.run_dir,
+            args.repo,
+            run_id=args.run_id,
+            token_env=args.token_env,
+            private=not args.public,
+            endpoint=args.endpoint,
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except HubPublishError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    counts = ", ".join(f"{k} {v} rows" for k, v in result.counts.items())
+    print(f"published run {result.run_id} to {result.repo_id} ({counts}): {result.commit_url}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The paper's evaluation: methods x budgets x seeds, graded, with a report folder."""

@@ -1,0 +1,100 @@
+"""The evaluation config: which methods, budgets, seeds, on which environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from actors.config import ScorerConfig, ServiceConfig
+from pipeline.sources import SourceConfig
+from search.config import SearchConfig, parse_search_config
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Method(_Strict):
+    """One row of the accuracy table: a search config and the label it is reported under."""
+
+    label: str = Field(min_length=1)
+    search: SearchConfig
+
+
+class SimulatedEnvironment(_Strict):
+    """The simulated reasoning environment (search/simulated.py): no model, ground truth."""
+
+    kind: Literal["simulated"] = "simulated"
+    problems: int = Field(200, ge=1)
+    seed: int = Field(0, description="draws the problems (difficulties, answers)")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="SimParams overrides; defaults are documented there"
+    )
+    workers: int = Field(2, ge=1, description="processes running searches")
+
+
+class ServicesEnvironment(_Strict):
+    """Real models behind the same Serve deployments the synthesis pipeline uses."""
+
+    kind: Literal["services"] = "services"
+    source: SourceConfig
+    policy: ServiceConfig = Field(default_factory=ServiceConfig)
+    scorer: ScorerConfig = Field(default_factory=ScorerConfig)
+    concurrency: int = Field(8, ge=1, description="searches in flight at once")
+    grade_timeout_s: float = Field(5.0, gt=0, description="math-verify time per comparison")
+    ray_num_cpus: int | None = Field(None, ge=1)
+
+
+Environment = Annotated[SimulatedEnvironment | ServicesEnvironment, Field(discriminator="kind")]
+
+
+def _method(value: Any) -> Any:
+    """`bg_mcts`, or {algorithm: litesearch, mode: batch}, or {label: ..., search: {...}}."""
+    if isinstance(value, str):
+        value = {"algorithm": value}
+    if isinstance(value, dict) and "search" not in value:
+        search = dict(value)
+        label = search.pop("label", None)
+        parsed = parse_search_config(search)
+        if label is None:
+            label = parsed.algorithm
+            if parsed.algorithm == "litesearch" and getattr(parsed, "mode", "") == "batch":
+                label = "litesearch_batch"
+        return {"label": label, "search": parsed}
+    return value
+
+
+class EvalConfig(_Strict):
+    name: str = Field("eval", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    output_dir: Path = Path("out/eval")
+    methods: list[Method] = Field(min_length=1)
+    budgets: list[int] = Field(min_length=1, description="nominal budgets B")
+    seeds: list[int] = Field([0, 1, 2], min_length=1)
+    environment: Environment
+    tree_pictures: int = Field(2, ge=0, description="problems drawn as Fig. 6-style trees")
+
+    @field_validator("methods", mode="before")
+    @classmethod
+    def _methods(cls, value: Any) -> Any:
+        return [_method(v) for v in value] if isinstance(value, list) else value
+
+    @field_validator("budgets")
+    @classmethod
+    def _budgets(cls, value: list[int]) -> list[int]:
+        if any(b < 1 for b in value):
+            raise ValueError("every budget must be >= 1")
+        return sorted(set(value))
+
+    @model_validator(mode="after")
+    def _unique_labels(self) -> EvalConfig:
+        labels = [m.label for m in self.methods]
+        duplicates = sorted({x for x in labels if labels.count(x) > 1})
+        if duplicates:
+            raise ValueError(f"methods: duplicate labels {duplicates}; give each a `label`")
+        return self
+
+    @property
+    def run_dir(self) -> Path:
+        return self.output_dir / self.name

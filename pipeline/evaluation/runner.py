@@ -1,0 +1,298 @@
+"""Run an evaluation grid: every method x budget x seed x problem, graded, to Parquet.
+
+Two environments share everything after the search:
+
+* `simulated`: the stochastic reasoning environment of `search.simulated`, no model;
+  the grid is split over worker processes (pure CPU, no Ray), answers graded by
+  exact match against the ground truth;
+* `services`: real models behind the same Serve deployments as the synthesis
+  pipeline, searches run concurrently from the driver, graded with math-verify.
+
+Output (in `config.run_dir`): eval_trees.parquet, eval_nodes.parquet, meta.json,
+then the report (tables, plots, report.md) written from those files alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from pipeline.evaluation.config import (
+    EvalConfig,
+    Method,
+    ServicesEnvironment,
+    SimulatedEnvironment,
+)
+from pipeline.evaluation.rows import tree_rows
+from pipeline.evaluation.schema import EVAL_NODES_SCHEMA, EVAL_TREES_SCHEMA
+from pipeline.records import to_table
+from search import derive_seed, run_search
+from search.protocols import Policy, Scorer
+
+ProgressFn = Callable[[int, int], None]  # (searches done, total)
+
+
+@dataclass(frozen=True)
+class Task:
+    method: Method
+    budget: int
+    seed: int
+    problem_id: str
+    problem: str
+    reference: str | None
+
+
+def grid(config: EvalConfig, problems: Sequence[dict[str, Any]]) -> list[Task]:
+    return [
+        Task(m, b, s, str(p["problem_id"]), str(p["problem"]), p.get("reference"))
+        for m in config.methods
+        for b in config.budgets
+        for s in config.seeds
+        for p in problems
+    ]
+
+
+def _exact(reference: str | None) -> Callable[[str | None], bool]:
+    wanted = None if reference is None else reference.strip()
+    return lambda answer: answer is not None and wanted is not None and answer.strip() == wanted
+
+
+# ------------------------------------------------------------------ simulated environment
+def _simulated_chunk(env: dict[str, Any], tasks: list[Task]) -> tuple[pa.Table, pa.Table]:
+    """Worker process: run `tasks` one after another against the simulated env."""
+    from search.simulated import SimParams, SimPolicy, SimScorer
+
+    params = SimParams(**env["params"])
+
+    async def run_all() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        trees: list[dict[str, Any]] = []
+        nodes: list[dict[str, Any]] = []
+        for task in tasks:
+            seed = derive_seed(task.seed, task.problem_id)
+            result = await run_search(
+                task.problem,
+                task.method.search,
+                SimPolicy(params, seed=seed),
+                SimScorer(params, seed=seed),
+                task.budget,
+                seed,
+            )
+            tree, node_list = tree_rows(
+                result,
+                _exact(task.reference),
+                method=task.method.label,
+                budget=task.budget,
+                seed=task.seed,
+                problem_id=task.problem_id,
+                reference=task.reference,
+            )
+            trees.append(tree)
+            nodes.extend(node_list)
+        return trees, nodes
+
+    trees, nodes = asyncio.run(run_all())
+    return to_table(trees, EVAL_TREES_SCHEMA), to_table(nodes, EVAL_NODES_SCHEMA)
+
+
+def _chunks(tasks: list[Task], size: int) -> list[list[Task]]:
+    return [tasks[i : i + size] for i in range(0, len(tasks), size)]
+
+
+def run_simulated(
+    config: EvalConfig, env: SimulatedEnvironment, progress: ProgressFn
+) -> tuple[pa.Table, pa.Table]:
+    from search.simulated import SimParams, simulated_problems
+
+    params = SimParams(**env.params)
+    problems = [
+        {"problem_id": p.problem_id, "problem": p.problem, "reference": p.reference}
+        for p in simulated_problems(env.problems, seed=env.seed, params=params)
+    ]
+    tasks = grid(config, problems)
+    payload = env.model_dump(mode="json")
+    # Small chunks keep both workers busy to the end (methods differ 100x in cost).
+    chunks = _chunks(tasks, max(1, min(50, len(tasks) // (env.workers * 8) or 1)))
+    parts: list[tuple[pa.Table, pa.Table]] = []
+    done = 0
+    if env.workers == 1:
+        for chunk in chunks:
+            parts.append(_simulated_chunk(payload, chunk))
+            done += len(chunk)
+            progress(done, len(tasks))
+    else:
+        with concurrent.futures.ProcessPoolExecutor(env.workers) as pool:
+            futures = {pool.submit(_simulated_chunk, payload, c): len(c) for c in chunks}
+            for future in concurrent.futures.as_completed(futures):
+                parts.append(future.result())
+                done += futures[future]
+                progress(done, len(tasks))
+    return _concat(parts)
+
+
+def _concat(parts: list[tuple[pa.Table, pa.Table]]) -> tuple[pa.Table, pa.Table]:
+    trees = [p[0] for p in parts] or [EVAL_TREES_SCHEMA.empty_table()]
+    nodes = [p[1] for p in parts] or [EVAL_NODES_SCHEMA.empty_table()]
+    return pa.concat_tables(trees), pa.concat_tables(nodes)
+
+
+# ------------------------------------------------------------------ real services
+async def _run_services_tasks(
+    tasks: list[Task],
+    policy: Policy,
+    scorer: Scorer,
+    env: ServicesEnvironment,
+    progress: ProgressFn,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    from pipeline.records import answer_key, grade_result
+
+    gate = asyncio.Semaphore(env.concurrency)
+    trees: list[dict[str, Any]] = []
+    nodes: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    done = 0
+
+    async def one(task: Task) -> None:
+        nonlocal done
+        async with gate:
+            try:
+                seed = derive_seed(task.seed, task.problem_id)
+                result = await run_search(
+                    task.problem, task.method.search, policy, scorer, task.budget, seed
+                )
+                graded = await grade_result(
+                    result,
+                    task.reference,
+                    problem_id=task.problem_id,
+                    timeout_s=env.grade_timeout_s,
+                )
+                verified = graded.verified
+
+                def verdict(answer: str | None) -> bool:
+                    key = answer_key(answer)
+                    return key is not None and verified.get(key, False)
+
+                tree, node_list = tree_rows(
+                    result,
+                    verdict,
+                    method=task.method.label,
+                    budget=task.budget,
+                    seed=task.seed,
+                    problem_id=task.problem_id,
+                    reference=task.reference,
+                )
+                trees.append(tree)
+                nodes.extend(node_list)
+            except Exception as exc:  # one failed search must not lose the grid
+                failures.append(
+                    {
+                        "method": task.method.label,
+                        "budget": task.budget,
+                        "seed": task.seed,
+                        "problem_id": task.problem_id,
+                        "error": f"{type(exc).__name__}: {exc}",
+                    }
+                )
+            done += 1
+            progress(done, len(tasks))
+
+    await asyncio.gather(*(one(t) for t in tasks))
+    return trees, nodes, failures
+
+
+def run_services(
+    config: EvalConfig, env: ServicesEnvironment, progress: ProgressFn
+) -> tuple[pa.Table, pa.Table, list[dict[str, Any]], list[dict[str, Any]]]:
+    import ray
+    from ray import serve
+
+    from actors.serve import (
+        POLICY_APP,
+        SCORER_APP,
+        ServePolicy,
+        ServeScorer,
+        deploy_policy,
+        deploy_scorer,
+    )
+    from pipeline.sources import load_problems
+
+    loaded = load_problems(env.source)
+    problems = [dict(p) for p in loaded.problems]
+    source_errors = [dict(e) for e in loaded.errors]
+    tasks = grid(config, problems)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started_here = not ray.is_initialized()
+    if started_here:
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=env.ray_num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        deploy_policy(env.policy)
+        deploy_scorer(env.scorer)
+        policy = ServePolicy(serve.get_app_handle(POLICY_APP), env.policy)
+        scorer = ServeScorer(serve.get_app_handle(SCORER_APP), env.scorer)
+        trees, nodes, failures = asyncio.run(
+            _run_services_tasks(tasks, policy, scorer, env, progress)
+        )
+    finally:
+        if started_here:
+            serve.shutdown()  # type: ignore[no-untyped-call]
+            ray.shutdown()
+    return (
+        to_table(trees, EVAL_TREES_SCHEMA),
+        to_table(nodes, EVAL_NODES_SCHEMA),
+        failures,
+        source_errors,
+    )
+
+
+# ------------------------------------------------------------------ entry point
+def run_evaluation(config: EvalConfig, progress: ProgressFn | None = None) -> Path:
+    """Run the grid, write the Parquet and meta.json, then the report; returns the folder."""
+    from pipeline.evaluation.report import write_report
+
+    report = progress or (lambda done, total: None)
+    run_dir = config.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    failures: list[dict[str, Any]] = []
+    source_errors: list[dict[str, Any]] = []
+    env = config.environment
+    if isinstance(env, SimulatedEnvironment):
+        trees, nodes = run_simulated(config, env, report)
+        models = {"policy": "simulated", "scorer": "simulated"}
+    else:
+        trees, nodes, failures, source_errors = run_services(config, env, report)
+        models = {"policy": env.policy.engine.model, "scorer": env.scorer.engine.model}
+    wall = time.perf_counter() - start
+    pq.write_table(trees, run_dir / "eval_trees.parquet")
+    pq.write_table(nodes, run_dir / "eval_nodes.parquet")
+    meta = {
+        "name": config.name,
+        "environment": env.kind,
+        "models": models,
+        "methods": [m.label for m in config.methods],
+        "budgets": config.budgets,
+        "seeds": config.seeds,
+        "searches": trees.num_rows,
+        "failed_searches": failures,
+        "source_errors": source_errors,
+        "wall_time_s": round(wall, 2),
+        "cpu_count": os.cpu_count(),
+        "config": config.model_dump(mode="json"),
+    }
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    write_report(run_dir, tree_pictures=config.tree_pictures)
+    return run_dir

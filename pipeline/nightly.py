@@ -1,0 +1,94 @@
+"""Nightly slices: each day takes the next unprocessed slice of the source.
+
+A ledger file under the output root records which slice (skip, limit) each date
+got and whether it finished, so
+
+* a new date takes the slice after the last one handed out;
+* rerunning a date (after a crash) gets the same slice and run id, and the
+  sink's resume skips what was already written;
+* unfinished earlier nights are reported with the command that resumes them.
+
+The output root must be persistent (on a cluster: shared storage mounted on
+the head node) for the ledger to carry over from night to night.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pipeline.config import RunConfig
+
+LEDGER = "nightly-ledger.json"
+Status = Literal["running", "done", "failed"]
+
+
+@dataclass(frozen=True)
+class NightSlice:
+    date: str
+    run_id: str
+    skip: int
+    limit: int
+
+
+class Ledger:
+    def __init__(self, output_root: Path) -> None:
+        self.path = Path(output_root).expanduser() / LEDGER
+        self.nights: list[dict[str, Any]] = []
+        if self.path.is_file():
+            try:
+                self.nights = list(json.loads(self.path.read_text())["nights"])
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ValueError(f"{self.path}: unreadable nightly ledger ({exc})") from None
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_suffix(".tmp")
+        temp.write_text(json.dumps({"nights": self.nights}, indent=2) + "\n")
+        os.replace(temp, self.path)  # atomic: a crash never leaves half a ledger
+
+    def find(self, date: str) -> dict[str, Any] | None:
+        return next((n for n in self.nights if n["date"] == date), None)
+
+    def plan(self, date: str, run_id: str, base_skip: int, per_night: int) -> NightSlice:
+        night = self.find(date)
+        if night is None:
+            skip = max((n["skip"] + n["limit"] for n in self.nights), default=base_skip)
+            night = {"date": date, "run_id": run_id, "skip": skip, "limit": per_night}
+            self.nights.append(night)
+        night["status"] = "running"
+        night["updated_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        self.save()
+        return NightSlice(night["date"], night["run_id"], night["skip"], night["limit"])
+
+    def mark(self, date: str, status: Status, **facts: Any) -> None:
+        night = self.find(date)
+        if night is None:
+            raise KeyError(date)
+        night.update(status=status, updated_at=dt.datetime.now(dt.UTC).isoformat(), **facts)
+        self.save()
+
+    def unfinished(self, before: str) -> list[dict[str, Any]]:
+        return [n for n in self.nights if n["date"] < before and n.get("status") != "done"]
+
+
+def night_config(config: RunConfig, night: NightSlice) -> RunConfig:
+    """The run config of one night: its own run id and its slice of the source."""
+    source = config.source.model_copy(update={"skip": night.skip, "limit": night.limit})
+    return config.model_copy(update={"run_id": night.run_id, "source": source})
+
+
+def plan_night(config: RunConfig, date: dt.date) -> tuple[Ledger, NightSlice]:
+    ledger = Ledger(config.output_root)
+    day = date.isoformat()
+    night = ledger.plan(
+        day,
+        run_id=f"{config.nightly.run_id_prefix}{day}",
+        base_skip=config.source.skip,
+        per_night=config.nightly.problems_per_night,
+    )
+    return ledger, night

@@ -1,0 +1,85 @@
+"""Publishing a finished run folder: the card facts come from its manifest and Parquet.
+
+Used right after a run (`publish.repo` set in the config) and later, on its own,
+by `python -m jobs.publish --run-dir ...` (the retry command a failed publish prints).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import RunConfig
+from pipeline.hub import CardInfo, PublishResult, publish_run
+from pipeline.summary import RunSummary, summarize_run_dir
+
+MANIFEST = "run.json"
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """The run's `run.json` (empty when the folder predates manifests or is foreign)."""
+    path = run_dir / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def card_info(config: dict[str, Any], summary: RunSummary) -> CardInfo:
+    """What the dataset card states, from a (redacted) config dump and the run's totals."""
+
+    def model(service: str) -> str | None:
+        engine = (config.get(service) or {}).get("engine") or {}
+        value = engine.get("model")
+        return None if value is None else str(value)
+
+    search = config.get("search") or {}
+    return CardInfo(
+        config=config,
+        models=[m for m in (model("policy"), model("scorer")) if m],
+        budget={"B": config.get("budget"), "algorithm": search.get("algorithm")},
+        answered_precision=summary.precision,
+    )
+
+
+def publish_run_dir(
+    run_dir: str | Path,
+    repo: str,
+    *,
+    run_id: str | None = None,
+    token_env: str = "HF_TOKEN",
+    private: bool = True,
+    endpoint: str | None = None,
+) -> PublishResult:
+    """Push `run_dir`'s sft and dpo Parquet to `repo`; raises `HubPublishError`."""
+    run_dir = Path(run_dir)
+    summary = summarize_run_dir(run_dir)
+    config = read_manifest(run_dir).get("config") or {}
+    return publish_run(
+        run_dir,
+        repo,
+        run_id=run_id or summary.run_id,
+        token_env=token_env,
+        private=private,
+        endpoint=endpoint,
+        card_info=card_info(config, summary),
+    )
+
+
+def publish_configured(config: RunConfig, run_dir: Path) -> PublishResult:
+    """Publish a run the way its config's `publish` section says."""
+    publish = config.publish
+    if publish.repo is None:
+        raise ValueError("publish.repo is not set")
+    return publish_run_dir(
+        run_dir,
+        publish.repo,
+        run_id=config.resolved_run_id,
+        token_env=publish.token_env,
+        private=publish.private,
+        endpoint=publish.endpoint,
+    )

@@ -1,0 +1,127 @@
+"""What a run did: the live progress line and the final summary table.
+
+`RunSummary` is filled as batches stream in (for the progress line) and can be
+rebuilt from a run folder's Parquet at any time (`summarize_run_dir`), which is
+what `report` prints and what a resumed run reports as its total.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    run_dir: Path
+    problems: int = 0
+    skipped: int = 0
+    searched: int = 0
+    errors: int = 0
+    answered_nodes: int = 0
+    correct_nodes: int = 0
+    correct_trees: int = 0
+    tokens: int = 0
+    wall_time_s: float = 0.0
+    rows: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def precision(self) -> float | None:
+        return self.correct_nodes / self.answered_nodes if self.answered_nodes else None
+
+    def account(self, records: dict[str, list[dict[str, Any]]]) -> None:
+        """Add one problem's records (as the search actor returns them)."""
+        if records.get("errors"):
+            self.errors += 1
+            return
+        self.searched += 1
+        nodes = records.get("nodes", [])
+        self.answered_nodes += len(nodes)
+        self.correct_nodes += sum(1 for n in nodes if n.get("label"))
+        for tree in records.get("trees", []):
+            self.correct_trees += bool(tree.get("correct"))
+            self.tokens += int(tree.get("policy_output_tokens") or 0)
+
+    def table(self) -> Table:
+        precision = "-" if self.precision is None else f"{self.precision:.3f}"
+        rate = self.tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+        table = Table(title=f"run {self.run_id}", show_header=False, title_justify="left")
+        table.add_column("what", style="bold")
+        table.add_column("value")
+        table.add_row("problems searched", str(self.searched))
+        table.add_row("already done (skipped)", str(self.skipped))
+        table.add_row("errors", str(self.errors))
+        table.add_row("answered nodes", str(self.answered_nodes))
+        table.add_row("correct answered nodes", f"{self.correct_nodes} (precision {precision})")
+        table.add_row("trees with a correct answer", str(self.correct_trees))
+        table.add_row("policy output tokens", f"{self.tokens} ({rate:.1f}/s)")
+        table.add_row("wall time", f"{self.wall_time_s:.0f} s")
+        table.add_row("rows written", ", ".join(f"{k} {v}" for k, v in self.rows.items()))
+        table.add_row("files", str(self.run_dir))
+        return table
+
+    def render(self, file: TextIO | None = None) -> None:
+        Console(file=file or sys.stdout, width=110).print(self.table())
+
+
+def summarize_run_dir(run_dir: str | Path) -> RunSummary:
+    """Rebuild the totals of everything committed in `run_dir` (``<root>/run=<id>``)."""
+    from pipeline.sink import RECORD_TYPES, ParquetSink
+
+    run_dir = Path(run_dir)
+    name = run_dir.name
+    if not name.startswith("run=") or not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (expected .../run=<id>)")
+    sink = ParquetSink(run_dir.parent, name.removeprefix("run="), readonly=True)
+    summary = RunSummary(sink.run_id, sink.run_dir)
+    trees = sink.read("trees").to_pylist()
+    nodes = sink.read("nodes")
+    summary.searched = len(trees)
+    summary.errors = sink.read("errors").num_rows
+    summary.problems = summary.searched + summary.errors
+    summary.answered_nodes = nodes.num_rows
+    summary.correct_nodes = sum(bool(v) for v in nodes.column("label").to_pylist())
+    summary.correct_trees = sum(bool(t["correct"]) for t in trees)
+    summary.tokens = sum(int(t["policy_output_tokens"]) for t in trees)
+    summary.wall_time_s = sum(float(t["wall_time_s"]) for t in trees)
+    summary.rows = {kind: sink.read(kind).num_rows for kind in RECORD_TYPES}
+    return summary
+
+
+class Progress:
+    """The live progress line: problems done/total, tokens/s, answered nodes, correct so far.
+
+    On a terminal the line is redrawn in place; elsewhere (``ray job logs``, cron
+    mail) one plain line is printed at most every `every_s` seconds, so logs stay
+    readable.
+    """
+
+    def __init__(self, file: TextIO | None = None, every_s: float = 10.0) -> None:
+        self.file = file or sys.stderr
+        self.every_s = every_s
+        self.live = self.file.isatty()
+        self._last = 0.0
+
+    def __call__(self, summary: RunSummary, total: int, start: float) -> None:
+        now = time.perf_counter()
+        done = summary.searched + summary.errors
+        line = (
+            f"{done}/{total} problems | {summary.tokens / max(now - start, 1e-9):.1f} tok/s | "
+            f"answered nodes {summary.answered_nodes} | correct {summary.correct_nodes}"
+        )
+        if self.live:
+            print(f"\r{line}", end="", file=self.file, flush=True)
+        elif done == total or now - self._last >= self.every_s:
+            print(line, file=self.file, flush=True)
+            self._last = now
+
+    def close(self) -> None:
+        if self.live:
+            print(file=self.file)
