@@ -58,7 +58,6 @@ class RunConfig(BaseModel):
     actors: int = Field(1, ge=1, description="search actors in the Ray Data pool")
     trees_per_actor: int = Field(4, ge=1, description="searches each actor runs at once")
     actor_num_cpus: float = Field(0.5, ge=0)
-    max_actor_restarts: int = Field(2, ge=0)
     ray_num_cpus: int | None = Field(None, ge=1, description="local cluster size when starting one")
 
     @property

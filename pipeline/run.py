@@ -108,8 +108,9 @@ def synthesize(
             compute=ray.data.ActorPoolStrategy(size=config.actors),
             batch_size=config.trees_per_actor,
             num_cpus=config.actor_num_cpus,
-            max_restarts=config.max_actor_restarts,
-            max_task_retries=-1,
+            # No max_restarts / max_task_retries here: Ray Data already restarts dead
+            # actors and retries their batches without limit, and passing them (as
+            # ray_remote_args) is deprecated in Ray 2.60.
         )
         for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
             table: Any = batch

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from actors.config import ScorerConfig, ServiceConfig
 from pipeline.sources import SourceConfig
-from search.config import SearchConfig, parse_search_config
+from search.config import SearchConfig
 
 
 class _Strict(BaseModel):
@@ -57,12 +57,11 @@ def _method(value: Any) -> Any:
     if isinstance(value, dict) and "search" not in value:
         search = dict(value)
         label = search.pop("label", None)
-        parsed = parse_search_config(search)
-        if label is None:
-            label = parsed.algorithm
-            if parsed.algorithm == "litesearch" and getattr(parsed, "mode", "") == "batch":
+        if label is None:  # validated with `search`, so errors name methods.<i>.search...
+            label = str(search.get("algorithm"))
+            if label == "litesearch" and search.get("mode") == "batch":
                 label = "litesearch_batch"
-        return {"label": label, "search": parsed}
+        return {"label": label, "search": search}
     return value
 
 

@@ -1,0 +1,100 @@
+"""A search actor killed mid-run is restarted by Ray Data and its batch redone.
+
+Real local Ray cluster, Ray Data, Serve deployments and sink; the engine is the
+model-free `sleep` engine so that each search takes a predictable few seconds and
+the kill lands while trees are in flight (with the real model the timing would
+depend on the machine's load).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import parse_run_config
+from pipeline.run import synthesize
+from pipeline.sink import ParquetSink
+from pipeline.summary import RunSummary
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+pytestmark = pytest.mark.slow
+
+
+def _search_actor_pids() -> list[int]:
+    """Processes of this test's own Ray cluster (its descendants) that host a SearchActor.
+
+    Read from /proc (Linux): Ray names the actor's process after the class.
+    """
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return [pid for pid, cmd in commands.items() if "SearchActor" in cmd and descends(pid)]
+
+
+def test_killed_search_actor_is_restarted_and_every_problem_written_once(tmp_path: Path) -> None:
+    import ray
+    from ray import serve
+
+    engine = {"kind": "sleep", "latency_s": 0.2, "output_tokens": 8}
+    config = parse_run_config(
+        {
+            "run_id": "actor-kill",
+            "output_root": str(tmp_path / "out"),
+            "budget": 120,
+            "source": {"kind": "bundled", "dataset": "gsm8k", "limit": 8},
+            "search": {"algorithm": "bg_mcts", "step_max_tokens": 16},
+            "policy": {"engine": engine},
+            "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 4}},
+            "trees_per_actor": 2,
+            "ray_num_cpus": 2,
+        }
+    )
+    summaries: list[RunSummary] = []
+    worker = threading.Thread(target=lambda: summaries.append(synthesize(config, progress=None)))
+    killed = None
+    try:
+        worker.start()
+        deadline = time.monotonic() + 240
+        while killed is None and time.monotonic() < deadline and worker.is_alive():
+            if ray.is_initialized():
+                pids = _search_actor_pids()
+                if pids:
+                    time.sleep(3)  # let a batch get under way
+                    os.kill(pids[0], signal.SIGKILL)  # the actor's process dies mid-batch
+                    killed = pids[0]
+            time.sleep(0.2)
+        worker.join(timeout=600)
+    finally:
+        if ray.is_initialized():
+            serve.shutdown()  # type: ignore[no-untyped-call]
+            ray.shutdown()
+    assert killed is not None, "no search actor was seen alive to kill"
+    assert summaries, "synthesize did not finish after the actor was killed"
+    trees = ParquetSink(tmp_path / "out", "actor-kill", readonly=True).read("trees")
+    ids = trees.column("problem_id").to_pylist()
+    assert len(ids) == 8 and set(Counter(ids).values()) == {1}  # every problem, once
+    assert summaries[0].errors == 0

@@ -1,0 +1,98 @@
+"""Kill the synthesis job midway, rerun it with the same run id: every problem exactly once.
+
+The job runs as a real subprocess (`python -m jobs.synthesize`) on its own local Ray
+cluster with the real SmolLM2 model; the test SIGKILLs the whole process group
+(driver, raylet, workers, Serve replicas) as soon as the first batch is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from pipeline.sink import ParquetSink
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write_config(tmp_path: Path) -> Path:
+    problems = tmp_path / "problems.jsonl"
+    rows = [
+        {
+            "id": f"p{i}",
+            "question": f"Tom has {i} apples and buys {i + 1} more. How many?",
+            "answer": str(2 * i + 1),
+        }
+        for i in range(4)
+    ]
+    problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    engine = {"kind": "llamacpp", "context_length": 2048, "parallel": 2}
+    config = {
+        "run_id": "killed",
+        "output_root": str(tmp_path / "out"),
+        "budget": 32,
+        "source": {
+            "kind": "jsonl",
+            "path": str(problems),
+            "columns": {"problem": "question", "reference": "answer", "id": "id"},
+        },
+        "search": {"algorithm": "bg_mcts", "step_max_tokens": 16},
+        "policy": {"engine": engine},
+        "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 4}},
+        "trees_per_actor": 2,
+        "ray_num_cpus": 2,
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _job(config: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs.synthesize", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: the kill takes Ray down with it
+    )
+
+
+def test_killed_job_resumes_without_duplicates(tmp_path: Path) -> None:
+    config = _write_config(tmp_path)
+    run_dir = tmp_path / "out" / "run=killed"
+    job = _job(config)
+    try:
+        deadline = time.monotonic() + 300
+        while not any((run_dir / "trees").glob("part-*.parquet")):
+            assert job.poll() is None, "the job ended before the first batch was committed"
+            assert time.monotonic() < deadline, "no batch committed within 300 s"
+            time.sleep(0.2)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    before = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
+    assert 0 < len(before) < 4, "the kill must land midway"
+
+    rerun = _job(config)
+    assert rerun.wait(timeout=600) == 0
+    trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
+    assert Counter(trees) == Counter(f"p{i}" for i in range(4))  # each exactly once
+    nodes = ParquetSink(tmp_path / "out", "killed", readonly=True).read("nodes")
+    keys = list(zip(*(nodes.column(c).to_pylist() for c in ("problem_id", "node_id")), strict=True))
+    assert len(keys) == len(set(keys))  # no node row twice
+    assert set(before) <= set(trees)

@@ -1,0 +1,122 @@
+"""`ray job submit` against a `ray start --head` cluster runs the synthesis job to the end.
+
+A real head node with its dashboard (the Jobs API) is started for the test; the job
+uploads this working directory, joins the cluster from RAY_ADDRESS and runs the
+real SmolLM2 model on two problems with a tiny budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+DASHBOARD = "http://127.0.0.1:8265"
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    # the job's `python` must be this interpreter (the head node inherits this PATH)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _ray() -> str:
+    found = shutil.which("ray", path=_env()["PATH"])
+    assert found, "the ray CLI is not installed next to this interpreter"
+    return found
+
+
+def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
+    problems = tmp_path / "problems.jsonl"
+    rows = [
+        {"id": "a", "question": "What is 3 + 4?", "answer": "7"},
+        {"id": "b", "question": "What is 10 - 6?", "answer": "4"},
+    ]
+    problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    engine = {"kind": "llamacpp", "context_length": 2048, "parallel": 2}
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "run_id": "submitted",
+                "output_root": str(tmp_path / "out"),
+                "budget": 32,
+                "source": {
+                    "kind": "jsonl",
+                    "path": str(problems),
+                    "columns": {"problem": "question", "reference": "answer", "id": "id"},
+                },
+                "search": {"algorithm": "bg_mcts", "step_max_tokens": 16},
+                "policy": {"engine": engine},
+                "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 4}},
+                "trees_per_actor": 2,
+            }
+        )
+    )
+    env = _env()
+    ray = _ray()
+    subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, check=False)
+    start = subprocess.run(
+        [
+            ray,
+            "start",
+            "--head",
+            "--num-cpus",
+            "2",
+            "--include-dashboard",
+            "true",
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            "8265",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
+    )
+    assert start.returncode == 0, start.stderr[-2000:]
+    try:
+        submit = subprocess.run(
+            [
+                ray,
+                "job",
+                "submit",
+                "--address",
+                DASHBOARD,
+                "--working-dir",
+                ".",
+                "--",
+                "python",
+                "-m",
+                "jobs.synthesize",
+                "--config",
+                str(config),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+        )
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, check=False)
+    assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
+    assert "succeeded" in submit.stdout
+    trees = pq.read_table(tmp_path / "out" / "run=submitted" / "trees").to_pylist()
+    assert sorted(t["problem_id"] for t in trees) == ["a", "b"]
+    assert all(t["c_used"] <= 32 for t in trees)
