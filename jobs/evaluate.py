@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -36,6 +38,19 @@ def report_folder(folder: Path, *, rewrite: bool = True) -> int:
     return 0
 
 
+def _log_progress(label: str, every_s: float = 10.0) -> Callable[[int, int], None]:
+    start = last = time.monotonic()
+
+    def report(done: int, total: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if done == total or now - last >= every_s:
+            print(f"{label}: {done}/{total} ({now - start:.0f}s)", file=sys.stderr, flush=True)
+            last = now
+
+    return report
+
+
 def run(args: argparse.Namespace) -> int:
     from pipeline.config import ConfigError, load_config
     from pipeline.evaluation.config import EvalConfig
@@ -45,21 +60,19 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from pipeline.evaluation.runner import run_evaluation
 
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=False,
-    ) as bar:
-        task = bar.add_task(f"searches ({config.environment.kind})", total=None)
-        folder = run_evaluation(
-            config, lambda done, total: bar.update(task, completed=done, total=total)
-        )
+    label = f"searches ({config.environment.kind})"
+    if sys.stderr.isatty():
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        with Progress(f"{label}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+            task = bar.add_task(label, total=None)
+            folder = run_evaluation(
+                config, lambda done, total: bar.update(task, completed=done, total=total)
+            )
+    else:  # logs (ray job logs, nohup): one plain line at most every 10 s
+        folder = run_evaluation(config, _log_progress(label))
     report_folder(folder, rewrite=False)
     meta = json.loads((folder / "meta.json").read_text())
     print(f"{meta['searches']} searches in {meta['wall_time_s']:.1f}s")
