@@ -99,7 +99,7 @@ class Budget:
         return max(0, min(cap, math.floor(spendable / (n * self.cost.policy_output) + 1e-9)))
 
     def _charge(self, amount: float, what: str) -> None:
-        if amount > self.remaining + 1e-9:
+        if amount > self.total - self.used + 1e-9:  # self.remaining, inlined
             raise BudgetViolation(
                 f"{what} costs {amount:g} but only {self.remaining:g} of B={self.total:g} is left"
             )
@@ -122,6 +122,7 @@ class Budget:
         return input_tokens * self.cost.prm_input + output_tokens * self.cost.prm_output
 
     def charge_score(self, *, input_tokens: int, output_tokens: int) -> None:
-        self._charge(self.score_cost(input_tokens, output_tokens), "scoring")
+        cost = self.cost  # self.score_cost(input_tokens, output_tokens), inlined
+        self._charge(input_tokens * cost.prm_input + output_tokens * cost.prm_output, "scoring")
         self.tokens.prm_input += input_tokens
         self.tokens.prm_output += output_tokens

@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Sequence
+import types
+from collections.abc import Coroutine, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from search.algorithms import make_algorithm
 from search.algorithms.base import Expansion, SearchAlgorithm
-from search.answer_choice import AnswerTally
+from search.answer_choice import AnswerTally, normalize_answer
 from search.answers import extract_boxed, is_answered
 from search.budget import Budget, BudgetViolation
 from search.config import NodeUnit, SearchConfig
@@ -39,6 +40,7 @@ from search.protocols import (
 from search.tree import Node, Tree
 
 _UNSCORED = (FinishReason.ERROR, FinishReason.CONTEXT_OVERFLOW)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,10 @@ class _Search:
         self.tally = AnswerTally(config.answer_rule)
         self.trace: list[TracePoint] = []
         self._token_cache: dict[str, int] = {}
+        # What one score may cost at most, reserved before each expansion (fixed per search).
+        self._reserve = config.cost.score_reserve() if self.budget.cost.charges_scoring else 0.0
+        self._policy_calls = _Calls()
+        self._scorer_calls = _Calls()
 
     # -------------------------------------------------------------- planning
     async def _count(self, text: str) -> int:
@@ -159,7 +165,7 @@ class _Search:
 
     def _size(self, plans: list[_Plan]) -> list[_Plan]:
         """Give every choice the same token share of what is left; drop choices that cannot fit."""
-        reserve = self.config.cost.score_reserve() if self.budget.cost.charges_scoring else 0.0
+        reserve = self._reserve
         plans = [p for p in plans if p.n > 0]
         while plans:
             choices = sum(p.n for p in plans)
@@ -216,7 +222,7 @@ class _Search:
     async def _score(
         self, parent: Node, segment: str, answered: bool, answer: str | None, full: bool
     ) -> Score:
-        reserve = self.config.cost.score_reserve() if self.budget.cost.charges_scoring else 0.0
+        reserve = self._reserve
         request = ScoreRequest(
             problem=self.tree.problem,
             path=(*self.tree.path_segments(parent), segment),
@@ -243,45 +249,51 @@ class _Search:
         return score
 
     async def _step(self, iteration: int, plans: list[_Plan]) -> tuple[list[Node], int]:
-        c_before = self.budget.used
-        results = await asyncio.gather(*(self._generate(p) for p in plans))
+        budget, tree, tally = self.budget, self.tree, self.tally
+        c_before = budget.used
+        results = await self._policy_calls.gather([self._generate(p) for p in plans])
         for plan, generations in zip(plans, results, strict=True):
-            self.budget.charge_generation(
+            budget.charge_generation(
                 output_tokens=sum(g.output_tokens for g in generations),
                 input_tokens=plan.input_tokens if generations else 0,
                 inserted_tokens=plan.inserted_tokens * len(generations),
             )
-        drafts: list[tuple[_Plan, Generation, bool, str | None]] = []
-        for plan, generations in zip(plans, results, strict=True):
+        # (plan index, generation, answered, answer, scored) per child, in plan order
+        drafts: list[tuple[int, Generation, bool, str | None, bool]] = []
+        for index, generations in enumerate(results):
             for g in generations:
-                answered = g.finish not in _UNSCORED and is_answered(g.text, g.finish)
-                drafts.append((plan, g, answered, extract_boxed(g.text) if answered else None))
-        scores = await asyncio.gather(
-            *(
+                scored = g.finish not in _UNSCORED
+                answered = scored and is_answered(g.text, g.finish)
+                drafts.append(
+                    (index, g, answered, extract_boxed(g.text) if answered else None, scored)
+                )
+        full = [plan.expansion.unit is NodeUnit.FULL for plan in plans]
+        scores = await self._scorer_calls.gather(
+            [
                 self._score(
-                    plan.parent,
-                    plan.inserted_text + g.text,
+                    plans[index].parent,
+                    plans[index].inserted_text + g.text,
                     answered,
                     answer,
-                    plan.expansion.unit is NodeUnit.FULL,
+                    full[index],
                 )
-                if g.finish not in _UNSCORED
+                if scored
                 else _no_score()
-                for plan, g, answered, answer in drafts
-            )
+                for index, g, answered, answer, scored in drafts
+            ]
         )
         for score in scores:
-            self.budget.charge_score(
-                input_tokens=score.input_tokens, output_tokens=score.output_tokens
-            )
+            budget.charge_score(input_tokens=score.input_tokens, output_tokens=score.output_tokens)
         added: list[Node] = []
-        by_plan: dict[int, list[Node]] = {}
-        for (plan, g, answered, answer), score in zip(drafts, scores, strict=True):
+        children: list[list[Node]] = [[] for _ in plans]
+        counts = budget.tokens
+        for (index, g, answered, answer, _), score in zip(drafts, scores, strict=True):
+            plan = plans[index]
             error = g.error or score.error
             if g.finish is FinishReason.ERROR or error:
-                self.budget.tokens.failed_generations += g.finish is FinishReason.ERROR
-                self.budget.tokens.failed_scores += score.error is not None
-            node = self.tree.add_child(
+                counts.failed_generations += g.finish is FinishReason.ERROR
+                counts.failed_scores += score.error is not None
+            node = tree.add_child(
                 plan.parent,
                 text=g.text,
                 q=score.value,
@@ -291,18 +303,18 @@ class _Search:
                 output_tokens=g.output_tokens,
                 inserted_text=plan.inserted_text,
                 inserted_tokens=plan.inserted_tokens,
-                full_generation=plan.expansion.unit is NodeUnit.FULL,
+                full_generation=full[index],
                 from_generative=plan.expansion.from_generative,
                 iteration=iteration,
                 c_used=c_before,
                 error=error,
                 score_context=score.context,
             )
-            self.tally.add(node)
+            tally.add(node)
             added.append(node)
-            by_plan.setdefault(id(plan), []).append(node)
-        for plan in plans:
-            self.algorithm.observe(self.tree, plan.expansion, by_plan.get(id(plan), []))
+            children[index].append(node)
+        for plan, nodes in zip(plans, children, strict=True):
+            self.algorithm.observe(tree, plan.expansion, nodes)
         generative = sum(p.expansion.from_generative for p in plans)
         return added, generative
 
@@ -352,7 +364,7 @@ class _Search:
         )
 
     def _record(self, iteration: int, generative: int) -> None:
-        best = self.tally.chosen_node
+        best = self.tally.chosen_node  # the node of `self.tally.answer`, found once
         tree = self.tree
         self.trace.append(
             TracePoint(
@@ -362,7 +374,7 @@ class _Search:
                 n_nodes=len(tree),
                 n_answered=len(tree.answered_ids),
                 any_answer=bool(tree.answered_ids),
-                best_answer=self.tally.answer,
+                best_answer=None if best is None else normalize_answer(best.answer or ""),
                 best_q=None if best is None else best.q,
                 max_depth=tree.max_depth,
                 max_width=tree.max_width,
@@ -373,6 +385,92 @@ class _Search:
 
 async def _no_score() -> Score:
     return Score(0.0)
+
+
+class _Calls:
+    """Awaits the batches of calls to one service, results in order.
+
+    While the service has never suspended (a local or simulated one, whose
+    calls finish at once), a batch runs one call after another right here:
+    no task, no trip through the event loop.  The first call that suspends
+    marks the service as a real one: it is finished here, in the awaiting
+    task (as a plain ``await`` would), while the rest of its batch already
+    runs in tasks, and every later batch goes through `asyncio.gather`, so
+    the requests to a real service still overlap.  Every call runs start to
+    end in one task, as code that ties state to the current task (cancel
+    scopes, `asyncio.timeout`) needs.  Calls start in the order given either
+    way, so what a search decides does not depend on which path ran.
+    """
+
+    __slots__ = ("synchronous",)
+
+    def __init__(self) -> None:
+        self.synchronous = True
+
+    async def gather(self, coros: list[Coroutine[Any, Any, _T]]) -> list[_T]:
+        if not self.synchronous:
+            if len(coros) == 1:
+                return [await coros[0]]
+            return list(await asyncio.gather(*coros))
+        results: list[_T] = []
+        for i, coro in enumerate(coros):
+            try:
+                signal = coro.send(None)
+            except StopIteration as stop:
+                results.append(stop.value)
+                continue
+            except BaseException:
+                _close(coros[i + 1 :])
+                raise
+            self.synchronous = False
+            rest = [asyncio.ensure_future(c) for c in coros[i + 1 :]]
+            try:
+                results.append(await _drive(coro, signal))
+            except asyncio.CancelledError:
+                for task in rest:  # as `gather` cancels its children when cancelled
+                    task.cancel()
+                raise
+            except BaseException:
+                for task in rest:  # as `gather` leaves its other children running
+                    task.add_done_callback(_retrieve)
+                raise
+            if rest:
+                results.extend(await asyncio.gather(*rest))
+            break
+        return results
+
+
+def _close(coros: Sequence[Coroutine[Any, Any, Any]]) -> None:
+    """Close coroutines that will never run (no "never awaited" warning)."""
+    for coro in coros:
+        coro.close()
+
+
+@types.coroutine
+def _drive(coro: Coroutine[Any, Any, _T], signal: Any) -> Generator[Any, Any, _T]:
+    """Finish `coro`, whose first step yielded `signal`, in the awaiting task (a plain await)."""
+    while True:
+        try:
+            sent = yield signal
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # thrown in by the task (cancellation)
+            try:
+                signal = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        else:
+            try:
+                signal = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a task's error as seen (as `gather` does for children it no longer waits on)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def run_search(

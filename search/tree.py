@@ -12,6 +12,13 @@ Because the completion bias of Eq. 4 is linear in d, the corrected value is
 ``W~(s, rho) = W(s) + kappa (1 - rho) D(s) / d_ans`` - O(1) per child, no
 subtree walks.  Adding a node updates the three sums along its path to the
 root, O(depth).
+
+A node never changes after `add_child` except for its aggregates and its
+children list, so the tree caches what depends only on a node's text and its
+children's Q: the path segments of a node (built from its nearest cached
+ancestor, kept for every node whose path was asked for) and the sibling
+priors of a parent (rebuilt when it gains a child).  The caches are not
+pickled.
 """
 
 from __future__ import annotations
@@ -70,6 +77,11 @@ class Node:
         return self.inserted_text + self.text
 
 
+# One parent's selection data: (children count when built, priors of all children,
+# (child, prior) of every expandable child).
+_Selection = tuple[int, list[float], list[tuple[Node, float]]]
+
+
 class Tree:
     """A search tree rooted at the problem.  Picklable; no deep copies needed."""
 
@@ -82,6 +94,20 @@ class Tree:
         self._max_depth = 0
         self._width_by_depth: dict[int, int] = {0: 1}
         self._max_width = 1
+        self._reset_caches()
+
+    def _reset_caches(self) -> None:
+        self._segments: dict[int, tuple[str, ...]] = {ROOT_ID: ()}
+        self._selection: dict[int, _Selection] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_segments"], state["_selection"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_caches()
 
     # ------------------------------------------------------------------ access
     @property
@@ -111,7 +137,22 @@ class Tree:
         return out
 
     def path_segments(self, node: Node) -> tuple[str, ...]:
-        return tuple(n.segment for n in self.path(node))
+        """The segments of `path(node)`; cached per node, built from the nearest cached ancestor."""
+        cache = self._segments
+        segments = cache.get(node.id)
+        if segments is None:
+            nodes = self.nodes
+            chain: list[str] = []
+            current = node
+            while (cached := cache.get(current.id)) is None:
+                chain.append(current.segment)
+                parent_id = current.parent_id
+                assert parent_id is not None  # the root is always cached
+                current = nodes[parent_id]
+            chain.reverse()
+            segments = cached + tuple(chain)
+            cache[node.id] = segments
+        return segments
 
     def assistant_text(self, node: Node) -> str:
         """The assistant turn so far: the prefilled prefix plus every segment."""
@@ -153,13 +194,36 @@ class Tree:
 
     def priors(self, node: Node) -> list[float]:
         """P(s | p) = softmax of sibling Q (Sec. 2), in `node.children` order."""
-        qs = [self.nodes[i].q for i in node.children]
-        if not qs:
-            return []
-        top = max(qs)
-        exps = [math.exp(q - top) for q in qs]
-        total = sum(exps)
-        return [e / total for e in exps]
+        entry = self._selection.get(node.id)
+        if entry is None or entry[0] != len(node.children):
+            entry = self._build_selection(node)
+        return list(entry[1])
+
+    def selectable_children(self, node: Node) -> list[tuple[Node, float]]:
+        """(child, P(child | node)) for every expandable child, in `node.children` order.
+
+        The priors are those of `priors` (a softmax over all children, failed
+        ones included).  Cached until `node` gains a child: read, never modify.
+        """
+        entry = self._selection.get(node.id)
+        if entry is None or entry[0] != len(node.children):
+            entry = self._build_selection(node)
+        return entry[2]
+
+    def _build_selection(self, node: Node) -> _Selection:
+        nodes = self.nodes
+        children = [nodes[i] for i in node.children]
+        priors: list[float] = []
+        if children:
+            qs = [child.q for child in children]
+            top = max(qs)
+            exps = [math.exp(q - top) for q in qs]
+            total = sum(exps)
+            priors = [e / total for e in exps]
+        selectable = [(c, p) for c, p in zip(children, priors, strict=True) if c.expandable]
+        entry = (len(children), priors, selectable)
+        self._selection[node.id] = entry
+        return entry
 
     # ------------------------------------------------------------------ growth
     def add_child(
@@ -182,52 +246,64 @@ class Tree:
         score_context: Any = None,
     ) -> Node:
         """Attach an evaluated child and backpropagate m, W, D to the root (O(depth))."""
-        if not 0.0 <= q <= 1.0 or math.isnan(q):
+        if not 0.0 <= q <= 1.0:  # NaN fails this too
             raise ValueError(f"Q must lie in [0, 1], got {q!r}")
         steps_since_answer = (0 if parent.answered else parent.d) + 1
+        depth = parent.depth + 1
+        d_sum = 0.0 if answered else float(steps_since_answer)
+        nodes = self.nodes
+        # Positional, in field order: a 22-keyword call costs several times more.
         node = Node(
-            id=len(self.nodes),
-            parent_id=parent.id,
-            depth=parent.depth + 1,
-            d=0 if answered else steps_since_answer,
-            text=text,
-            inserted_text=inserted_text,
-            output_tokens=output_tokens,
-            inserted_tokens=inserted_tokens,
-            q=q,
-            answered=answered,
-            answer=answer,
-            finish=finish,
-            full_generation=full_generation,
-            from_generative=from_generative,
-            iteration=iteration,
-            c_used=c_used,
-            error=error,
-            score_context=score_context,
-            w=q,
-            d_sum=0.0 if answered else float(steps_since_answer),
+            len(nodes),  # id
+            parent.id,  # parent_id
+            depth,
+            0 if answered else steps_since_answer,  # d
+            text,
+            inserted_text,
+            output_tokens,
+            inserted_tokens,
+            q,
+            answered,
+            answer,
+            finish,
+            full_generation,
+            from_generative,
+            iteration,
+            c_used,
+            error,
+            score_context,
+            [],  # children
+            1,  # m
+            q,  # w
+            d_sum,
         )
-        self.nodes.append(node)
+        nodes.append(node)
         parent.children.append(node.id)
         parent.child_q_sum += q
         parent.child_q_sqsum += q * q
-        self._backprop(parent, q, node.d_sum)
+        self._backprop(parent, q, d_sum)
         if answered:
             self.answered_ids.append(node.id)
             self._answer_depth_sum += steps_since_answer
-        self._max_depth = max(self._max_depth, node.depth)
-        width = self._width_by_depth.get(node.depth, 0) + 1
-        self._width_by_depth[node.depth] = width
-        self._max_width = max(self._max_width, width)
+        if depth > self._max_depth:
+            self._max_depth = depth
+        width = self._width_by_depth.get(depth, 0) + 1
+        self._width_by_depth[depth] = width
+        if width > self._max_width:
+            self._max_width = width
         return node
 
     def _backprop(self, start: Node, q: float, d: float) -> None:
-        current: Node | None = start
-        while current is not None:
+        nodes = self.nodes
+        current = start
+        while True:
             current.m += 1
             current.w += q
             current.d_sum += d
-            current = None if current.parent_id is None else self.nodes[current.parent_id]
+            parent_id = current.parent_id
+            if parent_id is None:
+                return
+            current = nodes[parent_id]
 
     # ------------------------------------------------------------------ export
     def answered_nodes(self) -> list[Node]:

@@ -34,13 +34,26 @@ Choices the paper and treequest leave open:
 Seeding: AB-MCTS-A draws from NumPy's global RandomState (scipy `rvs`,
 `np.random.normal`); AB-MCTS-M draws Thompson samples from it too, and seeds
 its NUTS and predictive sampling from fresh OS entropy unless told otherwise.
-During every `ask`/`tell` this module swaps a private RandomState seeded from
-`seed` into NumPy's global one (and restores the caller's state after), and
-treequest's PyMC calls take their `random_seed` from it (the wrappers are
-installed once into `treequest.algos.ab_mcts_m.pymc_interface` and change
-nothing outside a seeded call: a ContextVar switches them on).  With the same
-seed, policy and scorer a search is reproducible.  It is not if another
-thread uses NumPy's global RandomState during a decision.
+Each search owns a private RandomState seeded from `seed`.
+
+* AB-MCTS-A: treequest 0.3.3 draws only in `ProbabilisticDist.draw_sample`
+  (`beta.rvs`, `invgamma.rvs`, `np.random.normal` of
+  `treequest.algos.ab_mcts_a.prob_state`).  Wrappers installed once into that
+  module hand those draws the search's RandomState during an `ask`/`tell`
+  (a ContextVar switches them on; outside a seeded call they change
+  nothing).  The draws are the very ones the global RandomState would give
+  in the private state, and NumPy's global RandomState is never touched.
+  (Copying a RandomState's state in and out costs about 35 us a copy, four
+  copies a call: most of AB-MCTS-A's own time before.)
+* AB-MCTS-M: during every `ask`/`tell` this module swaps the private state
+  into NumPy's global RandomState (and restores the caller's state after),
+  and treequest's PyMC calls take their `random_seed` from it (the wrappers
+  are installed once into `treequest.algos.ab_mcts_m.pymc_interface` and
+  change nothing outside a seeded call: a ContextVar switches them on).  It
+  is not reproducible if another thread uses NumPy's global RandomState
+  during a decision.
+
+With the same seed, policy and scorer a search is reproducible.
 
 Cost (measured on a 2-core AMD EPYC, CPU JAX, otherwise idle): AB-MCTS-A
 decides in 1-4 ms a step, driver included, on trees of up to 2,400 nodes.
@@ -76,6 +89,8 @@ if TYPE_CHECKING:
 ACTION = "gen"
 
 _SEEDED: ContextVar[bool] = ContextVar("ab_mcts_seeded", default=False)
+# AB-MCTS-A: the RandomState of the search whose ask/tell is running, else None.
+_RNG: ContextVar[np.random.RandomState | None] = ContextVar("ab_mcts_a_rng", default=None)
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -115,11 +130,55 @@ def _install_pymc_seeding() -> None:
         module.pm = _SeededPyMC(module.pm)
 
 
+class _SeededDistribution:
+    """A scipy.stats distribution whose `rvs` draws from the running AB-MCTS-A search's RNG."""
+
+    def __init__(self, distribution: Any) -> None:
+        self._distribution = distribution
+
+    def rvs(self, *args: Any, **kwargs: Any) -> Any:
+        rng = _RNG.get()
+        if rng is not None and kwargs.get("random_state") is None:
+            kwargs["random_state"] = rng
+        return self._distribution.rvs(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._distribution, name)
+
+
+class _SeededNumpy:
+    """`numpy` whose `random` is the running AB-MCTS-A search's RNG (else `numpy.random`)."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    @property
+    def random(self) -> Any:
+        rng = _RNG.get()
+        return self._module.random if rng is None else rng
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def _install_prob_state_seeding() -> None:
+    """Idempotent: route AB-MCTS-A's draws to the running search's RandomState (see above)."""
+    from treequest.algos.ab_mcts_a import prob_state
+
+    module: Any = prob_state
+    for name in ("beta", "invgamma"):
+        if not isinstance(getattr(module, name), _SeededDistribution):
+            setattr(module, name, _SeededDistribution(getattr(module, name)))
+    if not isinstance(module.np, _SeededNumpy):
+        module.np = _SeededNumpy(module.np)
+
+
 def _make_treequest(config: ABMCTSConfig) -> Algorithm[int, Any]:
     import treequest
 
     if config.algorithm == "ab_mcts_a":
         algo_a: ABMCTSA[int] = treequest.ABMCTSA(dist_type=config.dist_type)
+        _install_prob_state_seeding()
         return algo_a
     try:
         algo: ABMCTSM[int] = treequest.ABMCTSM(
@@ -153,7 +212,10 @@ class ABMCTS(SearchAlgorithm):
         self.name = config.algorithm
         self.unit = config.node_unit
         self.max_reasks = max_reasks
-        self._rng_state: Any = np.random.RandomState(seed % 2**32).get_state()
+        rng = np.random.RandomState(seed % 2**32)
+        # AB-MCTS-A draws from `rng` itself; AB-MCTS-M swaps its state in and out.
+        self._rng: np.random.RandomState | None = rng if config.algorithm == "ab_mcts_a" else None
+        self._rng_state: Any = None if self._rng is not None else rng.get_state()
         self._algo = _make_treequest(config)
         self._state: Any = self._algo.init_tree()
         self._pending: _Pending | None = None
@@ -163,6 +225,13 @@ class ABMCTS(SearchAlgorithm):
     # ------------------------------------------------------------ treequest
     @contextmanager
     def _seeded(self) -> Iterator[None]:
+        if self._rng is not None:
+            rng_token = _RNG.set(self._rng)
+            try:
+                yield
+            finally:
+                _RNG.reset(rng_token)
+            return
         saved = np.random.get_state()
         np.random.set_state(self._rng_state)
         token = _SEEDED.set(True)

@@ -13,6 +13,7 @@ read of the node aggregates kept by `Tree`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from search.algorithms.base import Expansion, SearchAlgorithm
@@ -83,8 +84,8 @@ class PuctSearch(SearchAlgorithm):
         explore_rho = rho if s.explore_annealing else 1.0
         bias = s.kappa * (1.0 - rho) / tree.d_ans if s.exploit_shaping else 0.0
         scored: list[tuple[Node, float]] = []
-        for child, prior in zip(tree.children(parent), tree.priors(parent), strict=True):
-            if not child.expandable or child.id in self._exhausted:
+        for child, prior in tree.selectable_children(parent):
+            if child.id in self._exhausted:
                 continue
             value = child.w + bias * child.d_sum
             scored.append((child, bg_puct(value, child.m, parent.m, prior, s.c, explore_rho)))
@@ -96,26 +97,56 @@ class PuctSearch(SearchAlgorithm):
         return e_gen(mu, variance, self.s.lam, rho if self.s.widen_annealing else 1.0)
 
     def propose(self, tree: Tree, budget: Budget) -> list[Expansion]:
+        """One selection walk from the root (Eqs. 3-6).
+
+        The same arithmetic as `child_scores` and `generative_score`, written out
+        with the per-walk constants hoisted: rho, d_ans and hence the Eq. 4 bias
+        are fixed during a walk, and ln(m_p) is taken once per visited node.
+        """
+        s = self.s
         rho = budget.rho
+        rc = (rho if s.explore_annealing else 1.0) * s.c
+        bias = s.kappa * (1.0 - rho) / tree.d_ans if s.exploit_shaping else 0.0
+        lam_rho = s.lam * (rho if s.widen_annealing else 1.0)
+        generative_node = s.generative_node
+        exhausted = self._exhausted
+        selectable_children = tree.selectable_children
+        log, sqrt = math.log, math.sqrt
         node = tree.root
         while True:
-            if not node.children:
-                return [Expansion(node.id, self.s.k, self.s.unit)]
-            scored = self.child_scores(tree, node, rho)
-            best: tuple[Node, float] | None = max(scored, key=lambda x: x[1], default=None)
+            count = len(node.children)
+            if not count:
+                return [Expansion(node.id, s.k, s.unit)]
+            log_m = log(node.m)
+            best: Node | None = None
+            best_score = 0.0
+            for child, prior in selectable_children(node):
+                if exhausted and child.id in exhausted:
+                    continue
+                m = child.m
+                # bg_puct (Eq. 3) with W~ of Eq. 4, operation for operation
+                score = (child.w + bias * child.d_sum) / m + rc * (prior * sqrt(log_m / m))
+                if best is None or score > best_score:
+                    best, best_score = child, score
             # Eq. 6: widen when the generative child scores at least the best child.
-            if self.s.generative_node and (
-                best is None or self.generative_score(tree, node, rho) >= best[1]
-            ):
-                return [Expansion(node.id, 1, self.s.unit, from_generative=True)]
+            if generative_node:
+                if best is None:
+                    return [Expansion(node.id, 1, s.unit, from_generative=True)]
+                # e_gen (Eq. 5) over Tree.child_mean_var, operation for operation
+                mean = node.child_q_sum / count
+                variance = node.child_q_sqsum / count - mean * mean
+                if not variance > 0.0:  # max(0.0, variance), without the call
+                    variance = 0.0
+                if mean + lam_rho * variance >= best_score:
+                    return [Expansion(node.id, 1, s.unit, from_generative=True)]
             if best is None:
                 # Every child is failed or exhausted and this node cannot widen.
-                self._exhausted.add(node.id)
+                exhausted.add(node.id)
                 if node.id == ROOT_ID:
                     return []
                 node = tree.root
                 continue
-            node = best[0]
+            node = best
 
     def observe(self, tree: Tree, expansion: Expansion, children: list[Node]) -> None:
         for child in children:
