@@ -43,6 +43,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/select_backprop.py
 	$(BIN)/python benchmarks/wide_to_deep.py
 	$(BIN)/python benchmarks/serve_overhead.py
+	$(BIN)/python benchmarks/pipeline_scaling.py
+	$(BIN)/python benchmarks/pipeline_throughput.py
 
 clean:
 	rm -rf $(VENV) .venv-vllm .mypy_cache .ruff_cache .pytest_cache .hypothesis

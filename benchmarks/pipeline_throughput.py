@@ -10,12 +10,11 @@
    sent to last answer received).
 2. The recorded policy requests are replayed all at once to the same policy
    deployment (through `ServePolicy`, so Serve is included): the deployment's
-   own batched throughput on exactly that work.  Then the policy and score
-   requests are replayed together, the load the two deployments carried in the
-   pipeline but without the searches' dependencies (a step's children must be
-   generated and scored before the next step is chosen).
+   own batched throughput on exactly that work.  With --replay-scorer the score
+   requests are then replayed alone too, which shows how much of the pipeline's
+   window the scorer's work on the same cores accounts for.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/pipeline_throughput.py [--problems 2 --budget 64]
+    PYTHONPATH=. .venv/bin/python benchmarks/pipeline_throughput.py [--replay-scorer]
 """
 
 from __future__ import annotations
@@ -116,7 +115,7 @@ class Replay:
 
     @property
     def rate(self) -> float:
-        return self.policy_tokens / self.wall_s
+        return self.policy_tokens / self.wall_s if self.wall_s > 0 else float("nan")
 
 
 async def replay(label: str, config: RunConfig, calls: list[Call]) -> Replay:
@@ -195,12 +194,15 @@ def _config(args: argparse.Namespace, root: Path) -> RunConfig:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--problems", type=int, default=2)
-    parser.add_argument("--budget", type=int, default=64, help="policy output tokens per problem")
+    parser.add_argument("--problems", type=int, default=4)
+    parser.add_argument("--budget", type=int, default=128, help="policy output tokens per problem")
     parser.add_argument("--step-tokens", type=int, default=32, help="step_max_tokens")
     parser.add_argument("--prm-tokens", type=int, default=16, help="GenPRM max_analysis_tokens")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads per engine")
     parser.add_argument("--parallel", type=int, default=4, help="llama.cpp slots per engine")
+    parser.add_argument(
+        "--replay-scorer", action="store_true", help="also replay the score requests alone"
+    )
     args = parser.parse_args()
 
     import ray
@@ -231,8 +233,15 @@ def main() -> None:
             recorded = sum(c.output_tokens for c in policy_calls)
             window = max(c.end for c in calls) - min(c.start for c in calls)
             pipeline = summarize("pipeline (search window)", calls, window)
-            alone = asyncio.run(replay("replay: policy requests at once", config, policy_calls))
-            both = asyncio.run(replay("replay: policy + score requests at once", config, calls))
+            rows = [
+                pipeline,
+                asyncio.run(replay("replay: policy requests at once", config, policy_calls)),
+            ]
+            if args.replay_scorer:
+                score_calls = [c for c in calls if c.kind == "score"]
+                rows.append(
+                    asyncio.run(replay("replay: score requests at once", config, score_calls))
+                )
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -252,18 +261,28 @@ def main() -> None:
         "| policy tok/s | pipeline / this | mean policy request s | mean score request s |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for row in (pipeline, alone, both):
+    for row in rows:
         print(
             f"| {row.label} | {row.policy_requests} | {row.score_requests} | "
             f"{row.policy_tokens} | {row.wall_s:.1f} | {row.rate:.1f} | "
-            f"{pipeline.rate / row.rate:.2f} | {row.policy_latency_s:.1f} "
+            f"{pipeline.rate / row.rate if row.policy_tokens else float('nan'):.2f} "
+            f"| {row.policy_latency_s:.1f} "
             f"| {row.score_latency_s:.1f} |"
         )
+    if len(rows) == 3:
+        serial = rows[1].wall_s + rows[2].wall_s
+        print(
+            f"\npolicy replay + score replay, one after the other: {serial:.1f}s "
+            f"(pipeline window {pipeline.wall_s:.1f}s)"
+        )
     print(
-        "\nThe pipeline window also carries the GenPRM scorer's work (two llama.cpp calls per "
-        "scored node, sharing the same cores) and the searches' sequential dependencies; the "
-        "second replay adds the scorer's requests without those dependencies. Replayed "
-        "prompts may hit llama.cpp's prefix cache that the pipeline run warmed."
+        "\nThe pipeline's window also carries the GenPRM scorer's work (an analysis and a "
+        "judgement llama.cpp call per scored node, on the same cores as the policy) and the "
+        "searches' dependencies (a step's children are generated, then scored, before the "
+        "next step is chosen), with only trees_per_actor searches to overlap; the policy "
+        "replay has the cores to itself and every request at once. --replay-scorer also "
+        "replays the score requests alone. Replayed prompts may hit llama.cpp's prefix "
+        "cache that the pipeline run warmed."
     )
 
 
