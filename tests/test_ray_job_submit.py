@@ -10,8 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
@@ -21,7 +26,6 @@ import yaml
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-DASHBOARD = "http://127.0.0.1:8265"
 
 
 def _env() -> dict[str, str]:
@@ -36,6 +40,26 @@ def _ray() -> str:
     found = shutil.which("ray", path=_env()["PATH"])
     assert found, "the ray CLI is not installed next to this interpreter"
     return found
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_jobs_api(address: str, head: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert head.poll() is None, "ray start --head exited:\n" + log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"{address}/api/version", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise AssertionError("the Ray dashboard (Jobs API) did not come up within 180 s")
 
 
 def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
@@ -66,13 +90,19 @@ def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
         )
     )
     env = _env()
-    ray = _ray()
-    subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, check=False)
-    start = subprocess.run(
+    dashboard_port = _free_port()
+    # short: Ray's Unix sockets live under it (107-character path limit)
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    # `ray start --block` in its own process group: the test stops exactly this cluster
+    # (`ray stop` would stop every Ray cluster of this user on the machine).
+    head = subprocess.Popen(
         [
-            ray,
+            _ray(),
             "start",
             "--head",
+            "--block",
+            "--port",
+            "0",
             "--num-cpus",
             "2",
             "--include-dashboard",
@@ -80,23 +110,25 @@ def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
             "--dashboard-host",
             "127.0.0.1",
             "--dashboard-port",
-            "8265",
+            str(dashboard_port),
+            "--temp-dir",
+            temp_dir,
         ],
         env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=180,
+        stdout=(tmp_path / "ray-head.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
-    assert start.returncode == 0, start.stderr[-2000:]
+    address = f"http://127.0.0.1:{dashboard_port}"
     try:
+        _wait_for_jobs_api(address, head, tmp_path / "ray-head.log")
         submit = subprocess.run(
             [
-                ray,
+                _ray(),
                 "job",
                 "submit",
                 "--address",
-                DASHBOARD,
+                address,
                 "--working-dir",
                 ".",
                 "--",
@@ -114,7 +146,13 @@ def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
             timeout=900,
         )
     finally:
-        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, check=False)
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        shutil.rmtree(temp_dir, ignore_errors=True)
     assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
     assert "succeeded" in submit.stdout
     trees = pq.read_table(tmp_path / "out" / "run=submitted" / "trees").to_pylist()
