@@ -33,9 +33,9 @@ from pipeline.evaluation.config import (
     ServicesEnvironment,
     SimulatedEnvironment,
 )
+from pipeline.evaluation.parts import PartStore
 from pipeline.evaluation.rows import tree_rows
 from pipeline.evaluation.schema import EVAL_NODES_SCHEMA, EVAL_TREES_SCHEMA
-from pipeline.records import to_table
 from search import derive_seed, run_search
 from search.protocols import Policy, Scorer
 
@@ -157,12 +157,11 @@ async def _run_services_tasks(
     scorer: Scorer,
     env: ServicesEnvironment,
     progress: ProgressFn,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    store: PartStore,
+) -> list[dict[str, Any]]:
     from pipeline.records import answer_key, grade_result
 
     gate = asyncio.Semaphore(env.concurrency)
-    trees: list[dict[str, Any]] = []
-    nodes: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     done = 0
 
@@ -195,8 +194,9 @@ async def _run_services_tasks(
                     problem_id=task.problem_id,
                     reference=task.reference,
                 )
-                trees.append(tree)
-                nodes.extend(node_list)
+                store.add(tree, node_list)
+                if len(store.trees) >= env.concurrency:
+                    store.flush()
             except Exception as exc:  # one failed search must not lose the grid
                 failures.append(
                     {
@@ -211,7 +211,8 @@ async def _run_services_tasks(
             progress(done, len(tasks))
 
     await asyncio.gather(*(one(t) for t in tasks))
-    return trees, nodes, failures
+    store.flush()
+    return failures
 
 
 def run_services(
@@ -233,7 +234,17 @@ def run_services(
     loaded = load_problems(env.source)
     problems = [dict(p) for p in loaded.problems]
     source_errors = [dict(e) for e in loaded.errors]
-    tasks = grid(config, problems)
+    store = PartStore(config.run_dir)
+    saved = store.done()  # a rerun of the same evaluation resumes
+    tasks = [
+        t
+        for t in grid(config, problems)
+        if (t.method.label, t.budget, t.seed, t.problem_id) not in saved
+    ]
+    progress(0, len(tasks))
+    if not tasks:
+        trees, nodes = store.tables()
+        return trees, nodes, [], source_errors
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     started_here = not ray.is_initialized()
@@ -248,19 +259,13 @@ def run_services(
         deploy_scorer(env.scorer)
         policy = ServePolicy(serve.get_app_handle(POLICY_APP), env.policy)
         scorer = ServeScorer(serve.get_app_handle(SCORER_APP), env.scorer)
-        trees, nodes, failures = asyncio.run(
-            _run_services_tasks(tasks, policy, scorer, env, progress)
-        )
+        failures = asyncio.run(_run_services_tasks(tasks, policy, scorer, env, progress, store))
     finally:
         if started_here:
             serve.shutdown()  # type: ignore[no-untyped-call]
             ray.shutdown()
-    return (
-        to_table(trees, EVAL_TREES_SCHEMA),
-        to_table(nodes, EVAL_NODES_SCHEMA),
-        failures,
-        source_errors,
-    )
+    trees, nodes = store.tables()
+    return trees, nodes, failures, source_errors
 
 
 # ------------------------------------------------------------------ entry point

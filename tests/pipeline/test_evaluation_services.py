@@ -51,3 +51,8 @@ def test_services_grid_writes_graded_trees_and_a_report(tmp_path: Path) -> None:
     assert meta["environment"] == "services" and meta["failed_searches"] == []
     assert meta["models"]["policy"] == "embedded"
     assert (folder / "report.md").is_file() and (folder / "accuracy_vs_tokens.png").is_file()
+    # finished searches were saved as they completed: a rerun resumes with nothing to do
+    calls: list[tuple[int, int]] = []
+    again = run_evaluation(config, lambda done, total: calls.append((done, total)))
+    assert calls == [(0, 0)]
+    assert pq.read_table(again / "eval_trees.parquet").to_pylist() == trees
