@@ -7,7 +7,6 @@ real SmolLM2 model on two problems with a tiny budget.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -22,6 +21,8 @@ from pathlib import Path
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
+
+from tests.tiny_run import tiny_run_config
 
 pytestmark = pytest.mark.slow
 
@@ -63,31 +64,13 @@ def _wait_for_jobs_api(address: str, head: subprocess.Popen[bytes], log: Path) -
 
 
 def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
-    problems = tmp_path / "problems.jsonl"
     rows = [
         {"id": "a", "question": "What is 3 + 4?", "answer": "7"},
         {"id": "b", "question": "What is 10 - 6?", "answer": "4"},
     ]
-    problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    engine = {"kind": "llamacpp", "context_length": 2048, "parallel": 2}
     config = tmp_path / "job.yaml"
     config.write_text(
-        yaml.safe_dump(
-            {
-                "run_id": "submitted",
-                "output_root": str(tmp_path / "out"),
-                "budget": 32,
-                "source": {
-                    "kind": "jsonl",
-                    "path": str(problems),
-                    "columns": {"problem": "question", "reference": "answer", "id": "id"},
-                },
-                "search": {"algorithm": "bg_mcts", "step_max_tokens": 16},
-                "policy": {"engine": engine},
-                "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 4}},
-                "trees_per_actor": 2,
-            }
-        )
+        yaml.safe_dump(tiny_run_config(tmp_path, rows, budget=32, run_id="submitted"))
     )
     env = _env()
     dashboard_port = _free_port()

@@ -28,9 +28,10 @@ from pipeline.evaluation.report import (
 )
 from pipeline.evaluation.report.anytime import adjusted_budgets, anytime_curves, budget_markers
 from pipeline.evaluation.report.markdown import fraction, scientific
+from pipeline.evaluation.rows import tree_rows
 from pipeline.evaluation.schema import EVAL_NODES_SCHEMA, EVAL_TREES_SCHEMA
 from pipeline.records import to_table
-from search import SearchResult, derive_seed, parse_search_config, run_search
+from search import derive_seed, parse_search_config, run_search
 from search.answer_choice import normalize_answer
 from search.scripted import ScriptedPolicy, ScriptedScorer
 
@@ -45,70 +46,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # --------------------------------------------------------------------------- the grid
 def _correct(answer: str | None) -> bool:
     return answer is not None and normalize_answer(answer) == REFERENCE
-
-
-def _rows(method: str, result: SearchResult, budget: int, seed: int, problem: str) -> Any:
-    """One SearchResult as an eval_trees row and its eval_nodes rows (the runner's job)."""
-    key = {
-        "method": method,
-        "algorithm": result.algorithm,
-        "budget": budget,
-        "seed": seed,
-        "problem_id": problem,
-    }
-    answered = [n for n in result.tree.nodes if n.answered]
-    tree = {
-        **key,
-        "reference": REFERENCE,
-        "chosen_answer": result.chosen_answer,
-        "correct": _correct(result.chosen_answer),
-        "answered": bool(answered),
-        "c_used": float(result.c_used),
-        "early_stopped": result.stop_reason == "early_stop",
-        "stop_reason": result.stop_reason,
-        "iterations": result.iterations,
-        "n_nodes": len(result.tree),
-        "answered_nodes": len(answered),
-        "correct_nodes": sum(_correct(n.answer) for n in answered),
-        "max_depth": result.tree.max_depth,
-        "max_width": result.tree.max_width,
-        "policy_output_tokens": result.tokens.policy_output,
-        "policy_input_tokens": result.tokens.policy_input,
-        "prm_input_tokens": result.tokens.prm_input,
-        "prm_output_tokens": result.tokens.prm_output,
-        "wall_time_s": result.wall_time_s,
-        "trace": [
-            {
-                "c_used": float(p.c_used),
-                "any_answer": p.any_answer,
-                "correct": _correct(p.best_answer),
-                "n_answered": p.n_answered,
-                "max_depth": p.max_depth,
-                "max_width": p.max_width,
-                "generative": p.generative,
-            }
-            for p in result.trace
-        ],
-    }
-    nodes = [
-        {
-            **key,
-            "node_id": n.id,
-            "parent_id": n.parent_id,
-            "depth": n.depth,
-            "iteration": n.iteration,
-            "c_used": float(n.c_used),
-            "q": float(n.q),
-            "answered": n.answered,
-            "correct": _correct(n.answer) if n.answered else None,
-            "from_generative": n.from_generative,
-            "full_generation": n.full_generation,
-            "failed": n.error is not None,
-            "output_tokens": n.output_tokens,
-        }
-        for n in result.tree.nodes
-    ]
-    return tree, nodes
 
 
 async def _grid() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -128,7 +65,15 @@ async def _grid() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                         budget,
                         seed,
                     )
-                    tree, tree_nodes = _rows(method, result, budget, seed, problem)
+                    tree, tree_nodes = tree_rows(
+                        result,
+                        _correct,
+                        method=method,
+                        budget=budget,
+                        seed=seed,
+                        problem_id=problem,
+                        reference=REFERENCE,
+                    )
                     trees.append(tree)
                     nodes += tree_nodes
     return trees, nodes

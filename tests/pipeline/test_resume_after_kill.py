@@ -7,7 +7,6 @@ cluster with the real SmolLM2 model; the test SIGKILLs the whole process group
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 import yaml
 
 from pipeline.sink import ParquetSink
+from tests.tiny_run import tiny_run_config
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _write_config(tmp_path: Path) -> Path:
-    problems = tmp_path / "problems.jsonl"
     rows = [
         {
             "id": f"p{i}",
@@ -37,23 +36,7 @@ def _write_config(tmp_path: Path) -> Path:
         }
         for i in range(4)
     ]
-    problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    engine = {"kind": "llamacpp", "context_length": 2048, "parallel": 2}
-    config = {
-        "run_id": "killed",
-        "output_root": str(tmp_path / "out"),
-        "budget": 32,
-        "source": {
-            "kind": "jsonl",
-            "path": str(problems),
-            "columns": {"problem": "question", "reference": "answer", "id": "id"},
-        },
-        "search": {"algorithm": "bg_mcts", "step_max_tokens": 16},
-        "policy": {"engine": engine},
-        "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 4}},
-        "trees_per_actor": 2,
-        "ray_num_cpus": 2,
-    }
+    config = tiny_run_config(tmp_path, rows, budget=32, run_id="killed", ray_num_cpus=2)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

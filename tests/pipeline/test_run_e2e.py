@@ -6,7 +6,6 @@ Parquet files are all real; only the budget is tiny so the test takes about a mi
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from pipeline.config import parse_run_config
 from pipeline.records import SCHEMAS
 from pipeline.run import synthesize
+from tests.tiny_run import tiny_run_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -23,30 +23,23 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 def test_end_to_end_writes_every_record_type_and_resumes(tmp_path: Path) -> None:
     import ray
 
-    problems = tmp_path / "problems.jsonl"
     rows = [
         {"id": "p1", "question": "What is 12 times 3?", "answer": "36"},
         {"id": "p2", "question": "What is 2 + 2?", "answer": "4"},
         {"id": "bad", "question": "", "answer": "1"},
     ]
-    problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     engine = {"kind": "llamacpp", "context_length": 2048, "parallel": 4}
     config = parse_run_config(
-        {
-            "run_id": "e2e",
-            "output_root": str(tmp_path / "out"),
-            "budget": 64,
-            "source": {
-                "kind": "jsonl",
-                "path": str(problems),
-                "columns": {"problem": "question", "reference": "answer", "id": "id"},
-            },
-            "search": {"algorithm": "bg_mcts", "step_max_tokens": 24},
-            "policy": {"engine": engine},
-            "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 8}},
-            "trees_per_actor": 2,
-            "ray_num_cpus": 2,
-        }
+        tiny_run_config(
+            tmp_path,
+            rows,
+            budget=64,
+            engine=engine,
+            step_max_tokens=24,
+            analysis_tokens=8,
+            run_id="e2e",
+            ray_num_cpus=2,
+        )
     )
     try:
         summary = synthesize(config, progress=None)

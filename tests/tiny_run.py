@@ -1,0 +1,37 @@
+"""The small run config the pipeline's integration tests share: a JSONL problem file,
+BG-MCTS with short steps, the same engine for policy and GenPRM scorer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+LLAMACPP = {"kind": "llamacpp", "context_length": 2048, "parallel": 2}
+COLUMNS = {"problem": "question", "reference": "answer", "id": "id"}
+
+
+def tiny_run_config(
+    tmp_path: Path,
+    rows: list[dict[str, str]],
+    *,
+    budget: int,
+    engine: dict[str, Any] | None = None,
+    step_max_tokens: int = 16,
+    analysis_tokens: int = 4,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A run config (as a dict) over `rows` written to tmp_path/problems.jsonl."""
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    engine = engine or LLAMACPP
+    return {
+        "output_root": str(tmp_path / "out"),
+        "budget": budget,
+        "source": {"kind": "jsonl", "path": str(problems), "columns": COLUMNS},
+        "search": {"algorithm": "bg_mcts", "step_max_tokens": step_max_tokens},
+        "policy": {"engine": engine},
+        "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": analysis_tokens}},
+        "trees_per_actor": 2,
+        **extra,
+    }
