@@ -105,29 +105,15 @@ def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
     address = f"http://127.0.0.1:{dashboard_port}"
     try:
         _wait_for_jobs_api(address, head, tmp_path / "ray-head.log")
-        submit = subprocess.run(
-            [
-                _ray(),
-                "job",
-                "submit",
-                "--address",
-                address,
-                "--working-dir",
-                ".",
-                "--",
-                "python",
-                "-m",
-                "jobs.synthesize",
-                "--config",
-                str(config),
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=900,
-        )
+        command = [_ray(), "job", "submit", "--address", address, "--working-dir", "."]
+        command += ["--", "python", "-m", "jobs.synthesize", "--config", str(config)]
+        for _ in range(30):  # the dashboard answers before the node's job agent is up
+            submit = subprocess.run(
+                command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+            )
+            if "No available agent to submit job" not in submit.stdout + submit.stderr:
+                break
+            time.sleep(2)
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:

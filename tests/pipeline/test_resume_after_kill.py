@@ -34,7 +34,7 @@ def _write_config(tmp_path: Path) -> Path:
             "question": f"Tom has {i} apples and buys {i + 1} more. How many?",
             "answer": str(2 * i + 1),
         }
-        for i in range(4)
+        for i in range(8)
     ]
     config = tiny_run_config(tmp_path, rows, budget=32, run_id="killed", ray_num_cpus=2)
     path = tmp_path / "config.yaml"
@@ -69,12 +69,12 @@ def test_killed_job_resumes_without_duplicates(tmp_path: Path) -> None:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     before = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
-    assert 0 < len(before) < 4, "the kill must land midway"
+    assert 0 < len(before) < 8, "the kill must land midway"
 
     rerun = _job(config)
     assert rerun.wait(timeout=600) == 0
     trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
-    assert Counter(trees) == Counter(f"p{i}" for i in range(4))  # each exactly once
+    assert Counter(trees) == Counter(f"p{i}" for i in range(8))  # each exactly once
     nodes = ParquetSink(tmp_path / "out", "killed", readonly=True).read("nodes")
     keys = list(zip(*(nodes.column(c).to_pylist() for c in ("problem_id", "node_id")), strict=True))
     assert len(keys) == len(set(keys))  # no node row twice
