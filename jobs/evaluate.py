@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 
@@ -36,19 +35,6 @@ def report_folder(folder: Path, *, rewrite: bool = True) -> int:
     print(accuracy_table(read_trees(folder)).to_string())
     print(f"report: {folder / 'report.md'}")
     return 0
-
-
-def _log_progress(label: str, every_s: float = 10.0) -> Callable[[int, int], None]:
-    start = last = time.monotonic()
-
-    def report(done: int, total: int) -> None:
-        nonlocal last
-        now = time.monotonic()
-        if done == total or now - last >= every_s:
-            print(f"{label}: {done}/{total} ({now - start:.0f}s)", file=sys.stderr, flush=True)
-            last = now
-
-    return report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +58,15 @@ def run(args: argparse.Namespace) -> int:
                 config, lambda done, total: bar.update(task, completed=done, total=total)
             )
     else:  # logs (ray job logs, nohup): one plain line at most every 10 s
-        folder = run_evaluation(config, _log_progress(label))
+        from pipeline.summary import ProgressLine
+
+        line, start = ProgressLine(), time.monotonic()
+        folder = run_evaluation(
+            config,
+            lambda done, total: line.show(
+                f"{label}: {done}/{total} ({time.monotonic() - start:.0f}s)", final=done == total
+            ),
+        )
     report_folder(folder, rewrite=False)
     meta = json.loads((folder / "meta.json").read_text())
     print(f"{meta['searches']} searches in {meta['wall_time_s']:.1f}s")

@@ -47,14 +47,15 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(f"night {night.date}: problems {night.skip}..{night.skip + night.limit - 1}")
+    tonight = night_config(config, night)
     try:
-        summary = synthesize(night_config(config, night))
+        summary = synthesize(tonight)
         summary.render()
         if summary.problems == 0:
             print("the source has no problems left for this slice; nothing to do")
         if config.publish.repo is not None:
             if summary.rows.get("sft", 0) + summary.rows.get("dpo", 0):
-                published = publish_configured(night_config(config, night), summary.run_dir)
+                published = publish_configured(tonight, summary.run_dir)
                 print(f"published to {published.repo_id}: {published.commit_url}")
             else:
                 print("no sft or dpo rows in this night's run: nothing to publish")

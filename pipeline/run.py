@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from pipeline.cluster import start_ray
 from pipeline.config import RunConfig
 from pipeline.hub import redact_secrets
 from pipeline.publishing import MANIFEST
@@ -28,19 +28,6 @@ from pipeline.sources import load_problems
 from pipeline.summary import Progress, RunSummary
 
 ProgressFn = Callable[[RunSummary, int, float], None]
-
-
-def start_ray(config: RunConfig) -> None:
-    import ray
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=config.ray_num_cpus, include_dashboard=False, log_to_driver=False)
 
 
 def write_manifest(config: RunConfig, run_dir: Path, **extra: Any) -> None:
@@ -92,7 +79,7 @@ def synthesize(
         )
         summary.errors += len(new_errors)
     if todo:
-        start_ray(config)
+        start_ray(config.ray_num_cpus)
         deploy_policy(config.policy)
         deploy_scorer(config.scorer)
         items = [

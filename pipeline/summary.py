@@ -2,7 +2,7 @@
 
 `RunSummary` is filled as batches stream in (for the progress line) and can be
 rebuilt from a run folder's Parquet at any time (`summarize_run_dir`), which is
-what `report` prints and what a resumed run reports as its total.
+what `report` prints (the totals of every invocation of that run, resumes included).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class RunSummary:
 
     def table(self) -> Table:
         precision = "-" if self.precision is None else f"{self.precision:.3f}"
-        rate = self.tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+        rate = f" ({self.tokens / self.wall_time_s:.1f}/s)" if self.wall_time_s > 0 else ""
         table = Table(title=f"run {self.run_id}", show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("value")
@@ -61,8 +61,9 @@ class RunSummary:
         table.add_row("answered nodes", str(self.answered_nodes))
         table.add_row("correct answered nodes", f"{self.correct_nodes} (precision {precision})")
         table.add_row("trees with a correct answer", str(self.correct_trees))
-        table.add_row("policy output tokens", f"{self.tokens} ({rate:.1f}/s)")
-        table.add_row("wall time", f"{self.wall_time_s:.0f} s")
+        table.add_row("policy output tokens", f"{self.tokens}{rate}")
+        if self.wall_time_s > 0:  # unknown for a folder summed up after the fact
+            table.add_row("wall time", f"{self.wall_time_s:.0f} s")
         table.add_row("rows written", ", ".join(f"{k} {v}" for k, v in self.rows.items()))
         table.add_row("files", str(self.run_dir))
         return table
@@ -90,18 +91,14 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     summary.correct_nodes = sum(bool(v) for v in nodes.column("label").to_pylist())
     summary.correct_trees = sum(bool(t["correct"]) for t in trees)
     summary.tokens = sum(int(t["policy_output_tokens"]) for t in trees)
-    summary.wall_time_s = sum(float(t["wall_time_s"]) for t in trees)
     summary.rows = {kind: sink.read(kind).num_rows for kind in RECORD_TYPES}
     return summary
 
 
-class Progress:
-    """The live progress line: problems done/total, tokens/s, answered nodes, correct so far.
-
-    On a terminal the line is redrawn in place; elsewhere (``ray job logs``, cron
-    mail) one plain line is printed at most every `every_s` seconds, so logs stay
-    readable.
-    """
+class ProgressLine:
+    """One status line: redrawn in place on a terminal; elsewhere (``ray job logs``, cron
+    mail, nohup) printed as a plain line at most every `every_s` seconds, so logs stay
+    readable."""
 
     def __init__(self, file: TextIO | None = None, every_s: float = 10.0) -> None:
         self.file = file or sys.stderr
@@ -109,19 +106,27 @@ class Progress:
         self.live = self.file.isatty()
         self._last = 0.0
 
-    def __call__(self, summary: RunSummary, total: int, start: float) -> None:
+    def show(self, line: str, *, final: bool = False) -> None:
         now = time.perf_counter()
-        done = summary.searched + summary.errors
-        line = (
-            f"{done}/{total} problems | {summary.tokens / max(now - start, 1e-9):.1f} tok/s | "
-            f"answered nodes {summary.answered_nodes} | correct {summary.correct_nodes}"
-        )
         if self.live:
             print(f"\r{line}", end="", file=self.file, flush=True)
-        elif done == total or now - self._last >= self.every_s:
+        elif final or now - self._last >= self.every_s:
             print(line, file=self.file, flush=True)
             self._last = now
 
     def close(self) -> None:
         if self.live:
             print(file=self.file)
+
+
+class Progress(ProgressLine):
+    """The synthesis progress line: problems done/total, tokens/s, answered nodes, correct."""
+
+    def __call__(self, summary: RunSummary, total: int, start: float) -> None:
+        done = summary.searched + summary.errors
+        elapsed = max(time.perf_counter() - start, 1e-9)
+        self.show(
+            f"{done}/{total} problems | {summary.tokens / elapsed:.1f} tok/s | "
+            f"answered nodes {summary.answered_nodes} | correct {summary.correct_nodes}",
+            final=done == total,
+        )

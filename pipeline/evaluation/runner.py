@@ -27,13 +27,14 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+from pipeline.cluster import start_ray
 from pipeline.evaluation.config import (
     EvalConfig,
     Method,
     ServicesEnvironment,
     SimulatedEnvironment,
 )
-from pipeline.evaluation.parts import PartStore
+from pipeline.evaluation.parts import Key, PartStore
 from pipeline.evaluation.rows import tree_rows
 from pipeline.evaluation.schema import EVAL_NODES_SCHEMA, EVAL_TREES_SCHEMA
 from search import derive_seed, run_search
@@ -50,6 +51,10 @@ class Task:
     problem_id: str
     problem: str
     reference: str | None
+
+    @property
+    def key(self) -> Key:
+        return (self.method.label, self.budget, self.seed, self.problem_id)
 
 
 def grid(config: EvalConfig, problems: Sequence[dict[str, Any]]) -> list[Task]:
@@ -236,24 +241,12 @@ def run_services(
     source_errors = [dict(e) for e in loaded.errors]
     store = PartStore(config.run_dir)
     saved = store.done()  # a rerun of the same evaluation resumes
-    tasks = [
-        t
-        for t in grid(config, problems)
-        if (t.method.label, t.budget, t.seed, t.problem_id) not in saved
-    ]
+    tasks = [t for t in grid(config, problems) if t.key not in saved]
     progress(0, len(tasks))
     if not tasks:
         trees, nodes = store.tables()
         return trees, nodes, [], source_errors
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    started_here = not ray.is_initialized()
-    if started_here:
-        address = os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=env.ray_num_cpus, include_dashboard=False, log_to_driver=False)
+    started_here = start_ray(env.ray_num_cpus)
     try:
         deploy_policy(env.policy)
         deploy_scorer(env.scorer)

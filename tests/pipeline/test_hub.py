@@ -320,3 +320,22 @@ async def test_publish_job_standalone_and_bad_arguments(
     assert canon(load("sft", tmp_path / "c")) == canon(rows_of(run_dir, "sft"))
     assert main(["--run-dir", str(tmp_path / "nope"), "--repo", REPO]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+async def test_report_command_totals_a_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bgmcts report out/run=<id>` rebuilds the run's totals from its committed Parquet."""
+    from jobs.cli import main
+    from pipeline.summary import summarize_run_dir
+
+    run_dir, _ = await _sink_run(tmp_path, "rep")
+    (run_dir / "trees" / "part-uncommitted.parquet").write_bytes(b"in flight")  # ignored
+    summary = summarize_run_dir(run_dir)
+    nodes = pq.read_table(run_dir / "nodes")
+    assert summary.searched == 3 and summary.answered_nodes == nodes.num_rows
+    assert summary.correct_nodes == sum(nodes.column("label").to_pylist())
+    assert (run_dir / "trees" / "part-uncommitted.parquet").exists()  # read-only
+    assert main(["report", str(run_dir)]) == 0
+    assert f"answered nodes              │ {nodes.num_rows}" in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "nope")]) == 2
