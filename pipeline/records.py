@@ -8,10 +8,12 @@ README):
   full trajectory, PRM score and label;
 * ``trees`` (`TREES_SCHEMA`) - one row per searched problem: chosen answer,
   tokens by kind, counts, shape, time, why the search stopped;
-* ``sft`` (`SFT_SCHEMA`) - TRL conversational rows (``messages``) from the
-  nodes labelled correct;
+* ``sft`` (`SFT_SCHEMA`) - TRL conversational prompt-completion rows
+  (``prompt`` = the user turn, ``completion`` = the assistant turn) from the
+  nodes labelled correct, so TRL's SFTTrainer trains on the completion only;
 * ``dpo`` (`DPO_SCHEMA`) - TRL conversational preference rows (``prompt``,
-  ``chosen``, ``rejected``) pairing correct with incorrect nodes of a problem;
+  ``chosen``, ``rejected``) pairing correct with incorrect trajectories of a
+  problem that share a prefix and then diverge;
 * ``errors`` (`ERRORS_SCHEMA`) - a problem (or a source) that failed, and where.
 
 Grading (`grade_result`)
@@ -32,20 +34,43 @@ Grading (`grade_result`)
 SFT rows (`sft_rows`)
     The answered nodes labelled correct (by reference or pseudo label) with
     Q >= ``min_score``, best Q first; with ``dedupe`` only the best-Q node of
-    identical trajectories (exact assistant text) is kept.
+    identical trajectories (exact assistant text) is kept.  By default only
+    *clean* paths are kept: the node's answer is the only one on its path
+    (``answers_in_path == 1``).  A path that answered earlier and went on with
+    the continuation prompt ("But wait, let me think about the problem
+    again.") is a self-correction trace; most such traces state a wrong answer
+    first, so SFT on them teaches answering wrong first.
+    ``sft.self_correction: include`` keeps them too, ``only`` keeps only them.
+    Nobody in this project reads a ``messages`` column, so there is none: TRL
+    trains on every token of ``messages`` data (SmolLM2's template has no
+    ``{% generation %}`` markers for ``assistant_only_loss``).
 
 DPO pairs (`dpo_rows`)
-    Per problem, correct nodes (chosen) against incorrect nodes (rejected).
-    Trajectories are deduplicated first (the best-Q copy of a correct one, the
-    worst-Q copy of an incorrect one), every node is used at most once, and at
-    most ``max_pairs_per_problem`` pairs are made (``min(#correct, #incorrect)``
-    at most):
+    Per problem, correct trajectories (chosen) against incorrect ones
+    (rejected), both deduplicated first (the best-Q copy of a correct one, the
+    worst-Q copy of an incorrect one; at most `PAIR_POOL` of each).  Every
+    candidate pair gets a type from where the two paths part in the tree
+    (`pipeline.tree_paths.divergence`): ``siblings`` (children of one node),
+    ``cousins`` (they part at a non-root node, one or both deeper below it),
+    ``root`` (no generated step in common) or ``prefix`` (one trajectory
+    extends the other: the rejected one answered past the chosen one, or the
+    reverse).  Only the types in ``dpo.pair_types`` are kept; ``prefix`` is
+    off by default because such a pair prefers *stopping* over an identical
+    text, not a better step.  Candidates are then taken greedily in the
+    rule's order, every node used at most once, at most
+    ``max_pairs_per_problem`` pairs:
 
-    * ``best_vs_worst``: correct nodes by Q descending (ties: lower node id)
-      are zipped with incorrect nodes by Q ascending - the highest-Q correct
-      against the lowest-Q incorrect, then the next of each, and so on;
-    * ``random``: both lists are shuffled with a generator seeded from
-      ``(seed, problem_id)`` and zipped; the same inputs give the same pairs.
+    * ``shared_prefix`` (default): the longest shared prefix first (most
+      shared steps), so the preference is about the part that differs; ties
+      go to the larger Q gap, then to lower node ids;
+    * ``best_vs_worst``: the largest Q gap first (the highest-Q correct
+      against the lowest-Q incorrect, then the next of each, ...);
+    * ``random``: an order shuffled with a generator seeded from
+      ``(seed, problem_id)``; the same inputs give the same pairs.
+
+    The prompt is the policy's user turn alone (one message); chosen and
+    rejected are whole assistant turns, the shared prefix included (TRL's
+    conversational preference format).
 
 Everything here is pure (no file I/O, no Ray); a sink writes the tables.
 """
@@ -64,19 +89,46 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.prompts import policy_messages
 from actors.rollout import answers_match
+from pipeline.tree_paths import Divergence, PairType, answers_on_path, divergence
 from search.answer_choice import normalize_answer
 from search.driver import SearchResult, derive_seed
 from search.tree import Node
 
 LabelSource = Literal["reference", "prm_threshold", "majority"]
 PseudoLabel = Literal["prm_threshold", "majority"]
-Pairing = Literal["best_vs_worst", "random"]
+Pairing = Literal["shared_prefix", "best_vs_worst", "random"]
+SelfCorrection = Literal["exclude", "include", "only"]
 Row = dict[str, Any]
 
 SCHEMA_VERSION = "1"
 
 
 # --------------------------------------------------------------------------- config
+class SftConfig(BaseModel):
+    """Which correct trajectories become SFT rows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    self_correction: SelfCorrection = Field(
+        "exclude",
+        description="paths that answered before their last node: exclude (clean paths only), "
+        "include, or only those",
+    )
+
+
+class DpoConfig(BaseModel):
+    """Which kinds of pairs the DPO builder may make."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pair_types: tuple[PairType, ...] = Field(
+        ("siblings", "cousins", "root"),
+        min_length=1,
+        description="allowed pair types; add `prefix` to keep pairs where one trajectory "
+        "extends the other",
+    )
+
+
 class RecordsConfig(BaseModel):
     """Knobs of grading and of the SFT / DPO exports."""
 
@@ -87,7 +139,7 @@ class RecordsConfig(BaseModel):
     )
     dedupe: bool = Field(True, description="drop identical trajectories (keep the best Q)")
     max_pairs_per_problem: int = Field(4, ge=0, description="DPO pairs per problem, at most")
-    pairing: Pairing = Field("best_vs_worst", description="DPO pairing rule")
+    pairing: Pairing = Field("shared_prefix", description="DPO pairing rule")
     seed: int = Field(0, description="seed of the `random` pairing rule")
     pseudo_label: PseudoLabel = Field(
         "prm_threshold", description="how nodes are labelled when a problem has no reference"
@@ -96,6 +148,8 @@ class RecordsConfig(BaseModel):
         0.5, ge=0, le=1, description="prm_threshold: answered nodes with Q >= this are correct"
     )
     grade_timeout_s: float = Field(5.0, gt=0, description="math-verify time per comparison")
+    sft: SftConfig = Field(default_factory=SftConfig)
+    dpo: DpoConfig = Field(default_factory=DpoConfig)
 
 
 # --------------------------------------------------------------------------- schemas
@@ -125,7 +179,7 @@ _PRM = doc_field("prm_model", pa.string(), "scorer (PRM) model name", nullable=T
 _LABEL_SOURCE = doc_field(
     "label_source",
     pa.string(),
-    "where the labels come from: reference | prm_threshold | majority",
+    "where the labels come from: reference, prm_threshold or majority",
 )
 
 NODES_SCHEMA = record_schema(
@@ -214,19 +268,30 @@ TREES_SCHEMA = record_schema(
 )
 """`trees`: one row per searched problem."""
 
+_ANSWERS_IN_PATH = (
+    "answered nodes on the root-to-node path, this one included: 1 for a clean path, "
+    "more for a self-correction trace (it answered, was told to think again, answered again)"
+)
+
 SFT_SCHEMA = record_schema(
     "sft",
     [
         doc_field(
-            "messages",
+            "prompt",
             MESSAGES_TYPE,
-            "TRL conversational format: the policy's user prompt, then the assistant's "
-            "full trajectory",
+            "TRL conversational prompt-completion format: the policy's user turn (one message)",
+        ),
+        doc_field(
+            "completion",
+            MESSAGES_TYPE,
+            "one assistant message: the full trajectory (TRL trains on these tokens only)",
         ),
         _PROBLEM_ID,
         doc_field("node_id", pa.int64(), "the answered node the trajectory ends at"),
         doc_field("answer", pa.string(), "its extracted answer", nullable=True),
         doc_field("score", pa.float64(), "its PRM score Q"),
+        doc_field("depth", pa.int64(), "steps in the trajectory"),
+        doc_field("answers_in_path", pa.int64(), _ANSWERS_IN_PATH),
         _LABEL_SOURCE,
         _RUN_ID,
     ],
@@ -245,7 +310,23 @@ DPO_SCHEMA = record_schema(
         doc_field("rejected_node_id", pa.int64(), "node id of the rejected trajectory"),
         doc_field("chosen_answer", pa.string(), "answer of the chosen node", nullable=True),
         doc_field("rejected_answer", pa.string(), "answer of the rejected node", nullable=True),
-        doc_field("pairing", pa.string(), "pairing rule: best_vs_worst | random"),
+        doc_field(
+            "pair_type",
+            pa.string(),
+            "siblings (children of one node), cousins (part at a deeper node), root (share "
+            "no generated step) or prefix (one extends the other; off by default)",
+        ),
+        doc_field(
+            "shared_steps", pa.int64(), "generated steps both trajectories share before they part"
+        ),
+        doc_field(
+            "shared_prefix_chars",
+            pa.int64(),
+            "characters of assistant text both trajectories share (the common ancestor's text)",
+        ),
+        doc_field("chosen_answers_in_path", pa.int64(), "answers_in_path of the chosen node"),
+        doc_field("rejected_answers_in_path", pa.int64(), "answers_in_path of the rejected node"),
+        doc_field("pairing", pa.string(), "pairing rule: shared_prefix, best_vs_worst or random"),
         _LABEL_SOURCE,
         _PROBLEM_ID,
         _RUN_ID,
@@ -285,7 +366,7 @@ def schema_markdown(schema: Any) -> str:
     """A Markdown table of a schema's fields (name, type, nullable, description)."""
     lines = ["| field | type | nullable | description |", "|---|---|---|---|"]
     for f in schema:
-        doc = (f.metadata or {}).get(b"description", b"").decode()
+        doc = (f.metadata or {}).get(b"description", b"").decode().replace("|", "\\|")
         lines.append(f"| `{f.name}` | `{f.type}` | {'yes' if f.nullable else 'no'} | {doc} |")
     return "\n".join(lines)
 
@@ -489,23 +570,47 @@ def _unique(nodes: Iterable[Node], graded: GradedTree) -> list[Node]:
     return out
 
 
+def _answers_in_path(graded: GradedTree, node: Node) -> int:
+    return len(answers_on_path(graded.result.tree, node))
+
+
 def sft_rows(
-    graded: GradedTree, *, run_id: str, min_score: float = 0.0, dedupe: bool = True
+    graded: GradedTree,
+    *,
+    run_id: str,
+    min_score: float = 0.0,
+    dedupe: bool = True,
+    self_correction: SelfCorrection = "exclude",
 ) -> list[Row]:
-    """`sft` rows from the nodes labelled correct with Q >= `min_score`, best Q first."""
+    """`sft` rows from the nodes labelled correct with Q >= `min_score`, best Q first.
+
+    `self_correction` keeps clean paths only (``exclude``: the last node holds
+    the path's only answer), every path (``include``), or only the paths that
+    answered before (``only``).
+    """
+    if self_correction not in ("exclude", "include", "only"):
+        raise ValueError(f"unknown self_correction rule {self_correction!r}")
     picked = sorted(
         (n for n in graded.answered() if graded.labels[n.id] and n.q >= min_score),
         key=lambda n: (-n.q, n.id),
     )
     if dedupe:
         picked = _unique(picked, graded)
+    answers = {n.id: _answers_in_path(graded, n) for n in picked}
+    if self_correction == "exclude":
+        picked = [n for n in picked if answers[n.id] == 1]
+    elif self_correction == "only":
+        picked = [n for n in picked if answers[n.id] > 1]
     return [
         {
-            "messages": [*_user_turn(graded), *_assistant(graded.trajectory(n))],
+            "prompt": _user_turn(graded),
+            "completion": _assistant(graded.trajectory(n)),
             "problem_id": graded.problem_id,
             "node_id": n.id,
             "answer": n.answer,
             "score": n.q,
+            "depth": n.depth,
+            "answers_in_path": answers[n.id],
             "label_source": graded.label_source,
             "run_id": run_id,
         }
@@ -513,29 +618,56 @@ def sft_rows(
     ]
 
 
+# The pair search looks at |correct| x |incorrect| candidates: at most this many of
+# each (the first in the rule's order) keep it bounded on very large trees.
+PAIR_POOL = 64
+
+
 def dpo_rows(
     graded: GradedTree,
     *,
     run_id: str,
     max_pairs_per_problem: int = 4,
-    pairing: Pairing = "best_vs_worst",
+    pairing: Pairing = "shared_prefix",
     seed: int = 0,
+    pair_types: Iterable[PairType] = ("siblings", "cousins", "root"),
 ) -> list[Row]:
     """`dpo` pairs of one problem (rules in the module docstring)."""
     answered = graded.answered()
+    tree = graded.result.tree
     good = _unique(
         sorted((n for n in answered if graded.labels[n.id]), key=lambda n: (-n.q, n.id)), graded
     )
     bad = _unique(
         sorted((n for n in answered if not graded.labels[n.id]), key=lambda n: (n.q, n.id)), graded
     )
+    rng = random.Random(derive_seed(seed, "dpo", graded.problem_id))
     if pairing == "random":
-        rng = random.Random(derive_seed(seed, "dpo", graded.problem_id))
         rng.shuffle(good)
         rng.shuffle(bad)
-    elif pairing != "best_vs_worst":
+    elif pairing not in ("shared_prefix", "best_vs_worst"):
         raise ValueError(f"unknown pairing rule {pairing!r}")
-    pairs = list(zip(good, bad, strict=False))[: max(0, max_pairs_per_problem)]
+    allowed = set(pair_types)
+    candidates = [
+        (c, r, div)
+        for c in good[:PAIR_POOL]
+        for r in bad[:PAIR_POOL]
+        if (div := divergence(tree, c, r)).pair_type in allowed
+    ]
+    if pairing == "shared_prefix":
+        candidates.sort(key=lambda t: (-t[2].shared_steps, t[1].q - t[0].q, t[0].id, t[1].id))
+    elif pairing == "best_vs_worst":
+        candidates.sort(key=lambda t: (t[1].q - t[0].q, t[0].id, t[1].id))
+    else:
+        rng.shuffle(candidates)
+    pairs: list[tuple[Node, Node, Divergence]] = []
+    used: set[int] = set()  # every node (so every trajectory) is used at most once
+    for c, r, div in candidates:
+        if len(pairs) >= max(0, max_pairs_per_problem):
+            break
+        if c.id not in used and r.id not in used:
+            used.update((c.id, r.id))
+            pairs.append((c, r, div))
     return [
         {
             "prompt": _user_turn(graded),
@@ -547,12 +679,17 @@ def dpo_rows(
             "rejected_node_id": r.id,
             "chosen_answer": c.answer,
             "rejected_answer": r.answer,
+            "pair_type": div.pair_type,
+            "shared_steps": div.shared_steps,
+            "shared_prefix_chars": len(tree.assistant_text(div.ancestor)),
+            "chosen_answers_in_path": _answers_in_path(graded, c),
+            "rejected_answers_in_path": _answers_in_path(graded, r),
             "pairing": pairing,
             "label_source": graded.label_source,
             "problem_id": graded.problem_id,
             "run_id": run_id,
         }
-        for c, r in pairs
+        for c, r, div in pairs
     ]
 
 
@@ -602,7 +739,11 @@ async def records_for(
         "nodes": node_rows(graded, run_id=run_id, **models),
         "trees": [tree_row(graded, run_id=run_id, **models)],
         "sft": sft_rows(
-            graded, run_id=run_id, min_score=config.min_sft_score, dedupe=config.dedupe
+            graded,
+            run_id=run_id,
+            min_score=config.min_sft_score,
+            dedupe=config.dedupe,
+            self_correction=config.sft.self_correction,
         ),
         "dpo": dpo_rows(
             graded,
@@ -610,6 +751,7 @@ async def records_for(
             max_pairs_per_problem=config.max_pairs_per_problem,
             pairing=config.pairing,
             seed=config.seed,
+            pair_types=config.dpo.pair_types,
         ),
     }
 
