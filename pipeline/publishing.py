@@ -38,11 +38,28 @@ def card_info(config: dict[str, Any], summary: RunSummary) -> CardInfo:
         return None if value is None else str(value)
 
     search = config.get("search") or {}
+    rule = ((config.get("records") or {}).get("decontamination")) or {}
     return CardInfo(
         config=config,
         models=[m for m in (model("policy"), model("scorer")) if m],
         budget={"B": config.get("budget"), "algorithm": search.get("algorithm")},
         answered_precision=summary.precision,
+        decontaminated=dict(summary.contaminated),
+        decontamination_rule=decontamination_rule(rule),
+    )
+
+
+def decontamination_rule(rule: dict[str, Any]) -> str | None:
+    """One sentence on how the run was decontaminated (from its config dump)."""
+    if not rule:
+        return None
+    if not rule.get("enabled", True):
+        return "Decontamination was off for this run."
+    names = [*rule.get("benchmarks", []), *(Path(str(p)).name for p in rule.get("extra", []))]
+    return (
+        f"Rule: a problem sharing any {rule.get('ngram', 13)}-gram of normalised word/number "
+        "tokens with a benchmark problem (or containing a shorter benchmark problem whole) is "
+        f"excluded; benchmarks: {', '.join(names) or 'none'}."
     )
 
 
@@ -55,7 +72,7 @@ def publish_run_dir(
     private: bool = True,
     endpoint: str | None = None,
 ) -> PublishResult:
-    """Push `run_dir`'s sft and dpo Parquet to `repo`; raises `HubPublishError`."""
+    """Push `run_dir`'s Parquet (every record type) to `repo`; raises `HubPublishError`."""
     run_dir = Path(run_dir)
     summary = summarize_run_dir(run_dir)
     config = read_manifest(run_dir).get("config") or {}

@@ -1,19 +1,26 @@
 """Graded search trees as flat records: the Parquet schemas and the pure functions that fill them.
 
-Five record types, one `pyarrow.Schema` each (every field carries its own
+Eight record types, one `pyarrow.Schema` each (every field carries its own
 ``description`` in the field metadata; `schema_markdown` renders them for the
 README):
 
 * ``nodes`` (`NODES_SCHEMA`) - every answered node, correct or not, with its
   full trajectory, PRM score and label;
 * ``trees`` (`TREES_SCHEMA`) - one row per searched problem: chosen answer,
-  tokens by kind, counts, shape, time, why the search stopped;
+  tokens by kind, counts, shape, time, why the search stopped, contamination;
 * ``sft`` (`SFT_SCHEMA`) - TRL conversational prompt-completion rows
   (``prompt`` = the user turn, ``completion`` = the assistant turn) from the
   nodes labelled correct, so TRL's SFTTrainer trains on the completion only;
 * ``dpo`` (`DPO_SCHEMA`) - TRL conversational preference rows (``prompt``,
   ``chosen``, ``rejected``) pairing correct with incorrect trajectories of a
   problem that share a prefix and then diverge;
+* ``prm`` (`PRM_SCHEMA`) - TRL stepwise supervision (``prompt``,
+  ``completions`` = the steps of one path, ``labels`` = one bool per step)
+  plus a soft Monte-Carlo ``values`` column;
+* ``kto`` (`KTO_SCHEMA`) - TRL unpaired preference rows (``prompt``,
+  ``completion``, ``label``);
+* ``tree_nodes`` (`TREE_NODES_SCHEMA`) - every node of every tree, so any
+  relabelling or analysis can be redone from Parquet alone;
 * ``errors`` (`ERRORS_SCHEMA`) - a problem (or a source) that failed, and where.
 
 Grading (`grade_result`)
@@ -72,6 +79,30 @@ DPO pairs (`dpo_rows`)
     rejected are whole assistant turns, the shared prefix included (TRL's
     conversational preference format).
 
+PRM rows (`prm_rows`)
+    One row per distinct answered trajectory (self-correction traces
+    included): its steps are the tree nodes on its path.  A step's label comes
+    from the tree below it, as Math-Shepherd's estimates do from rollouts: an
+    unanswered step is good (hard label) when at least one answered node in
+    its subtree is labelled correct, and its soft value is the fraction of
+    the answered nodes in its subtree that are correct; an answered step
+    carries its own answer's label (value 1.0 or 0.0), whatever continuations
+    below it reached.  Every step of a path has at least the path's own
+    answer below it, so no value is undefined.  Without a reference answer the
+    labels would be pseudo labels (with ``prm_threshold``, the PRM's own
+    scores): such problems give no prm rows unless ``prm.pseudo_labels``.
+
+KTO rows (`kto_rows`)
+    Every distinct answered trajectory of a problem (best Q first), labelled
+    desirable when correct; the SFT self-correction rule applies to both
+    labels.
+
+Decontamination
+    `records_for` takes the benchmark a problem overlaps (found by
+    `pipeline.decontamination`): such a problem keeps its nodes, trees and
+    tree_nodes rows (``trees.contaminated`` names the benchmark) and gives no
+    sft, dpo, prm or kto rows.
+
 Everything here is pure (no file I/O, no Ray); a sink writes the tables.
 """
 
@@ -89,7 +120,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.prompts import policy_messages
 from actors.rollout import answers_match
-from pipeline.tree_paths import Divergence, PairType, answers_on_path, divergence
+from pipeline.decontamination import DecontaminationConfig
+from pipeline.tree_paths import (
+    Divergence,
+    PairType,
+    answers_on_path,
+    divergence,
+    path_steps,
+    subtree_answers,
+)
 from search.answer_choice import normalize_answer
 from search.driver import SearchResult, derive_seed
 from search.tree import Node
@@ -100,7 +139,7 @@ Pairing = Literal["shared_prefix", "best_vs_worst", "random"]
 SelfCorrection = Literal["exclude", "include", "only"]
 Row = dict[str, Any]
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: sft prompt-completion, dpo pair types, prm/kto/tree_nodes
 
 
 # --------------------------------------------------------------------------- config
@@ -129,6 +168,18 @@ class DpoConfig(BaseModel):
     )
 
 
+class PrmConfig(BaseModel):
+    """The `prm` record's behaviour without a reference answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pseudo_labels: bool = Field(
+        False,
+        description="without a reference, label steps from the pseudo labels (off: no prm rows, "
+        "since prm_threshold pseudo labels are the PRM's own scores)",
+    )
+
+
 class RecordsConfig(BaseModel):
     """Knobs of grading and of the SFT / DPO exports."""
 
@@ -150,6 +201,8 @@ class RecordsConfig(BaseModel):
     grade_timeout_s: float = Field(5.0, gt=0, description="math-verify time per comparison")
     sft: SftConfig = Field(default_factory=SftConfig)
     dpo: DpoConfig = Field(default_factory=DpoConfig)
+    prm: PrmConfig = Field(default_factory=PrmConfig)
+    decontamination: DecontaminationConfig = Field(default_factory=DecontaminationConfig)
 
 
 # --------------------------------------------------------------------------- schemas
@@ -259,6 +312,13 @@ TREES_SCHEMA = record_schema(
             "stop_reason", pa.string(), "budget_exhausted | early_stop | algorithm_done | stalled"
         ),
         doc_field("iterations", pa.int64(), "search steps taken"),
+        doc_field(
+            "contaminated",
+            pa.string(),
+            "the benchmark the problem overlaps (pipeline.decontamination); such a problem "
+            "gives no sft, dpo, prm or kto rows; null when clean or not checked",
+            nullable=True,
+        ),
         _METHOD,
         _POLICY,
         _PRM,
@@ -353,11 +413,124 @@ ERRORS_SCHEMA = record_schema(
 )
 """`errors`: one row per failure, so a run never loses a problem silently."""
 
+
+def _list_of(type_: Any) -> Any:
+    return pa.list_(pa.field("element", type_, nullable=False))
+
+
+PRM_SCHEMA = record_schema(
+    "prm",
+    [
+        doc_field(
+            "prompt",
+            pa.string(),
+            "TRL stepwise-supervision format: the problem statement (plain text)",
+        ),
+        doc_field(
+            "completions",
+            _list_of(pa.string()),
+            "the steps of one root-to-answer path, one string per tree node (the first "
+            'starts with "Step 1:")',
+        ),
+        doc_field(
+            "labels",
+            _list_of(pa.bool_()),
+            "one per step: an unanswered step is good when a correct answer is reached in "
+            "the tree below it; an answered step carries its own answer's label",
+        ),
+        doc_field(
+            "values",
+            _list_of(pa.float64()),
+            "one per step, soft Monte-Carlo value: the fraction of answered nodes below the "
+            "step that are correct (an answered step: its own label, 1.0 or 0.0)",
+        ),
+        doc_field("step_node_ids", _list_of(pa.int64()), "the tree node of each step"),
+        _PROBLEM_ID,
+        doc_field("node_id", pa.int64(), "the answered node the path ends at"),
+        doc_field("answer", pa.string(), "its extracted answer", nullable=True),
+        doc_field("answers_in_path", pa.int64(), _ANSWERS_IN_PATH),
+        _LABEL_SOURCE,
+        _RUN_ID,
+    ],
+)
+"""`prm`: step-level labels of every answered path, from the subtree under each step."""
+
+KTO_SCHEMA = record_schema(
+    "kto",
+    [
+        doc_field(
+            "prompt", MESSAGES_TYPE, "TRL unpaired preference format: the user turn (one message)"
+        ),
+        doc_field("completion", MESSAGES_TYPE, "one assistant message: the full trajectory"),
+        doc_field("label", pa.bool_(), "true: desirable (a correct answer), false: undesirable"),
+        _PROBLEM_ID,
+        doc_field("node_id", pa.int64(), "the answered node the trajectory ends at"),
+        doc_field("answer", pa.string(), "its extracted answer", nullable=True),
+        doc_field("score", pa.float64(), "its PRM score Q"),
+        doc_field("answers_in_path", pa.int64(), _ANSWERS_IN_PATH),
+        _LABEL_SOURCE,
+        _RUN_ID,
+    ],
+)
+"""`kto`: every distinct answered trajectory with its label."""
+
+TREE_NODES_SCHEMA = record_schema(
+    "tree_nodes",
+    [
+        _RUN_ID,
+        _PROBLEM_ID,
+        doc_field("node_id", pa.int64(), "node id within its tree; ids grow in creation order"),
+        doc_field(
+            "parent_id", pa.int64(), "id of the parent node; null for the root", nullable=True
+        ),
+        doc_field("depth", pa.int64(), "depth in the tree (the root is 0)"),
+        doc_field("d", pa.int64(), "d(x): steps since the nearest answered ancestor (0: answered)"),
+        doc_field(
+            "text",
+            pa.string(),
+            "the step the policy generated (boundary excluded); the root: the problem statement",
+        ),
+        doc_field(
+            "inserted_text",
+            pa.string(),
+            "text the search put before `text` (step boundary, continuation prompt); the "
+            "root: the response prefix every trajectory starts with. A trajectory is the "
+            "root's inserted_text plus inserted_text + text of every node on its path",
+        ),
+        doc_field("q", pa.float64(), "the PRM score Q in [0, 1] (the root: 0)"),
+        doc_field("answered", pa.bool_(), "the node completed an answer"),
+        doc_field("answer", pa.string(), "the last \\boxed{} content; null if none", nullable=True),
+        doc_field(
+            "label",
+            pa.bool_(),
+            "answered nodes: the label used for training (see the tree's label_source); "
+            "null for unanswered nodes",
+            nullable=True,
+        ),
+        doc_field(
+            "finish", pa.string(), "why its generation ended; null for the root", nullable=True
+        ),
+        doc_field("output_tokens", pa.int64(), "tokens the policy generated for this node"),
+        doc_field("inserted_tokens", pa.int64(), "tokens of inserted_text charged to the budget"),
+        doc_field("c_used", pa.float64(), "C_used when the node was created, before its own cost"),
+        doc_field("iteration", pa.int64(), "expansion order: the search step that created it"),
+        doc_field(
+            "from_generative", pa.bool_(), "created through the virtual generative child (Eq. 5)"
+        ),
+        doc_field("full_generation", pa.bool_(), "generated as a whole solution, not one step"),
+        doc_field("error", pa.string(), "why generating or scoring it failed", nullable=True),
+    ],
+)
+"""`tree_nodes`: every node of every tree, so relabelling can be redone from Parquet."""
+
 SCHEMAS: Mapping[str, Any] = {
     "nodes": NODES_SCHEMA,
     "trees": TREES_SCHEMA,
     "sft": SFT_SCHEMA,
     "dpo": DPO_SCHEMA,
+    "prm": PRM_SCHEMA,
+    "kto": KTO_SCHEMA,
+    "tree_nodes": TREE_NODES_SCHEMA,
     "errors": ERRORS_SCHEMA,
 }
 
@@ -516,6 +689,7 @@ def tree_row(
     run_id: str,
     policy_model: str | None = None,
     prm_model: str | None = None,
+    contaminated: str | None = None,
 ) -> Row:
     """The `trees` row of one graded search."""
     result = graded.result
@@ -542,6 +716,7 @@ def tree_row(
         "wall_time_s": result.wall_time_s,
         "stop_reason": result.stop_reason,
         "iterations": result.iterations,
+        "contaminated": contaminated,
         "method": result.algorithm,
         "policy_model": policy_model,
         "prm_model": prm_model,
@@ -693,6 +868,128 @@ def dpo_rows(
     ]
 
 
+def _select_paths(
+    graded: GradedTree, nodes: Sequence[Node], dedupe: bool, self_correction: SelfCorrection
+) -> list[tuple[Node, int]]:
+    """(node, answers_in_path) of `nodes` after dedupe and the self-correction rule."""
+    if self_correction not in ("exclude", "include", "only"):
+        raise ValueError(f"unknown self_correction rule {self_correction!r}")
+    picked = _unique(nodes, graded) if dedupe else list(nodes)
+    counted = [(n, _answers_in_path(graded, n)) for n in picked]
+    if self_correction == "exclude":
+        return [(n, k) for n, k in counted if k == 1]
+    if self_correction == "only":
+        return [(n, k) for n, k in counted if k > 1]
+    return counted
+
+
+def prm_rows(
+    graded: GradedTree, *, run_id: str, dedupe: bool = True, pseudo_labels: bool = False
+) -> list[Row]:
+    """`prm` rows: one per answered path (distinct trajectory), labels from the subtree.
+
+    Without a reference the labels would be pseudo labels (for ``prm_threshold``,
+    the PRM's own scores): the record is then empty unless `pseudo_labels`.
+    """
+    if graded.pseudo and not pseudo_labels:
+        return []
+    tree = graded.result.tree
+    below = subtree_answers(tree, graded.labels)
+    rows: list[Row] = []
+    for node, answers in _select_paths(graded, graded.answered(), dedupe, "include"):
+        path = tree.path(node)
+        labels: list[bool] = []
+        values: list[float] = []
+        for step in path:
+            if step.answered:
+                label = bool(graded.labels[step.id])
+                labels.append(label)
+                values.append(float(label))
+            else:
+                reached = below[step.id]  # never empty: `node` lies below every step
+                labels.append(reached.correct > 0)
+                values.append(reached.correct / reached.answered)
+        rows.append(
+            {
+                "prompt": graded.result.problem,
+                "completions": path_steps(tree, node),
+                "labels": labels,
+                "values": values,
+                "step_node_ids": [step.id for step in path],
+                "problem_id": graded.problem_id,
+                "node_id": node.id,
+                "answer": node.answer,
+                "answers_in_path": answers,
+                "label_source": graded.label_source,
+                "run_id": run_id,
+            }
+        )
+    return rows
+
+
+def kto_rows(
+    graded: GradedTree,
+    *,
+    run_id: str,
+    dedupe: bool = True,
+    self_correction: SelfCorrection = "exclude",
+) -> list[Row]:
+    """`kto` rows: every distinct answered trajectory (best Q first) with its label.
+
+    The same self-correction rule as SFT applies to both labels, so desirable
+    rows are the SFT rows (before `min_sft_score`).
+    """
+    ordered = sorted(graded.answered(), key=lambda n: (-n.q, n.id))
+    return [
+        {
+            "prompt": _user_turn(graded),
+            "completion": _assistant(graded.trajectory(n)),
+            "label": bool(graded.labels[n.id]),
+            "problem_id": graded.problem_id,
+            "node_id": n.id,
+            "answer": n.answer,
+            "score": n.q,
+            "answers_in_path": answers,
+            "label_source": graded.label_source,
+            "run_id": run_id,
+        }
+        for n, answers in _select_paths(graded, ordered, dedupe, self_correction)
+    ]
+
+
+def tree_node_rows(graded: GradedTree, *, run_id: str) -> list[Row]:
+    """`tree_nodes` rows: every node of the tree, the root first (see TREE_NODES_SCHEMA)."""
+    tree = graded.result.tree
+    rows: list[Row] = []
+    for n in tree.nodes:
+        root = n.parent_id is None
+        rows.append(
+            {
+                "run_id": run_id,
+                "problem_id": graded.problem_id,
+                "node_id": n.id,
+                "parent_id": n.parent_id,
+                "depth": n.depth,
+                "d": n.d,
+                "text": tree.problem if root else n.text,
+                "inserted_text": tree.response_prefix if root else n.inserted_text,
+                "q": n.q,
+                "answered": n.answered,
+                "answer": n.answer,
+                "label": graded.labels.get(n.id) if n.answered else None,
+                "finish": None if n.finish is None else n.finish.value,
+                "output_tokens": n.output_tokens,
+                "inserted_tokens": n.inserted_tokens,
+                "c_used": n.c_used,
+                "iteration": n.iteration,
+                "from_generative": n.from_generative,
+                "full_generation": n.full_generation,
+                "error": n.error,
+            }
+        )
+    return rows
+
+
 def error_row(
     problem_id: str | None, stage: str, error: BaseException | str, *, run_id: str
 ) -> Row:
@@ -723,8 +1020,14 @@ async def records_for(
     config: RecordsConfig | None = None,
     policy_model: str | None = None,
     prm_model: str | None = None,
+    contamination: str | None = None,
 ) -> dict[str, list[Row]]:
-    """Grade one result and build its `nodes`, `trees`, `sft` and `dpo` rows with `config`."""
+    """Grade one result and build every record type's rows with `config`.
+
+    `contamination` names the benchmark the problem overlaps
+    (`pipeline.decontamination`): the tree is still recorded (`nodes`, `trees`,
+    `tree_nodes`), but it gives no training rows (`sft`, `dpo`, `prm`, `kto`).
+    """
     config = config or RecordsConfig()
     graded = await grade_result(
         result,
@@ -735,25 +1038,35 @@ async def records_for(
         threshold=config.pseudo_threshold,
     )
     models = {"policy_model": policy_model, "prm_model": prm_model}
-    return {
+    records: dict[str, list[Row]] = {
         "nodes": node_rows(graded, run_id=run_id, **models),
-        "trees": [tree_row(graded, run_id=run_id, **models)],
-        "sft": sft_rows(
-            graded,
-            run_id=run_id,
-            min_score=config.min_sft_score,
-            dedupe=config.dedupe,
-            self_correction=config.sft.self_correction,
-        ),
-        "dpo": dpo_rows(
-            graded,
-            run_id=run_id,
-            max_pairs_per_problem=config.max_pairs_per_problem,
-            pairing=config.pairing,
-            seed=config.seed,
-            pair_types=config.dpo.pair_types,
-        ),
+        "trees": [tree_row(graded, run_id=run_id, contaminated=contamination, **models)],
+        "tree_nodes": tree_node_rows(graded, run_id=run_id),
     }
+    if contamination is not None:
+        return records
+    records["sft"] = sft_rows(
+        graded,
+        run_id=run_id,
+        min_score=config.min_sft_score,
+        dedupe=config.dedupe,
+        self_correction=config.sft.self_correction,
+    )
+    records["dpo"] = dpo_rows(
+        graded,
+        run_id=run_id,
+        max_pairs_per_problem=config.max_pairs_per_problem,
+        pairing=config.pairing,
+        seed=config.seed,
+        pair_types=config.dpo.pair_types,
+    )
+    records["prm"] = prm_rows(
+        graded, run_id=run_id, dedupe=config.dedupe, pseudo_labels=config.prm.pseudo_labels
+    )
+    records["kto"] = kto_rows(
+        graded, run_id=run_id, dedupe=config.dedupe, self_correction=config.sft.self_correction
+    )
+    return records
 
 
 # --------------------------------------------------------------------------- tables
@@ -817,20 +1130,26 @@ def to_table(rows: Iterable[Mapping[str, Any]], schema: Any) -> Any:
 __all__ = [
     "DPO_SCHEMA",
     "ERRORS_SCHEMA",
+    "KTO_SCHEMA",
     "NODES_SCHEMA",
+    "PRM_SCHEMA",
     "SCHEMAS",
     "SFT_SCHEMA",
     "TREES_SCHEMA",
+    "TREE_NODES_SCHEMA",
     "GradedTree",
     "RecordValidationError",
     "RecordsConfig",
     "dpo_rows",
     "error_row",
     "grade_result",
+    "kto_rows",
     "node_rows",
+    "prm_rows",
     "records_for",
     "schema_markdown",
     "sft_rows",
     "to_table",
+    "tree_node_rows",
     "tree_row",
 ]

@@ -25,11 +25,14 @@ from pipeline.records import (
     dpo_rows,
     error_row,
     grade_result,
+    kto_rows,
     node_rows,
+    prm_rows,
     records_for,
     schema_markdown,
     sft_rows,
     to_table,
+    tree_node_rows,
     tree_row,
 )
 from search import SearchResult, parse_search_config, run_search
@@ -306,6 +309,9 @@ def _all_rows(graded: list[GradedTree]) -> dict[str, list[dict[str, Any]]]:
         out["trees"].append(tree_row(g, run_id="r", policy_model="pol"))
         out["sft"] += sft_rows(g, run_id="r")
         out["dpo"] += dpo_rows(g, run_id="r", max_pairs_per_problem=2)
+        out["prm"] += prm_rows(g, run_id="r", pseudo_labels=True)
+        out["kto"] += kto_rows(g, run_id="r")
+        out["tree_nodes"] += tree_node_rows(g, run_id="r")
     out["errors"] += [
         error_row("p9", "search", RuntimeError("engine down"), run_id="r"),
         error_row(None, "source", "bad line 3", run_id="r"),
