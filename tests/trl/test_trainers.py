@@ -139,6 +139,9 @@ def _args(tmp_path: Path) -> dict[str, Any]:
         "use_cpu": True,
         "seed": 0,
         "dataloader_num_workers": 0,
+        # TRL 1.x turns activation checkpointing on by default: pure recomputation for a
+        # 2-layer model on CPU
+        "gradient_checkpointing": False,
     }
 
 
