@@ -16,7 +16,7 @@ README):
 
 Grading (`grade_result`)
     With a reference answer each *distinct* extracted answer of the tree is
-    compared once with math-verify (`actors.rollout.answers_match`, bounded by
+    compared once with math-verify (`actors.grading.answers_match`, bounded by
     ``timeout_s`` per comparison; a timeout or a parse failure is "incorrect"),
     and every node carrying it gets that verdict: ``label_source = "reference"``.
     Without a reference the labels are pseudo labels (``pseudo_label = true``):
@@ -56,14 +56,14 @@ import asyncio
 import numbers
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.grading import answers_match, counting
 from actors.prompts import policy_messages
-from actors.rollout import answers_match
 from search.answer_choice import normalize_answer
 from search.driver import SearchResult, derive_seed
 from search.tree import Node
@@ -205,6 +205,12 @@ TREES_SCHEMA = record_schema(
             "stop_reason", pa.string(), "budget_exhausted | early_stop | algorithm_done | stalled"
         ),
         doc_field("iterations", pa.int64(), "search steps taken"),
+        doc_field(
+            "grade_timeouts",
+            pa.int64(),
+            "answer comparisons cut off by their time limit or refused as too costly "
+            "(graded incorrect)",
+        ),
         _METHOD,
         _POLICY,
         _PRM,
@@ -302,6 +308,7 @@ class GradedTree:
     labels: Mapping[int, bool]  # answered node id -> label
     chosen_correct: bool | None  # null without a reference
     verified: Mapping[str, bool] = field(default_factory=dict)  # distinct answer -> verdict
+    grade_timeouts: int = 0  # comparisons cut off by their limit (graded incorrect)
 
     @property
     def pseudo(self) -> bool:
@@ -461,6 +468,7 @@ def tree_row(
         "wall_time_s": result.wall_time_s,
         "stop_reason": result.stop_reason,
         "iterations": result.iterations,
+        "grade_timeouts": graded.grade_timeouts,
         "method": result.algorithm,
         "policy_model": policy_model,
         "prm_model": prm_model,
@@ -589,14 +597,16 @@ async def records_for(
 ) -> dict[str, list[Row]]:
     """Grade one result and build its `nodes`, `trees`, `sft` and `dpo` rows with `config`."""
     config = config or RecordsConfig()
-    graded = await grade_result(
-        result,
-        reference,
-        problem_id=problem_id,
-        timeout_s=config.grade_timeout_s,
-        pseudo_label=config.pseudo_label,
-        threshold=config.pseudo_threshold,
-    )
+    with counting() as grading:
+        graded = await grade_result(
+            result,
+            reference,
+            problem_id=problem_id,
+            timeout_s=config.grade_timeout_s,
+            pseudo_label=config.pseudo_label,
+            threshold=config.pseudo_threshold,
+        )
+    graded = replace(graded, grade_timeouts=grading.timeouts)
     models = {"policy_model": policy_model, "prm_model": prm_model}
     return {
         "nodes": node_rows(graded, run_id=run_id, **models),
