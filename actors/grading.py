@@ -122,11 +122,9 @@ def _verify(answer: str, reference: str) -> bool:
     return bool(verify(gold, target, timeout_seconds=None))
 
 
-def _load_math_verify() -> None:
-    """Import math-verify (and sympy) in the parent, so forked workers start warm."""
-    import math_verify  # type: ignore[import-untyped, unused-ignore]  # noqa: F401
-
-    # It warns on every call that its own (SIGALRM) timeouts are off: the pool bounds time.
+def _quiet() -> None:
+    """Worker start: math-verify warns on every call that its own (SIGALRM) timeouts are
+    off; here the pool bounds the time."""
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
@@ -138,12 +136,16 @@ def _get_pool() -> Any:
     global _pool
     with _pool_lock:
         if _pool is None or not _pool.active:
-            # fork: spawn and forkserver re-import the __main__ module in each worker, which
-            # breaks scripts without a main guard (and Ray's worker entry point).  A forked
-            # worker only runs `_verify`, never the parent's threads' code.
-            context = multiprocessing.get_context("fork")
-            _load_math_verify()
-            _pool = pebble.ProcessPool(max_workers=_POOL_WORKERS, context=context)
+            # forkserver, not fork: forking a process that runs other threads (llama.cpp,
+            # Ray's gRPC) stalled the workers for a minute here.  The fork server starts
+            # once, clean, with math-verify preloaded, and forks warm workers from itself.
+            # (Like spawn it imports the __main__ module: a script that grades must use an
+            # `if __name__ == "__main__":` guard, as Ray's workers and `python -m` do.)
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["actors.grading", "math_verify"])
+            _pool = pebble.ProcessPool(
+                max_workers=_POOL_WORKERS, initializer=_quiet, context=context
+            )
         return _pool
 
 
