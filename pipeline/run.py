@@ -27,7 +27,7 @@ from pipeline.lease import RunLease
 from pipeline.publishing import MANIFEST
 from pipeline.records import error_row
 from pipeline.sink import RECORD_TYPES, ParquetSink
-from pipeline.sources import LoadedProblems, load_problems
+from pipeline.sources import ErrorRow, LoadedProblems, ProblemRow, load_problems
 from pipeline.summary import Progress, RunSummary
 
 ProgressFn = Callable[[RunSummary, int, float], None]
@@ -74,6 +74,20 @@ def synthesize(
         raise
 
 
+def pending(loaded: LoadedProblems, sink: ParquetSink) -> tuple[list[ProblemRow], list[ErrorRow]]:
+    """What this invocation still has to do: problems to search, source errors to write.
+
+    A problem is done when its tree is committed; a source error (a bad row, or a
+    duplicate under its own key) when its error row is.  A failed search's error row
+    marks nothing done: the next run searches the problem again.
+    """
+    searched = sink.searched_problem_ids()
+    final_errors = sink.final_error_keys()
+    todo = [p for p in loaded.problems if p["problem_id"] not in searched]
+    new_errors = [e for e in loaded.errors if e["problem_id"] not in final_errors]
+    return todo, new_errors
+
+
 def _describe(config: RunConfig) -> str:
     source = config.source
     where = getattr(source, "path", None) or getattr(source, "name", None) or source.kind
@@ -97,12 +111,7 @@ def _synthesize(
     sink = ParquetSink(config.output_root, run_id)
     summary = RunSummary(run_id, sink.run_dir)
     write_manifest(config, sink.run_dir)
-    # A problem is done when its tree is committed; a source error (a bad row, a
-    # duplicate under its own key) when its error row is.  Search errors are retried.
-    searched = sink.searched_problem_ids()
-    final_errors = sink.final_error_keys()
-    todo = [p for p in loaded.problems if p["problem_id"] not in searched]
-    new_errors = [e for e in loaded.errors if e["problem_id"] not in final_errors]
+    todo, new_errors = pending(loaded, sink)
     summary.problems = len(loaded.problems) + len(loaded.errors)
     summary.skipped = summary.problems - len(todo) - len(new_errors)
     if new_errors:
