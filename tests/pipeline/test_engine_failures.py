@@ -18,7 +18,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
@@ -69,14 +68,20 @@ def test_a_problem_that_cannot_fit_the_context_is_an_error_and_retried(tmp_path:
     assert "the policy's context is 300" in errors[0]["message"]
 
 
-def _replicas(root: int, name: str) -> list[psutil.Process]:
+def _replicas(session: int, name: str) -> list[int]:
+    """PIDs of this job's processes (its own session) whose title contains `name`."""
     found = []
-    for proc in psutil.Process(root).children(recursive=True):
-        try:
-            if name in " ".join(proc.cmdline()):
-                found.append(proc)
-        except psutil.Error:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
             continue
+        try:
+            if os.getsid(int(entry.name)) != session:
+                continue
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ProcessLookupError):
+            continue
+        if name in title:
+            found.append(int(entry.name))
     return found
 
 
@@ -99,8 +104,8 @@ def test_a_killed_policy_replica_is_restarted_and_the_run_completes(tmp_path: Pa
             time.sleep(0.1)
         replicas = _replicas(job.pid, "ServeReplica:policy")
         assert replicas, "no policy replica found among the job's processes"
-        for replica in replicas:
-            replica.send_signal(signal.SIGKILL)
+        for pid in replicas:
+            os.kill(pid, signal.SIGKILL)
         _, err = job.communicate(timeout=600)
     finally:
         if job.poll() is None:
