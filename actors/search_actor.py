@@ -21,7 +21,7 @@ import logging
 import traceback
 from typing import Any
 
-from actors.redact import redact_text
+from actors.redact import install_log_redaction, redact_text
 from actors.search_outcome import (
     BREAKER_STAGE,
     SEARCH_STAGE,
@@ -41,6 +41,7 @@ class SearchActor:
     def __init__(self, run: dict[str, Any]) -> None:
         from ray import serve
 
+        install_log_redaction()
         self.run = RunConfig.model_validate(run)
         self.run_id = self.run.resolved_run_id
         self.breaker = EngineBreaker(self.run.engine_failure_limit, on_open=self._breaker_opened)

@@ -259,3 +259,23 @@ def test_the_lease_outlives_nothing(tmp_path: Path) -> None:
     start = time.monotonic()
     with RunLease(run_dir):
         assert time.monotonic() - start < 1
+
+
+async def test_engine_errors_never_quote_credentials_from_the_endpoint_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from actors.engines.openai_compat import OpenAIEngine
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    url = "http://user:sk-canary1234567890abcdef@127.0.0.1:9/v1?api_key=canary2"
+    engine = OpenAIEngine(
+        url, "m", api_key_env=None, max_retries=0, request_timeout_s=2, chat_template="none"
+    )
+    completion = await engine.complete(
+        "hi", max_tokens=1, stop=(), temperature=0.0, seed=0, top_logprobs=0
+    )
+    assert completion.finish is FinishReason.ERROR and completion.error
+    assert "canary" not in completion.error and "canary" not in repr(engine)
+    with pytest.raises(Exception) as info:
+        OpenAIEngine("https://user:sk-canary1234567890abcdef@remote.example/v1", "m")
+    assert "canary" not in str(info.value)
