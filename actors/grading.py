@@ -105,7 +105,8 @@ def too_costly(text: str) -> str | None:
 
 def _latex(answer: str) -> str:
     """Math mode for a bare answer ("\\frac{1}{2}" -> "$\\frac{1}{2}$")."""
-    if "$" in answer or "\\boxed" in answer or "\\(" in answer or "\\[" in answer:
+    bare = answer.replace("\\$", "")  # an escaped dollar ("\\$18.90") is not math mode
+    if "$" in bare or "\\boxed" in answer or "\\(" in answer or "\\[" in answer:
         return answer
     return f"${answer}$"
 
