@@ -7,18 +7,18 @@ that already holds an answer gets a binary reward: 1.0 when it matches, else
 0.0.  (Because the two kinds of score are not comparable, the paper picks the
 final answer by majority vote in this setting: `answer_rule: majority`.)
 
-Answers are compared with math-verify, each comparison in a worker thread
-bounded by a timeout (untrusted LaTeX can take sympy a very long time).
+Answers are compared with math-verify through `actors.grading` (each comparison
+bounded: untrusted LaTeX can take sympy forever).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from actors.grading import answers_match
 from search.answers import extract_boxed
 from search.protocols import (
     FinishReason,
@@ -30,51 +30,6 @@ from search.protocols import (
 )
 
 References = Mapping[str, str] | Callable[[str], str | None]
-
-# Comparisons that time out cannot be killed; they run on their own small pool so
-# a stuck one never starves asyncio's default executor.  While every worker is
-# stuck, later comparisons time out too and count as no match.
-_VERIFY_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="verify")
-
-
-def _latex(answer: str) -> str:
-    """Math mode for a bare answer ("\\frac{1}{2}" -> "$\\frac{1}{2}$")."""
-    if "$" in answer or "\\boxed" in answer or "\\(" in answer or "\\[" in answer:
-        return answer
-    return f"${answer}$"
-
-
-def _verify(answer: str, reference: str) -> bool:
-    from math_verify import parse, verify  # type: ignore[import-untyped]
-
-    # math-verify's own timeouts use SIGALRM, which only works on the main thread:
-    # they are switched off here and the caller bounds the time instead.
-    gold = parse(_latex(reference), parsing_timeout=None)
-    target = parse(_latex(answer), parsing_timeout=None)
-    if not gold or not target:
-        return False
-    return bool(verify(gold, target, timeout_seconds=None))
-
-
-async def answers_match(answer: str | None, reference: str, timeout_s: float = 5.0) -> bool:
-    """Whether `answer` equals `reference` mathematically ("\\frac{1}{2}" == "0.5").
-
-    Equal strings match at once; otherwise math-verify decides within
-    `timeout_s` seconds.  A timeout or a parse error counts as no match.
-    """
-    if answer is None:
-        return False
-    if answer.strip() == reference.strip():
-        return True
-    loop = asyncio.get_running_loop()
-    try:
-        return await asyncio.wait_for(
-            loop.run_in_executor(_VERIFY_POOL, _verify, answer, reference), timeout_s
-        )
-    except TimeoutError:
-        return False
-    except Exception:  # math-verify failed on odd input: not a match
-        return False
 
 
 def _derive_seed(*parts: object) -> int:

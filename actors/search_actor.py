@@ -4,6 +4,13 @@
 searches concurrently on one event loop against the *shared* policy and scorer
 deployments, grades each finished tree and returns its records.  A problem
 that fails becomes an `errors` record; it never fails the batch.
+
+Only a search that produced something counts as done: one whose every request
+failed, whose problem cannot fit the context, or which spent nothing becomes a
+(retryable) `errors` row (`actors.search_outcome`).  After
+`engine_failure_limit` failed policy requests in a row the actor's circuit
+breaker opens and it starts no new problem (each becomes a retryable error row
+at no cost) until the run ends.
 """
 
 from __future__ import annotations
@@ -14,6 +21,14 @@ import logging
 import traceback
 from typing import Any
 
+from actors.redact import install_log_redaction, redact_text
+from actors.search_outcome import (
+    BREAKER_STAGE,
+    SEARCH_STAGE,
+    BreakerPolicy,
+    EngineBreaker,
+    failure_reason,
+)
 from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
 from pipeline.config import RunConfig
 from pipeline.decontamination import build_decontaminator
@@ -27,9 +42,13 @@ class SearchActor:
     def __init__(self, run: dict[str, Any]) -> None:
         from ray import serve
 
+        install_log_redaction()
         self.run = RunConfig.model_validate(run)
         self.run_id = self.run.resolved_run_id
-        self.policy = ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy)
+        self.breaker = EngineBreaker(self.run.engine_failure_limit, on_open=self._breaker_opened)
+        self.policy = BreakerPolicy(
+            ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy), self.breaker
+        )
         self.scorer = ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer)
         self.gate = asyncio.Semaphore(self.run.trees_per_actor)
         # one index per actor (MATH500 + GSM8K test: well under a second to build)
@@ -38,6 +57,16 @@ class SearchActor:
             "policy_model": self.run.policy.engine.model,
             "prm_model": self.run.scorer.engine.model,
         }
+        engine = self.run.policy.engine
+        self.context_length: int | None = getattr(
+            engine, "context_length", getattr(engine, "max_model_len", None)
+        )
+
+    def _breaker_opened(self, failures: int) -> None:
+        log.error(
+            "circuit breaker open: %d policy requests failed in a row; starting no new problems",
+            failures,
+        )
 
     async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         ids = [str(x) for x in batch["problem_id"]]
@@ -48,10 +77,17 @@ class SearchActor:
         )
         return {"problem_id": ids, "records": [json.dumps(o) for o in outputs]}
 
+    def _error(self, problem_id: str, stage: str, error: BaseException | str) -> dict[str, Any]:
+        row = dict(error_row(problem_id, stage, error, run_id=self.run_id))
+        row["message"] = redact_text(str(row["message"]))
+        return {"errors": [row]}
+
     async def solve(
         self, problem_id: str, problem: str, reference: str | None
     ) -> dict[str, list[dict[str, Any]]]:
         async with self.gate:
+            if self.breaker.open:
+                return self._error(problem_id, BREAKER_STAGE, self.breaker.message)
             try:
                 index = self.decontaminator
                 contamination = None if index is None else index.match(problem)
@@ -59,6 +95,15 @@ class SearchActor:
                 result = await run_search(
                     problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
                 )
+                reason = failure_reason(result, context_length=self.context_length)
+                if reason is not None:
+                    if reason.startswith("problem does not fit"):
+                        reason = failure_reason(
+                            result,
+                            context_length=self.context_length,
+                            problem_tokens=await self._problem_tokens(problem),
+                        )
+                    return self._error(problem_id, SEARCH_STAGE, str(reason))
                 return await records_for(
                     result,
                     reference,
@@ -69,5 +114,15 @@ class SearchActor:
                     **self.models,
                 )
             except Exception as exc:  # one bad problem must not kill the run
-                log.warning("problem %s failed: %s", problem_id, traceback.format_exc(limit=5))
-                return {"errors": [dict(error_row(problem_id, "search", exc, run_id=self.run_id))]}
+                log.warning(
+                    "problem %s failed: %s",
+                    problem_id,
+                    redact_text(traceback.format_exc(limit=5)),
+                )
+                return self._error(problem_id, SEARCH_STAGE, exc)
+
+    async def _problem_tokens(self, problem: str) -> int | None:
+        try:
+            return int(await self.policy.prompt_tokens(problem, self.run.search.response_prefix))
+        except Exception:  # only for the message; the search already failed
+            return None

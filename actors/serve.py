@@ -22,6 +22,7 @@ from ray.serve.handle import DeploymentHandle
 from actors.config import ScorerConfig, ServiceConfig
 from actors.engines.factory import build_engine, check_engine
 from actors.policy import EnginePolicy
+from actors.redact import install_log_redaction
 from search.protocols import (
     FinishReason,
     Generation,
@@ -63,6 +64,7 @@ class PolicyServer:
     """The policy LLM behind one Serve deployment (engine chosen in config)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
+        install_log_redaction()  # engine errors may quote an endpoint URL with credentials
         service = ServiceConfig.model_validate(config)
         self.engine = _CountingEngine(build_engine(service.engine))
         self.policy = EnginePolicy(self.engine)
@@ -87,6 +89,7 @@ class ScorerServer:
     def __init__(self, config: dict[str, Any]) -> None:
         from actors.genprm import GenPRMScorer
 
+        install_log_redaction()
         scorer = ScorerConfig.model_validate(config)
         self.engine = _CountingEngine(build_engine(scorer.engine))
         self.scorer = GenPRMScorer(

@@ -16,12 +16,15 @@ import datetime as dt
 import sys
 import traceback
 
+from jobs.exits import add_verbose
+
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/nightly.yaml", help="YAML run config")
     parser.add_argument("--output-root", help="overrides output_root of the config")
     parser.add_argument("--date", help="YYYY-MM-DD (default: today, UTC); reruns resume")
+    add_verbose(parser)
     return parser
 
 
@@ -34,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from actors.redact import redact_text
+    from pipeline.errors import InputError
     from pipeline.hub import HubPublishError
     from pipeline.nightly import night_config, plan_night
     from pipeline.publishing import publish_configured
@@ -52,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         summary = synthesize(tonight)
         summary.render()
         if summary.problems == 0:
-            print("the source has no problems left for this slice; nothing to do")
+            print("source exhausted: no problems left for this slice; nothing to do")
         if config.publish.repo is not None:
             if summary.rows.get("sft", 0) + summary.rows.get("dpo", 0):
                 published = publish_configured(tonight, summary.run_dir)
@@ -63,11 +68,19 @@ def run(args: argparse.Namespace) -> int:
         ledger.mark(night.date, "failed", reason="publish")
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except Exception:
+    except Exception as exc:
         ledger.mark(night.date, "failed", reason="crash")
-        traceback.print_exc()
+        if args.verbose:
+            traceback.print_exc()
+        hint = "" if args.verbose else " (run with --verbose for the traceback)"
+        print(f"error: {type(exc).__name__}: {redact_text(str(exc))}{hint}", file=sys.stderr)
+        return 2 if isinstance(exc, InputError) else 1
+    if summary.search_failures:
+        # Failed searches (an engine outage, the circuit breaker) are retried by rerunning
+        # the date: the night stays unfinished, and its slice unspent.
+        ledger.mark(night.date, "failed", reason="search errors", errors=summary.errors)
         return 1
-    # Problem errors are final (bad rows stay bad), so the night is done either way;
+    # Source errors are final (bad rows stay bad), so the night is done either way;
     # the exit status still tells the scheduler that some rows failed.
     ledger.mark(night.date, "done", searched=summary.searched, errors=summary.errors)
     return 1 if summary.errors else 0

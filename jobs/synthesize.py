@@ -2,9 +2,12 @@
 
 Also the entrypoint of `ray job submit --working-dir . -- python -m jobs.synthesize
 --config configs/...`: on a cluster it joins the cluster from RAY_ADDRESS.
-Exit status: 0 when every problem was searched (and published, if configured),
-1 when some problems failed (their errors are in errors/) or publishing failed
-(the local Parquet stays; the message says how to retry), 2 for a bad config.
+Exit status (`jobs.exits`): 0 when every problem was searched (and published, if
+configured), 1 when some problems failed (their errors are in errors/; failed
+searches are retried by the next run) or publishing failed (the local Parquet
+stays; the message says how to retry), 2 for a bad config, source, run id or
+output location, an empty selection, or a run folder in use: one line, no
+traceback unless --verbose.
 """
 
 from __future__ import annotations
@@ -12,37 +15,46 @@ from __future__ import annotations
 import argparse
 import sys
 
+from jobs.exits import FAILED, OK, add_verbose, guarded
+
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/local.yaml", help="YAML run config")
     parser.add_argument("--output-root", help="overrides output_root of the config")
     parser.add_argument("--run-id", help="overrides run_id (rerun the same id to resume)")
+    add_verbose(parser)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.config import ConfigError, load_run_config
+    return guarded(lambda: _run(args), verbose=args.verbose)
 
-    try:
-        config = load_run_config(args.config, output_root=args.output_root, run_id=args.run_id)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+
+def _run(args: argparse.Namespace) -> int:
+    from pipeline.config import load_run_config
+
+    config = load_run_config(args.config, output_root=args.output_root, run_id=args.run_id)
     from pipeline.hub import HubPublishError
     from pipeline.publishing import publish_configured
     from pipeline.run import synthesize
 
     summary = synthesize(config)
     summary.render()
+    if summary.not_started:
+        print(
+            f"error: circuit breaker: the engine failed repeatedly; {summary.not_started} "
+            "problems were not started (rerun the same command to retry them)",
+            file=sys.stderr,
+        )
     if config.publish.repo is not None:
         try:
             published = publish_configured(config, summary.run_dir)
         except HubPublishError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 1
+            return FAILED
         print(f"published to {published.repo_id}: {published.commit_url}")
-    return 1 if summary.errors else 0
+    return FAILED if summary.errors else OK
 
 
 def main(argv: list[str] | None = None) -> int:

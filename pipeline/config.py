@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors.config import ScorerConfig, ServiceConfig
+from pipeline.errors import InputError
 from pipeline.records import RecordsConfig
 from pipeline.sources import SourceConfig
 from search.config import SearchConfig
@@ -17,7 +18,7 @@ from search.config import SearchConfig
 M = TypeVar("M", bound=BaseModel)
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A run config that cannot be used; the message names the file and the field."""
 
 
@@ -44,7 +45,11 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    run_id: str | None = Field(None, description="output folder run=<id>; default: today's date")
+    run_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="output folder run=<id>: letters, digits, '.', '_', '-'; default: today",
+    )
     output_root: Path = Path("out")
     seed: int = 0
     budget: int = Field(10_000, ge=1, description="output-token budget B per problem")
@@ -59,6 +64,12 @@ class RunConfig(BaseModel):
     trees_per_actor: int = Field(4, ge=1, description="searches each actor runs at once")
     actor_num_cpus: float = Field(0.5, ge=0)
     ray_num_cpus: int | None = Field(None, ge=1, description="local cluster size when starting one")
+    engine_failure_limit: int = Field(
+        20, ge=0, description="policy requests failed in a row that stop new problems; 0: off"
+    )
+    allow_empty: bool = Field(
+        False, description="an empty source selection is fine (else: exit 2 with a message)"
+    )
 
     @property
     def resolved_run_id(self) -> str:

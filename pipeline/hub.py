@@ -35,6 +35,9 @@ from huggingface_hub import (
     HfApi,
 )
 
+from actors.redact import redact_text
+from pipeline.sink import committed_parts
+
 __all__ = [
     "CONFIGS",
     "PAPER_TITLE",
@@ -104,9 +107,16 @@ class PublishResult:
 
 
 def retry_command(
-    run_dir: str | Path, repo_id: str, run_id: str, *, token_env: str = "HF_TOKEN"
+    run_dir: str | Path,
+    repo_id: str,
+    run_id: str,
+    *,
+    token_env: str = "HF_TOKEN",
+    endpoint: str | None = None,
+    private: bool = True,
 ) -> str:
-    """The shell command that re-runs this publish (``jobs.publish`` CLI)."""
+    """The shell command that re-runs this publish (``jobs.publish`` CLI) exactly:
+    same folder, repo, run id, token variable, endpoint and privacy."""
     parts = [
         "python",
         "-m",
@@ -117,9 +127,13 @@ def retry_command(
         repo_id,
         "--run-id",
         run_id,
+        "--token-env",
+        token_env,
     ]
-    if token_env != "HF_TOKEN":
-        parts += ["--token-env", token_env]
+    if endpoint is not None:  # without it a retry would push to the public Hub
+        parts += ["--endpoint", redact_text(endpoint)]
+    if not private:
+        parts.append("--public")
     return shlex.join(parts)
 
 
@@ -132,8 +146,8 @@ def redact_secrets(value: Any, secrets: Sequence[str] = ()) -> Any:
         }
     if isinstance(value, (list, tuple)):
         return [redact_secrets(v, secrets) for v in value]
-    if isinstance(value, str):
-        return _scrub(value, secrets)
+    if isinstance(value, str):  # secrets inside values too: URL userinfo, ?api_key=, Bearer
+        return _scrub(redact_text(value), secrets)
     return value
 
 
@@ -145,7 +159,8 @@ def _scrub(text: str, secrets: Sequence[str]) -> str:
 
 
 def _local_files(run_dir: Path) -> dict[str, list[Path]]:
-    return {name: sorted((run_dir / name).glob("*.parquet")) for name in CONFIGS}
+    """Committed parts only: a part without its commit marker belongs to an unfinished batch."""
+    return {name: committed_parts(run_dir, name) for name in CONFIGS}
 
 
 def _count_rows(files: Sequence[Path]) -> int:
@@ -272,7 +287,7 @@ def render_card(
             lines += ["(no rows)", ""]
         else:
             lines += ["```json", json.dumps(sample, ensure_ascii=False, indent=2), "```", ""]
-    body = _scrub("\n".join(lines), secrets)
+    body = _scrub(redact_text("\n".join(lines)), secrets)
     card = DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
     return str(card)
 
@@ -300,7 +315,9 @@ def publish_run(
     Local files are only read.
     """
     run_dir = Path(local_run_dir)
-    retry = retry_command(run_dir, repo_id, run_id, token_env=token_env)
+    retry = retry_command(
+        run_dir, repo_id, run_id, token_env=token_env, endpoint=endpoint, private=private
+    )
 
     def fail(reason: str) -> HubPublishError:
         return HubPublishError(f"{reason}\nRetry with: {retry}")

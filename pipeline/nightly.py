@@ -79,7 +79,9 @@ class Ledger:
 def night_config(config: RunConfig, night: NightSlice) -> RunConfig:
     """The run config of one night: its own run id and its slice of the source."""
     source = config.source.model_copy(update={"skip": night.skip, "limit": night.limit})
-    return config.model_copy(update={"run_id": night.run_id, "source": source})
+    # An empty slice means the source is exhausted: a normal night, not a bad config.
+    update = {"run_id": night.run_id, "source": source, "allow_empty": True}
+    return config.model_copy(update=update)
 
 
 def plan_night(config: RunConfig, date: dt.date) -> tuple[Ledger, NightSlice]:

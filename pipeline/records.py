@@ -25,7 +25,7 @@ README):
 
 Grading (`grade_result`)
     With a reference answer each *distinct* extracted answer of the tree is
-    compared once with math-verify (`actors.rollout.answers_match`, bounded by
+    compared once with math-verify (`actors.grading.answers_match`, bounded by
     ``timeout_s`` per comparison; a timeout or a parse failure is "incorrect"),
     and every node carrying it gets that verdict: ``label_source = "reference"``.
     Without a reference the labels are pseudo labels (``pseudo_label = true``):
@@ -112,14 +112,14 @@ import asyncio
 import numbers
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.grading import answers_match, counting
 from actors.prompts import policy_messages
-from actors.rollout import answers_match
 from pipeline.decontamination import DecontaminationConfig
 from pipeline.tree_paths import (
     Divergence,
@@ -318,6 +318,12 @@ TREES_SCHEMA = record_schema(
             "the benchmark the problem overlaps (pipeline.decontamination); such a problem "
             "gives no sft, dpo, prm or kto rows; null when clean or not checked",
             nullable=True,
+        ),
+        doc_field(
+            "grade_timeouts",
+            pa.int64(),
+            "answer comparisons cut off by their time limit or refused as too costly "
+            "(graded incorrect)",
         ),
         _METHOD,
         _POLICY,
@@ -556,6 +562,7 @@ class GradedTree:
     labels: Mapping[int, bool]  # answered node id -> label
     chosen_correct: bool | None  # null without a reference
     verified: Mapping[str, bool] = field(default_factory=dict)  # distinct answer -> verdict
+    grade_timeouts: int = 0  # comparisons cut off by their limit (graded incorrect)
 
     @property
     def pseudo(self) -> bool:
@@ -717,6 +724,7 @@ def tree_row(
         "stop_reason": result.stop_reason,
         "iterations": result.iterations,
         "contaminated": contaminated,
+        "grade_timeouts": graded.grade_timeouts,
         "method": result.algorithm,
         "policy_model": policy_model,
         "prm_model": prm_model,
@@ -1020,14 +1028,16 @@ async def records_for(
     `tree_nodes`), but it gives no training rows (`sft`, `dpo`, `prm`, `kto`).
     """
     config = config or RecordsConfig()
-    graded = await grade_result(
-        result,
-        reference,
-        problem_id=problem_id,
-        timeout_s=config.grade_timeout_s,
-        pseudo_label=config.pseudo_label,
-        threshold=config.pseudo_threshold,
-    )
+    with counting() as grading:
+        graded = await grade_result(
+            result,
+            reference,
+            problem_id=problem_id,
+            timeout_s=config.grade_timeout_s,
+            pseudo_label=config.pseudo_label,
+            threshold=config.pseudo_threshold,
+        )
+    graded = replace(graded, grade_timeouts=grading.timeouts)
     models = {"policy_model": policy_model, "prm_model": prm_model}
     records: dict[str, list[Row]] = {
         "nodes": node_rows(graded, run_id=run_id, **models),

@@ -18,13 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from actors.redact import install_log_redaction
 from pipeline.cluster import start_ray
 from pipeline.config import RunConfig
+from pipeline.errors import EmptySelection, OutputLocationError
 from pipeline.hub import redact_secrets
+from pipeline.lease import RunLease
 from pipeline.publishing import MANIFEST
 from pipeline.records import error_row
 from pipeline.sink import RECORD_TYPES, ParquetSink
-from pipeline.sources import load_problems
+from pipeline.sources import ErrorRow, LoadedProblems, ProblemRow, load_problems
 from pipeline.summary import Progress, RunSummary
 
 ProgressFn = Callable[[RunSummary, int, float], None]
@@ -52,20 +55,63 @@ def synthesize(
     report: ProgressFn = (
         Progress() if progress == "stderr" else (lambda *_: None) if progress is None else progress
     )
+    start = time.perf_counter()
+    install_log_redaction()
+    run_id = config.resolved_run_id
+    loaded = load_problems(config.source)
+    if not loaded.problems and not loaded.errors and not config.allow_empty:
+        raise EmptySelection(f"source: the selection is empty ({_describe(config)})")
+    try:
+        with RunLease(Path(config.output_root).expanduser() / f"run={run_id}"):
+            return _synthesize(config, loaded, report, start)
+    except OSError as exc:
+        # The output root is the only place this process writes (read-only, full, no access).
+        if exc.filename and str(exc.filename).startswith(str(Path(config.output_root))):
+            raise OutputLocationError(
+                f"output_root {config.output_root}: cannot write "
+                f"{exc.filename}: {exc.strerror or exc}"
+            ) from exc
+        raise
+
+
+def pending(loaded: LoadedProblems, sink: ParquetSink) -> tuple[list[ProblemRow], list[ErrorRow]]:
+    """What this invocation still has to do: problems to search, source errors to write.
+
+    A problem is done when its tree is committed; a source error (a bad row, or a
+    duplicate under its own key) when its error row is.  A failed search's error row
+    marks nothing done: the next run searches the problem again.
+    """
+    searched = sink.searched_problem_ids()
+    final_errors = sink.final_error_keys()
+    todo = [p for p in loaded.problems if p["problem_id"] not in searched]
+    new_errors = [e for e in loaded.errors if e["problem_id"] not in final_errors]
+    return todo, new_errors
+
+
+def _describe(config: RunConfig) -> str:
+    source = config.source
+    where = getattr(source, "path", None) or getattr(source, "name", None) or source.kind
+    parts = [f"{source.kind} {where}"]
+    if source.filters:
+        parts.append(f"filters {source.filters}")
+    if source.skip or source.limit is not None:
+        parts.append(f"skip {source.skip}, limit {source.limit}")
+    return "; ".join(parts) + "; set allow_empty: true if that is expected"
+
+
+def _synthesize(
+    config: RunConfig, loaded: LoadedProblems, report: ProgressFn, start: float
+) -> RunSummary:
     import ray
 
     from actors.search_actor import SearchActor  # imports Ray Serve: only when searching
     from actors.serve import deploy_policy, deploy_scorer
 
-    start = time.perf_counter()
     run_id = config.resolved_run_id
     sink = ParquetSink(config.output_root, run_id)
     summary = RunSummary(run_id, sink.run_dir)
     write_manifest(config, sink.run_dir)
-    loaded = load_problems(config.source)
-    done = sink.done_problem_ids()
-    todo = [p for p in loaded.problems if p["problem_id"] not in done]
-    new_errors = [e for e in loaded.errors if e["problem_id"] not in done]
+    todo, new_errors = pending(loaded, sink)
     summary.problems = len(loaded.problems) + len(loaded.errors)
     summary.skipped = summary.problems - len(todo) - len(new_errors)
     if new_errors:
@@ -119,6 +165,8 @@ def _summary_fields(summary: RunSummary) -> dict[str, Any]:
         "searched": summary.searched,
         "skipped": summary.skipped,
         "errors": summary.errors,
+        "not_started": summary.not_started,
+        "grade_timeouts": summary.grade_timeouts,
         "answered_nodes": summary.answered_nodes,
         "correct_nodes": summary.correct_nodes,
         "wall_time_s": round(summary.wall_time_s, 1),

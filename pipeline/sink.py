@@ -30,6 +30,20 @@ def _parquet() -> Any:
     return importlib.import_module("pyarrow.parquet")
 
 
+def committed_parts(run_dir: Path, kind: str) -> list[Path]:
+    """The Parquet files of `kind` whose batch is committed (publishing reads only these).
+
+    A folder with no marker folder at all was not written by this sink (hand-made
+    sft/dpo folders): every Parquet file in it counts.
+    """
+    markers = run_dir / _MARKERS
+    files = sorted((run_dir / kind).glob("*.parquet"))
+    if not markers.is_dir():
+        return files
+    committed = {p.name for p in markers.iterdir()}
+    return [p for p in files if p.name.removeprefix("part-").split(".")[0] in committed]
+
+
 class ParquetSink:
     def __init__(self, output_root: str | Path, run_id: str, *, readonly: bool = False) -> None:
         """Open (and clean) a run folder; `readonly` only reads committed batches.
@@ -72,13 +86,33 @@ class ParquetSink:
         )
 
     def done_problem_ids(self) -> set[str]:
-        """Problems already written: a tree row or an error row was committed for them."""
-        done: set[str] = set()
-        for kind in ("trees", "errors"):
-            for path in self.parts(kind):
-                column = _parquet().read_table(path, columns=["problem_id"]).column(0)
-                done.update(str(v) for v in column.to_pylist() if v is not None)
-        return done
+        """Keys never to redo: searched problems and source error rows (bad rows, duplicates)."""
+        return self.searched_problem_ids() | self.final_error_keys()
+
+    def searched_problem_ids(self) -> set[str]:
+        """Problems whose search tree is committed: only a tree row marks a problem done."""
+        return self._column_values("trees", "problem_id")
+
+    def final_error_keys(self) -> set[str]:
+        """Keys of committed source errors: a bad row stays bad, so it is written once.
+
+        Errors of other stages (a failed search, an engine outage) are retried by the
+        next run, and an error row never stands for another row's problem.
+        """
+        keys: set[str] = set()
+        for path in self.parts("errors"):
+            table = _parquet().read_table(path, columns=["problem_id", "stage"])
+            for pid, stage in zip(*(c.to_pylist() for c in table.columns), strict=True):
+                if pid is not None and stage == "source":
+                    keys.add(str(pid))
+        return keys
+
+    def _column_values(self, kind: str, column: str) -> set[str]:
+        values: set[str] = set()
+        for path in self.parts(kind):
+            data = _parquet().read_table(path, columns=[column]).column(0)
+            values.update(str(v) for v in data.to_pylist() if v is not None)
+        return values
 
     def write_batch(self, records: Mapping[str, Iterable[Mapping[str, Any]]]) -> str:
         """Write one batch of rows of any record types atomically; returns the batch id."""

@@ -8,8 +8,10 @@ fixed, so slices are reproducible:
 2. `filters` (equality on the *source* columns; a list means "one of") drop rows;
    a line that could not be parsed cannot be filtered and is kept as an error;
 3. each row becomes a `ProblemRow` or an `ErrorRow`;
-4. duplicate ids: the later row in *source* order becomes an error row
-   (`mark_duplicate_ids`), so a problem id is never yielded twice, whatever the seed;
+4. duplicate ids: the later row in *source* order becomes an error row keyed by its
+   own place in the source ("problems.jsonl:line 7", `mark_duplicate_ids`), so a
+   problem id is never yielded twice, whatever the seed, and the duplicate's error
+   never stands for the kept problem;
 5. `shuffle_seed` shuffles the records (seeded, stable), then `skip` and `limit` cut
    a slice out of them.
 
@@ -40,6 +42,8 @@ from typing import Annotated, Any, Literal, NamedTuple, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from typing_extensions import TypeIs
+
+from pipeline.errors import InputError
 
 # ---------------------------------------------------------------------------------------
 # Records
@@ -72,7 +76,7 @@ class LoadedProblems(NamedTuple):
     errors: list[ErrorRow]
 
 
-class SourceConfigError(ValueError):
+class SourceConfigError(InputError):
     """The source itself is unusable (missing file, unknown column or dataset)."""
 
 
@@ -392,8 +396,15 @@ def _check_columns(cfg: _SourceCommon, columns: ColumnMap | None, seen: set[str]
             )
 
 
-def mark_duplicate_ids(records: Iterable[Record]) -> list[Record]:
-    """Keep order; every problem whose id was already seen becomes an error row."""
+def mark_duplicate_ids(
+    records: Iterable[Record], locators: Sequence[str] | None = None
+) -> list[Record]:
+    """Keep order; every problem whose id was already seen becomes an error row.
+
+    The error row is keyed by where the duplicate sits (its `locators` entry, e.g.
+    "problems.jsonl:line 7", else "<id> (record N)"), never by the kept row's id:
+    resume treats a committed error key as done, and must not skip the real problem.
+    """
     seen: dict[str, int] = {}
     out: list[Record] = []
     for position, record in enumerate(records):
@@ -401,11 +412,13 @@ def mark_duplicate_ids(records: Iterable[Record]) -> list[Record]:
         if is_error(record):
             out.append(record)
         elif pid in seen:
+            where = f"record {position}" if locators is None else locators[position]
+            first = f"record {seen[pid]}" if locators is None else locators[seen[pid]]
             out.append(
                 _error(
-                    pid,
-                    f"duplicate problem_id {pid!r}: record {position} repeats record "
-                    f"{seen[pid]}; only the first is kept",
+                    f"{pid} ({where})" if locators is None else where,
+                    f"{where}: duplicate problem_id {pid!r} (first at {first}); "
+                    "only the first is kept",
                 )
             )
         else:
@@ -448,18 +461,19 @@ def load_records(cfg: BundledSource | JsonlSource | ParquetSource | HFSource) ->
     _check_columns(cfg, columns, seen)
 
     records: list[Record] = []
+    locators: list[str] = []
     for raw in raws:
         if raw.row is None:
             records.append(_error(raw.locator, raw.error or f"{raw.locator}: unreadable"))
+        elif not all(_matches(raw.row.get(k), v) for k, v in cfg.filters.items()):
             continue
-        if not all(_matches(raw.row.get(k), v) for k, v in cfg.filters.items()):
-            continue
-        if columns is None:  # bundled GSM8K: ids by line index, reference after '####'
+        elif columns is None:  # bundled GSM8K: ids by line index, reference after '####'
             assert isinstance(cfg, BundledSource)
             records.append(_gsm8k_record(raw, cfg.split))
         else:
             records.append(_to_record(raw, columns))
-    return select(mark_duplicate_ids(records), cfg)
+        locators.append(raw.locator)
+    return select(mark_duplicate_ids(records, locators), cfg)
 
 
 def load_problems(cfg: BundledSource | JsonlSource | ParquetSource | HFSource) -> LoadedProblems:

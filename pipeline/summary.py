@@ -25,6 +25,9 @@ class RunSummary:
     skipped: int = 0
     searched: int = 0
     errors: int = 0
+    search_failures: int = 0  # failed searches (retried by the next run), not_started included
+    not_started: int = 0  # problems the engine circuit breaker kept from starting
+    grade_timeouts: int = 0  # answer comparisons cut off by their limit (graded incorrect)
     answered_nodes: int = 0
     correct_nodes: int = 0
     correct_trees: int = 0
@@ -42,6 +45,8 @@ class RunSummary:
         """Add one problem's records (as the search actor returns them)."""
         if records.get("errors"):
             self.errors += 1
+            self.search_failures += 1
+            self.not_started += any(e.get("stage") == "engine" for e in records["errors"])
             return
         self.searched += 1
         nodes = records.get("nodes", [])
@@ -51,6 +56,7 @@ class RunSummary:
             self.count_contamination(tree)
             self.correct_trees += bool(tree.get("correct"))
             self.tokens += int(tree.get("policy_output_tokens") or 0)
+            self.grade_timeouts += int(tree.get("grade_timeouts") or 0)
 
     def count_contamination(self, tree: dict[str, Any]) -> None:
         """Count a `trees` row whose problem overlaps a benchmark (pipeline.decontamination)."""
@@ -67,6 +73,12 @@ class RunSummary:
         table.add_row("problems searched", str(self.searched))
         table.add_row("already done (skipped)", str(self.skipped))
         table.add_row("errors", str(self.errors))
+        if self.not_started:
+            table.add_row(
+                "not started (breaker)",
+                f"{self.not_started}: the engine failed repeatedly; rerun to retry them",
+            )
+        table.add_row("grading timeouts", str(self.grade_timeouts))
         table.add_row("answered nodes", str(self.answered_nodes))
         table.add_row("correct answered nodes", f"{self.correct_nodes} (precision {precision})")
         table.add_row("trees with a correct answer", str(self.correct_trees))
@@ -106,6 +118,7 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     summary.tokens = sum(int(t["policy_output_tokens"]) for t in trees)
     for tree in trees:
         summary.count_contamination(tree)
+    summary.grade_timeouts = sum(int(t.get("grade_timeouts") or 0) for t in trees)
     summary.rows = {kind: sink.read(kind).num_rows for kind in RECORD_TYPES}
     return summary
 

@@ -102,6 +102,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from actors.engines.base import Completion, EngineError, TopLogprobs
+from actors.redact import redact_text
 from search.protocols import FinishReason
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ class OpenAIEngine:
                 else ("name the environment variable that holds it in api_key_env")
             )
             raise EngineError(
-                f"no API key for {base_url}: {where}, or pass api_key_required=False "
+                f"no API key for {redact_text(base_url)}: {where}, or pass api_key_required=False "
                 "for a server without authentication"
             )
         self.name = name or model.rstrip("/").rsplit("/", 1)[-1]
@@ -201,7 +202,7 @@ class OpenAIEngine:
     def __repr__(self) -> str:
         key = f"${self.api_key_env}" if self._has_key else "none"
         return (
-            f"OpenAIEngine(name={self.name!r}, base_url={self.base_url!r}, "
+            f"OpenAIEngine(name={self.name!r}, base_url={redact_text(self.base_url)!r}, "
             f"model={self.model!r}, api_key={key})"
         )
 
@@ -341,7 +342,8 @@ class OpenAIEngine:
         key = self._client.api_key if self._has_key else ""
         if key:
             text = text.replace(key, "***")
-        return f"{self.base_url}: {text[:500]}"
+        # The URL may carry credentials (user:key@host, ?api_key=): never in a message.
+        return redact_text(f"{self.base_url}: {text[:500]}")
 
     # -- server endpoints -------------------------------------------------------------
 

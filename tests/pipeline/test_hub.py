@@ -231,7 +231,10 @@ def test_missing_token_names_env_var(
 
 def test_retry_command_quotes() -> None:
     cmd = retry_command("/runs/my run", "org/ds", "r1")
-    assert cmd == "python -m jobs.publish --run-dir '/runs/my run' --repo org/ds --run-id r1"
+    assert cmd == (
+        "python -m jobs.publish --run-dir '/runs/my run' --repo org/ds --run-id r1 "
+        "--token-env HF_TOKEN"
+    )
 
 
 def test_server_tree_missing_folder_is_entry_not_found(env: HubServer) -> None:

@@ -10,17 +10,18 @@ from pipeline.records import error_row
 from pipeline.sink import ParquetSink
 
 
-def _error(problem_id: str) -> dict[str, object]:
-    return dict(error_row(problem_id, "search", "boom", run_id="r1"))
+def _error(problem_id: str, stage: str = "search") -> dict[str, object]:
+    return dict(error_row(problem_id, stage, "boom", run_id="r1"))
 
 
 def test_committed_batches_are_read_back_and_counted_done(tmp_path: Path) -> None:
     sink = ParquetSink(tmp_path, "r1")
-    sink.write_batch({"errors": [_error("a"), _error("b")]})
+    sink.write_batch({"errors": [_error("a", "source"), _error("b", "source")]})
     sink.write_batch({"errors": [_error("c")]})
     assert sink.read("errors").num_rows == 3
-    assert sink.done_problem_ids() == {"a", "b", "c"}
-    assert ParquetSink(tmp_path, "r1").done_problem_ids() == {"a", "b", "c"}
+    # A bad source row is final; a failed search is retried by the next run.
+    assert sink.done_problem_ids() == {"a", "b"}
+    assert ParquetSink(tmp_path, "r1").done_problem_ids() == {"a", "b"}
     assert sink.read("nodes").num_rows == 0
 
 

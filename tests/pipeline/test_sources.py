@@ -289,8 +289,9 @@ def test_duplicate_ids_become_error_rows(tmp_path: Path) -> None:
     problems, errors = load_problems(JsonlSource(path=path))
     assert [p["problem"] for p in problems] == ["same text", "other"]
     assert len(errors) == 1
-    assert errors[0]["problem_id"] == hash_id("same text")
+    assert errors[0]["problem_id"] == "d.jsonl:line 3"  # its own key, not the kept row's id
     assert "duplicate problem_id" in errors[0]["message"]
+    assert "first at d.jsonl:line 1" in errors[0]["message"]
     # Whatever the shuffle, the first row in source order is the one kept.
     for seed in range(5):
         kept = load_problems(JsonlSource(path=path, shuffle_seed=seed)).problems
@@ -304,9 +305,9 @@ def test_duplicate_ids_become_error_rows(tmp_path: Path) -> None:
     )
     assert records[0]["problem_id"] == "a" and "stage" not in records[0]
     assert records[1] == ErrorRow(
-        problem_id="a",
+        problem_id="a (record 1)",
         stage="source",
-        message="duplicate problem_id 'a': record 1 repeats record 0; only the first is kept",
+        message="record 1: duplicate problem_id 'a' (first at record 0); only the first is kept",
     )
 
 

@@ -1,0 +1,50 @@
+"""Exit statuses and one-line errors, shared by every job entrypoint.
+
+    0  everything done (and published, if configured)
+    1  some problems failed (see errors/), publishing failed, or an unexpected error
+    2  bad config, source, run id or output location (`pipeline.errors.InputError`),
+       or the run folder is in use by another process
+
+An error is one line on stderr naming the thing to fix; the traceback is shown
+only with `--verbose` (never by default: cron mail and `ray job logs` stay readable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable
+
+OK, FAILED, BAD_INPUT = 0, 1, 2
+
+
+def add_verbose(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", action="store_true", help="print tracebacks of errors")
+
+
+def guarded(action: Callable[[], int], *, verbose: bool) -> int:
+    """Run `action`; turn an exception into one line and the documented exit status."""
+    from actors.redact import redact_text
+    from pipeline.errors import InputError
+
+    try:
+        return action()
+    except InputError as exc:
+        if verbose:
+            traceback.print_exc()
+        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
+        return BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if verbose:
+            traceback.print_exc()
+        hint = "" if verbose else " (run with --verbose for the traceback)"
+        message = redact_text(str(exc)).splitlines()[0] if str(exc) else ""
+        print(f"error: {type(exc).__name__}: {message}{hint}", file=sys.stderr)
+        return FAILED
+
+
+__all__ = ["BAD_INPUT", "FAILED", "OK", "add_verbose", "guarded"]

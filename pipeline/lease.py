@@ -1,0 +1,104 @@
+"""One writer per run: an exclusive lease on the run folder.
+
+Two processes writing one run id would both search everything (and opening a
+sink deletes the other's uncommitted parts).  A writer holds an exclusive
+`flock` on `<run folder>/_lease` for as long as it runs, and writes who it is
+(host, pid, start time) into `_lease.json`.  The kernel drops the lock when the
+process dies, however it dies (SIGKILL included), so a stale lease of a dead
+process is simply taken over by the next writer, and two writers can never both
+hold it: taking it over is the same atomic `flock` call.
+
+A second writer fails at once with `RunFolderBusy`, one line naming the holder.
+
+Scope: `flock` works on local disks and on NFSv4/Lustre-style shared file
+systems that implement it; object storage (s3://, gs://) has no such lock (the
+sink writes to a local or mounted path today).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import socket
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pipeline.errors import InputError
+
+LOCK_FILE = "_lease"
+HOLDER_FILE = "_lease.json"
+
+
+class RunFolderBusy(InputError):
+    """Another live process holds the run folder's lease."""
+
+
+class RunLease:
+    """`with RunLease(run_dir):` holds the folder's writer lease for the block."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLease:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunFolderBusy(
+                f"run folder {self.run_dir} is in use by {describe_holder(self.run_dir)}; "
+                "wait for it to finish or use another run id"
+            ) from None
+        self._fd = fd
+        holder = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
+        temp = self.run_dir / f"{HOLDER_FILE}.{os.getpid()}.tmp"
+        temp.write_text(json.dumps(holder) + "\n")
+        os.replace(temp, self.run_dir / HOLDER_FILE)
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        (self.run_dir / HOLDER_FILE).unlink(missing_ok=True)
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> RunLease:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+def read_holder(run_dir: str | Path) -> dict[str, Any] | None:
+    path = Path(run_dir) / HOLDER_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def describe_holder(run_dir: str | Path) -> str:
+    holder = read_holder(run_dir)
+    if holder is None:
+        return "another process"
+    return f"pid {holder.get('pid')} on {holder.get('host')} (since {holder.get('since')})"
+
+
+__all__ = ["HOLDER_FILE", "LOCK_FILE", "RunFolderBusy", "RunLease", "describe_holder"]

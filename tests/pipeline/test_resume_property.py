@@ -1,0 +1,110 @@
+"""Property-style resume test: random kills at random moments, rerun until done.
+
+A source with valid problems, duplicate ids and bad rows is synthesized by a real
+`python -m jobs.synthesize` subprocess (its own local Ray cluster, Serve, the
+model-free sleep engine); each attempt is SIGKILLed (the whole process group)
+after a random number of committed batches plus a random delay; a last attempt
+runs to the end.  Then every valid problem has exactly one tree, every bad row
+and every duplicate exactly one `errors` row under its own key, and no node row
+is written twice.  The seed is printed so a failure can be replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from pipeline.sink import ParquetSink
+from tests.tiny_run import tiny_run_config
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = int(os.environ.get("RESUME_PROPERTY_SEED", "14"))
+KILLS = 3
+VALID = [f"p{i}" for i in range(8)]
+
+
+def _source(tmp_path: Path) -> set[str]:
+    """Writes problems.jsonl; returns the keys its bad rows and duplicates are reported under."""
+    rows = [
+        {"id": pid, "question": f"What is {i} + 1?", "answer": str(i + 1)}
+        for i, pid in enumerate(VALID)
+    ]
+    lines = [json.dumps(r) for r in rows]
+    lines.insert(2, json.dumps({"id": "p1", "question": "a second p1", "answer": "0"}))  # line 3
+    lines.insert(5, "{not json")  # line 6
+    lines.insert(7, json.dumps({"id": "p9", "answer": "1"}))  # line 8: no question
+    lines.append(json.dumps({"id": "p4", "question": "a second p4", "answer": "0"}))  # line 12
+    (tmp_path / "problems.jsonl").write_text("\n".join(lines) + "\n")
+    return {"problems.jsonl:line 3", "problems.jsonl:line 6", "p9", "problems.jsonl:line 12"}
+
+
+def _job(config: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs.synthesize", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: the kill takes its Ray down with it
+    )
+
+
+def _commits(run_dir: Path) -> int:
+    markers = run_dir / "_committed"
+    return len(list(markers.iterdir())) if markers.is_dir() else 0
+
+
+def test_random_kills_then_rerun_every_problem_exactly_once(tmp_path: Path) -> None:
+    rng = random.Random(SEED)
+    print(f"seed {SEED}")
+    config = tiny_run_config(
+        tmp_path,
+        [],
+        budget=48,
+        engine={"kind": "sleep", "latency_s": 0.3, "output_tokens": 8},
+        run_id="prop",
+        ray_num_cpus=2,
+    )
+    bad_keys = _source(tmp_path)  # replaces the empty problems.jsonl tiny_run_config wrote
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "out" / "run=prop"
+    for attempt in range(KILLS):
+        target = _commits(run_dir) + rng.randint(0, 2)
+        delay = rng.uniform(0.0, 2.0)
+        job = _job(path)
+        try:
+            deadline = time.monotonic() + 240
+            while _commits(run_dir) < target and job.poll() is None:
+                assert time.monotonic() < deadline, f"attempt {attempt}: no commit in 240 s"
+                time.sleep(0.1)
+            time.sleep(delay)
+        finally:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    final = _job(path)
+    assert final.wait(timeout=600) in (0, 1)  # 1 when this attempt wrote the bad rows
+
+    trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
+    assert Counter(trees) == Counter(VALID), f"seed {SEED}"
+    errors = ParquetSink(tmp_path / "out", "prop", readonly=True).read("errors").to_pylist()
+    assert Counter(e["problem_id"] for e in errors if e["stage"] == "source") == Counter(bad_keys)
+    assert all(e["stage"] == "source" for e in errors), errors
+    nodes = ParquetSink(tmp_path / "out", "prop", readonly=True).read("nodes")
+    keys = list(zip(*(nodes.column(c).to_pylist() for c in ("problem_id", "node_id")), strict=True))
+    assert len(keys) == len(set(keys))
