@@ -236,11 +236,14 @@ def test_only_committed_parts_are_published(tmp_path: Path) -> None:
 
     sink = ParquetSink(tmp_path, "r")
     row = {
-        "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+        "prompt": [{"role": "user", "content": "q"}],
+        "completion": [{"role": "assistant", "content": "a"}],
         "problem_id": "p",
         "node_id": 1,
         "answer": "1",
         "score": 1.0,
+        "depth": 1,
+        "answers_in_path": 1,
         "label_source": "reference",
         "run_id": "r",
     }
