@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from tests.search.world import Path, generate
 
+Result = tuple[list[tuple[Path, float, bool]], int]  # (path, Q, answered) per node, tokens spent
 CONTINUATION = "\nBut wait, let me think about the problem again.\nStep"
 
 
@@ -149,7 +150,7 @@ def _priors(parent: SNode) -> list[float]:
     return [e / sum(exps) for e in exps]
 
 
-def bg_mcts(world: object, budget: int, reference: bool, k: int = 2) -> tuple[list, int]:
+def bg_mcts(world: object, budget: int, reference: bool, k: int = 2) -> Result:
     s = Straightforward(world, budget, reference)
     c, kappa, lam = math.sqrt(2), 1.0, 1.0
 
@@ -176,7 +177,7 @@ def bg_mcts(world: object, budget: int, reference: bool, k: int = 2) -> tuple[li
     return s.run(select), s.used
 
 
-def mcts(world: object, budget: int, reference: bool, k: int = 2) -> tuple[list, int]:
+def mcts(world: object, budget: int, reference: bool, k: int = 2) -> Result:
     s = Straightforward(world, budget, reference)
     visits: dict[Path, int] = {}
     values: dict[Path, float] = {}
@@ -233,7 +234,7 @@ def litesearch_limit(node: SNode, reference: bool, eps: float, max_width: int) -
 
 def litesearch(
     world: object, budget: int, reference: bool, batch: bool, eps: float = 0.9, max_width: int = 10
-) -> tuple[list, int]:
+) -> Result:
     s = Straightforward(world, budget, reference)
 
     def select():  # type: ignore[no-untyped-def]
@@ -251,11 +252,11 @@ def litesearch(
     return s.run(select), s.used
 
 
-def repeated_sampling(world: object, budget: int, reference: bool) -> tuple[list, int]:
+def repeated_sampling(world: object, budget: int, reference: bool) -> Result:
     s = Straightforward(world, budget, reference, full=True, cap=4096)
     return s.run(lambda: (s.root, 1)), s.used
 
 
-def refinement(world: object, budget: int, reference: bool) -> tuple[list, int]:
+def refinement(world: object, budget: int, reference: bool) -> Result:
     s = Straightforward(world, budget, reference, full=True, cap=4096)
     return s.run(lambda: (s.nodes[-1], 1)), s.used

@@ -156,7 +156,8 @@ def test_litesearch_batch_requests_by_hand() -> None:
     assert policy.requests[0][:2] == ((), 10)
     ref_policy = WorldPolicy(world)
     ref = parse_search_config(
-        {"algorithm": "litesearch", "mode": "batch", "early_stop": False, "conventions": "reference"}
+        {"algorithm": "litesearch", "mode": "batch", "early_stop": False}
+        | {"conventions": "reference"}
     )
     asyncio.run(run_search("p", ref, ref_policy, WorldScorer(world), 100))
     assert {n for _, n, _ in ref_policy.requests} == {1}
@@ -178,7 +179,8 @@ def test_reference_charges_root_children_and_continuations() -> None:
     world = TableWorld({}, default=Outcome(0.5, 40, True))
     ref = _run(world, 200, algorithm="refinement", conventions="reference")
     assert [n.inserted_tokens for n in list(ref.tree)[1:]] == [4, 15, 15, 15]
-    assert [n.output_tokens for n in list(ref.tree)[1:]] == [40, 40, 40, 31]  # 200 - 44 - 55 - 55 - 15
+    # the last one: 200 - 44 - 55 - 55 - 15 = 31
+    assert [n.output_tokens for n in list(ref.tree)[1:]] == [40, 40, 40, 31]
     paper = _run(world, 200, algorithm="refinement")
     # the prompt's token count (9 words here); 200 - 40 - 3 x 49 = 13 leaves 4 for the last one
     assert [n.inserted_tokens for n in list(paper.tree)[1:]] == [0, 9, 9, 9, 9]
