@@ -238,6 +238,7 @@ class _Search:
             answer=answer,
             full_generation=full,
             max_cost=reserve,
+            parent_answered=parent.answered,
         )
         self.budget.tokens.scorer_requests += 1
         try:
