@@ -340,7 +340,8 @@ class GenPRMScorer:
         """
         prompt = await self._render(conversation, opened)
         limit = self.engine.context_length - max_tokens
-        if len(await self.engine.tokenize(prompt)) <= limit:
+        # A token covers at least one byte (+1 for a BOS): short prompts need no tokenizer call.
+        if len(prompt.encode()) + 1 <= limit or len(await self.engine.tokenize(prompt)) <= limit:
             return prompt
         trimmed = list(conversation)
         users = [i for i, m in enumerate(trimmed) if m["role"] == "user"]
