@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from search.protocols import FinishReason, Generation, GenerationRequest, Score,
 on_module_loop = pytest.mark.asyncio(loop_scope="module")
 
 PROBLEM = "What is 12 times 3?"
+PROMPTS = Path(__file__).resolve().parents[2] / "configs" / "prompts"
 ANALYSIS_TOKENS = 48
 
 
@@ -314,6 +316,14 @@ def test_prompts_load_inline_or_from_a_file(tmp_path: Any) -> None:
     scorer = ScorerConfig.model_validate({"prompts": {"prm_system": "Judge each step."}})
     assert scorer.prompts.prm_system == "Judge each step."
     assert ServiceConfig().prompts == PromptConfig()  # ours by default
+    paper = PromptConfig.model_validate(  # App. E's prompts, shipped as files
+        {
+            "policy_instruction_file": str(PROMPTS / "appendix-e-policy.txt"),
+            "prm_system_file": str(PROMPTS / "appendix-e-prm-system.txt"),
+        }
+    )
+    assert paper.policy_instruction.format(problem="P?").endswith("following question: P?")
+    assert paper.prm_system.startswith("You are a math teacher. Your task is to review")
     bad = [
         ({"policy_instruction_file": str(tmp_path / "missing.txt")}, "policy_instruction_file"),
         ({"policy_instruction": "no field here"}, "policy_instruction: has no {problem}"),
