@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.prompts import PromptConfig
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -77,11 +79,23 @@ class ServiceConfig(_Strict):
     request_timeout_s: float = Field(300.0, gt=0)
     max_retries: int = Field(2, ge=0)
     retry_backoff_s: float = Field(1.0, ge=0)
+    prompts: PromptConfig = Field(default_factory=PromptConfig)
 
 
 class GenPRMSettings(_Strict):
+    """GenPRM's sampling (the released code: T 0.6, top-p 0.95, top-k 20, 1,024 tokens)."""
+
     samples: int = Field(1, ge=1, description="N judgements averaged per step")
     max_analysis_tokens: int = Field(512, ge=1)
+    temperature: float = Field(0.6, ge=0)
+    top_p: float | None = Field(0.95, gt=0, le=1, description="None: the engine's default")
+    top_k: int | None = Field(20, ge=0, description="None: the engine's default")
+    analysis_turn: Literal["user", "assistant"] = Field(
+        "user", description="user: continue the last user turn (GenPRM's training format)"
+    )
+    prm_after_answer: Literal["continue", "restart"] = Field(
+        "continue", description="restart: a fresh conversation after an answered node"
+    )
 
 
 class ScorerConfig(ServiceConfig):

@@ -12,12 +12,29 @@ user turn, and its own critique of each earlier step as the assistant turns::
     assistant: (critique of step 2)
     ...
 
-Scoring one step is two engine calls: the analysis (the assistant turn
-prefilled with "<analyze>..Paragraph i..", stopped at "</analyze>") and a forced
-one-token judgement after "**Judgement**: $\\boxed{" whose top-20
-log-probabilities give P(Yes) / (P(Yes) + P(No)) (`judgement_score`).  The
-paper runs GenPRM-7B on GPUs; on CPU the same code path runs on SmolLM2, whose
-scores mean little.
+Scoring one step is two engine calls: the analysis (opened with
+"<analyze>..Paragraph i..", stopped at "</analyze>") and a forced one-token
+judgement after "**Judgement**: $\\boxed{" whose top-20 log-probabilities give
+P(Yes) / (P(Yes) + P(No)) (`judgement_score`).  The paper runs GenPRM-7B on
+GPUs; on CPU the same code path runs on SmolLM2, whose scores mean little.
+
+Where the analysis is written (`analysis_turn`):
+
+* `user` (default, GenPRM's training format, as the released code sends it:
+  src/bg_mcts/llm/PRM/gen_prm_evaluate_func.py appends the opening to the last
+  message and asks for no generation prompt): the opening continues the last
+  user turn, with no assistant header.  The prompt is the chat template's
+  rendering cut right after the user's text, so it works with any template.
+* `assistant`: an assistant turn prefilled with the opening.
+
+Either way the finished critique is stored as the next assistant turn.  A prompt
+that does not fit the engine's context is trimmed for that call, oldest
+critiques first (each keeps its judgement, its analysis becomes "..."), then
+the oldest steps' text; the stored conversation keeps everything.  After an
+answered node (`after_answer: restart`, the released code's rule) the
+conversation starts again from the system prompt and the problem, with the
+continued text as the first step; `continue` (default) goes on in one
+conversation.
 """
 
 from __future__ import annotations
@@ -28,7 +45,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from actors.engines.base import Completion, Engine, EngineError, TopLogprobs
 from actors.prompts import (
@@ -44,6 +61,9 @@ Message = dict[str, str]
 Conversation = tuple[Message, ...]
 
 YES, NO = "Yes", "No"
+# Cut point in a rendered chat: no template adds or escapes these characters.
+_OPEN_TURN = "\u2063\u2063genprm-open-turn\u2063\u2063"
+_TRIMMED_ANALYSIS = "..."
 
 
 def judgement_score(top: TopLogprobs) -> float:
@@ -169,6 +189,11 @@ class GenPRMScorer:
         step_boundary: str = "\nStep",
         response_prefix: str = "Step 1:",
         name: str | None = None,
+        top_p: float | None = 0.95,
+        top_k: int | None = 20,
+        analysis_turn: Literal["user", "assistant"] = "user",
+        after_answer: Literal["continue", "restart"] = "continue",
+        system_prompt: str = PRM_SYSTEM,
     ) -> None:
         if samples < 1:
             raise ValueError(f"samples must be >= 1, got {samples}")
@@ -183,16 +208,27 @@ class GenPRMScorer:
         self.step_boundary = step_boundary
         self.response_prefix = response_prefix
         self.name = name or f"genprm:{engine.name}"
+        self.top_p = top_p
+        self.top_k = top_k
+        self.analysis_turn = analysis_turn
+        self.after_answer = after_answer
+        self.system_prompt = system_prompt
         self.calls = 0
         self.steps_scored = 0
+        self.trimmed_prompts = 0  # calls whose prompt had to be trimmed to fit the context
 
     # ------------------------------------------------------------- public API
     async def score(self, request: ScoreRequest) -> Score:
         conversation = _as_conversation(request.parent_context)
-        if conversation is None:
+        segments: Sequence[str]
+        if self.after_answer == "restart" and request.parent_answered:
+            # The released rule: a fresh conversation whose first step is the continuation
+            # (the continuation prompt stays with it, as in any later segment).
+            conversation, segments, first_index = (), request.path[-1:], 1
+        elif conversation is None:
             # No usable context: rebuild the whole path, ancestors first.
             conversation = ()
-            segments: Sequence[str] = request.path
+            segments = request.path
             first_index = 0
         else:
             segments = request.path[-1:]
@@ -223,7 +259,7 @@ class GenPRMScorer:
         self, problem: str, conversation: Conversation, step: str, tokens: _Tokens
     ) -> tuple[Conversation, float]:
         if not conversation:
-            conversation = ({"role": "system", "content": PRM_SYSTEM},)
+            conversation = ({"role": "system", "content": self.system_prompt},)
             user = f"Question: {problem}\n\n{step}"
         else:
             user = step
@@ -253,7 +289,7 @@ class GenPRMScorer:
         self, conversation: Conversation, index: int, seed: int, tokens: _Tokens
     ) -> _Sample:
         opening = PRM_ANALYSIS_PREFIX.format(index=index)
-        prompt = await self._render(conversation, opening)
+        prompt = await self._fit(conversation, opening, self.max_analysis_tokens)
         analysis = await self._complete(
             prompt,
             max_tokens=self.max_analysis_tokens,
@@ -262,9 +298,11 @@ class GenPRMScorer:
             seed=seed,
             tokens=tokens,
             what="analysis",
+            top_p=self.top_p,
+            top_k=self.top_k,
         )
         text = opening + analysis.text
-        prompt = await self._render(conversation, text + PRM_JUDGEMENT_PREFIX)
+        prompt = await self._fit(conversation, text + PRM_JUDGEMENT_PREFIX, 1)
         judgement = await self._complete(
             prompt,
             max_tokens=1,
@@ -279,9 +317,43 @@ class GenPRMScorer:
             raise _Failed("the engine returned no log-probabilities for the judgement token")
         return _Sample(text, judgement_score(judgement.top_logprobs[0]))
 
-    async def _render(self, conversation: Conversation, assistant: str) -> str:
-        messages = [*conversation, {"role": "assistant", "content": assistant}]
-        return await self.engine.render_chat(messages, continue_final=True)
+    async def _render(self, conversation: Conversation, opened: str) -> str:
+        """The prompt: `conversation` with `opened` (analysis so far) as the text to continue."""
+        if self.analysis_turn == "assistant":
+            messages = [*conversation, {"role": "assistant", "content": opened}]
+            return await self.engine.render_chat(messages, continue_final=True)
+        # GenPRM's format: `opened` continues the last user turn.  Render the chat with a
+        # marker at the end of that turn and cut there, so no template has to support it.
+        last = conversation[-1]
+        marked = [*conversation[:-1], {**last, "content": last["content"] + _OPEN_TURN}]
+        rendered = await self.engine.render_chat(marked, continue_final=False)
+        cut = rendered.rfind(_OPEN_TURN)
+        if cut < 0:
+            raise _Failed("the chat template dropped the end of the last user turn")
+        return rendered[:cut] + opened
+
+    async def _fit(self, conversation: Conversation, opened: str, max_tokens: int) -> str:
+        """`_render`, trimmed until prompt + `max_tokens` fits the engine's context.
+
+        Oldest critiques first (the judgement stays, the analysis becomes "..."),
+        then the oldest steps (the "Step N:" label stays); the last step never.
+        """
+        prompt = await self._render(conversation, opened)
+        limit = self.engine.context_length - max_tokens
+        # A token covers at least one byte (+1 for a BOS): short prompts need no tokenizer call.
+        if len(prompt.encode()) + 1 <= limit or len(await self.engine.tokenize(prompt)) <= limit:
+            return prompt
+        trimmed = list(conversation)
+        users = [i for i, m in enumerate(trimmed) if m["role"] == "user"]
+        candidates = [i for i, m in enumerate(trimmed) if m["role"] == "assistant"]
+        candidates += users[1:-1]  # never the question (first turn) nor the step being judged
+        for i in candidates:
+            trimmed[i] = {**trimmed[i], "content": _shorten(trimmed[i])}
+            prompt = await self._render(tuple(trimmed), opened)
+            if len(await self.engine.tokenize(prompt)) <= limit:
+                self.trimmed_prompts += 1
+                return prompt
+        return prompt  # still too long: the engine reports the overflow
 
     async def _complete(
         self,
@@ -294,8 +366,15 @@ class GenPRMScorer:
         tokens: _Tokens,
         what: str,
         top_logprobs: int = 0,
+        top_p: float | None = None,
+        top_k: int | None = None,
     ) -> Completion:
         self.calls += 1
+        nucleus: dict[str, Any] = {}  # only what is set: engines without them keep working
+        if top_p is not None:
+            nucleus["top_p"] = top_p
+        if top_k is not None:
+            nucleus["top_k"] = top_k
         completion = await self.engine.complete(
             prompt,
             max_tokens=max_tokens,
@@ -303,6 +382,7 @@ class GenPRMScorer:
             temperature=temperature,
             seed=seed,
             top_logprobs=top_logprobs,
+            **nucleus,
         )
         tokens.add(completion)
         if completion.finish is FinishReason.ERROR:
@@ -314,6 +394,18 @@ class GenPRMScorer:
                 f"context {self.engine.context_length})"
             )
         return completion
+
+
+def _shorten(message: Message) -> str:
+    """A trimmed turn: a critique keeps its judgement, a step its "Step N:" label."""
+    content = message["content"]
+    if message["role"] == "assistant":
+        judgement = content.rfind(PRM_JUDGEMENT_PREFIX)
+        opening = content.split(":", 1)[0] + ": " if content.startswith("<analyze>") else ""
+        tail = content[judgement:] if judgement >= 0 else ""
+        return opening + _TRIMMED_ANALYSIS + " " + tail
+    head, _, _ = content.partition(":")
+    return (head + ": " if len(head) < 40 else "") + _TRIMMED_ANALYSIS
 
 
 def _as_conversation(context: Any) -> Conversation | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from actors.engines.base import Completion, Engine
-from actors.prompts import policy_messages
+from actors.prompts import POLICY_INSTRUCTION, policy_messages
 from search.protocols import FinishReason, Generation, GenerationRequest
 
 
@@ -18,13 +18,16 @@ class EnginePolicy:
     `context_overflow` choice, a failed request as an `error` choice: neither raises.
     """
 
-    def __init__(self, engine: Engine, name: str | None = None) -> None:
+    def __init__(
+        self, engine: Engine, name: str | None = None, instruction: str = POLICY_INSTRUCTION
+    ) -> None:
         self.engine = engine
         self.name = name or engine.name
+        self.instruction = instruction  # the user turn's template (`PromptConfig`)
 
     async def render(self, problem: str, assistant_prefix: str) -> str:
         return await self.engine.render_chat(
-            policy_messages(problem, assistant_prefix), continue_final=True
+            policy_messages(problem, assistant_prefix, self.instruction), continue_final=True
         )
 
     async def generate(self, request: GenerationRequest) -> list[Generation]:

@@ -7,9 +7,17 @@ worked example, the problem); the assistant turn is prefilled by the search
 GenPRM: a system prompt casting the model as a teacher who critiques a
 solution paragraph by paragraph; the problem and each step as successive user
 turns; the model's own earlier critiques as the assistant turns.
+
+`PromptConfig` replaces either prompt from a run config, inline or from a file
+(e.g. the exact prompts of the paper's App. E); our wording stays the default.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
 
 POLICY_INSTRUCTION = """\
 Work out the math problem below one step at a time, briefly and clearly. Begin each step \
@@ -39,9 +47,58 @@ PRM_JUDGEMENT_PREFIX = "</analyze>\n<output>\n**Judgement**: $\\boxed{"
 PRM_JUDGEMENT_SUFFIX = "}$\n</output>\n"
 
 
-def policy_messages(problem: str, assistant_prefix: str) -> list[dict[str, str]]:
-    """The chat to render with the model's template, the assistant turn left open."""
+def policy_messages(
+    problem: str, assistant_prefix: str, instruction: str = POLICY_INSTRUCTION
+) -> list[dict[str, str]]:
+    """The chat to render with the model's template, the assistant turn left open.
+
+    `instruction` is a template with one `{problem}` field (literal braces doubled).
+    """
     return [
-        {"role": "user", "content": POLICY_INSTRUCTION.format(problem=problem)},
+        {"role": "user", "content": instruction.format(problem=problem)},
         {"role": "assistant", "content": assistant_prefix},
     ]
+
+
+class PromptConfig(BaseModel):
+    """Prompts of a service, each inline or from a file (`*_file`, read when the config loads).
+
+    `policy_instruction`: the policy's user turn (instruction and worked example)
+    with a `{problem}` field; `prm_system`: GenPRM's system prompt.  Unset: ours.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy_instruction: str = POLICY_INSTRUCTION
+    prm_system: str = PRM_SYSTEM
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_files(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for field in ("policy_instruction", "prm_system"):
+            path = data.pop(f"{field}_file", None)
+            if path is None:
+                continue
+            if field in data:
+                raise ValueError(f"{field}: give it inline or as {field}_file, not both")
+            try:
+                data[field] = Path(path).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ValueError(f"{field}_file: cannot read {path!r}: {exc.strerror}") from None
+        return data
+
+    @model_validator(mode="after")
+    def _check_template(self) -> PromptConfig:
+        try:
+            self.policy_instruction.format(problem="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                "policy_instruction: must be a template whose only field is {problem} "
+                f"(double literal braces): {type(exc).__name__}: {exc}"
+            ) from None
+        if "{problem}" not in self.policy_instruction:
+            raise ValueError("policy_instruction: has no {problem} field")
+        return self

@@ -67,7 +67,7 @@ class PolicyServer:
         install_log_redaction()  # engine errors may quote an endpoint URL with credentials
         service = ServiceConfig.model_validate(config)
         self.engine = _CountingEngine(build_engine(service.engine))
-        self.policy = EnginePolicy(self.engine)
+        self.policy = EnginePolicy(self.engine, instruction=service.prompts.policy_instruction)
 
     async def generate(self, request: GenerationRequest) -> list[Generation]:
         return await self.policy.generate(request)
@@ -96,6 +96,12 @@ class ScorerServer:
             self.engine,
             samples=scorer.genprm.samples,
             max_analysis_tokens=scorer.genprm.max_analysis_tokens,
+            temperature=scorer.genprm.temperature,
+            top_p=scorer.genprm.top_p,
+            top_k=scorer.genprm.top_k,
+            analysis_turn=scorer.genprm.analysis_turn,
+            after_answer=scorer.genprm.prm_after_answer,
+            system_prompt=scorer.prompts.prm_system,
         )
 
     async def score(self, request: ScoreRequest) -> Score:

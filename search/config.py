@@ -10,7 +10,7 @@ import enum
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from search.budget import CostModel
 
@@ -22,6 +22,24 @@ class NodeUnit(enum.StrEnum):
 
     SEQUENTIAL = "sequential"
     FULL = "full"
+
+
+class Conventions(enum.StrEnum):
+    """Whose decisions a search reproduces where the paper and its released code differ.
+
+    `paper` follows the equations; `reference` follows the released code
+    (github.com/Sora-Miyamoto/bg-mcts), which produced the paper's tables.  The
+    README's "Points the paper leaves open" lists every difference.
+    """
+
+    PAPER = "paper"
+    REFERENCE = "reference"
+
+
+# The released driver's fixed charges (experiments/math/run_vllm.py): "Step 1:" per root
+# child and the continuation prompt (15 tokens; 16 for Gemma-3).
+REFERENCE_ROOT_CHILD_CHARGE = 4
+REFERENCE_CONTINUATION_CHARGE = 15
 
 
 class AnswerRule(enum.StrEnum):
@@ -68,6 +86,26 @@ class _Common(BaseModel):
     max_stalled_expansions: int = Field(
         16, ge=1, description="stop after this many expansions in a row that spend nothing"
     )
+    conventions: Conventions = Conventions.PAPER
+    # Fixed charges, each settable apart from `conventions` (which only picks their defaults).
+    root_child_charge: int = Field(0, ge=0, description="tokens charged per child of the root")
+    continuation_charge: int | None = Field(
+        None, ge=0, description="tokens charged per continuation prompt; None: its token count"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reference_charges(cls, data: object) -> object:
+        """Under `reference`, unset charges take the released driver's values."""
+        if isinstance(data, dict) and data.get("conventions") == Conventions.REFERENCE:
+            data = dict(data)
+            data.setdefault("root_child_charge", REFERENCE_ROOT_CHILD_CHARGE)
+            data.setdefault("continuation_charge", REFERENCE_CONTINUATION_CHARGE)
+        return data
+
+    @property
+    def reference(self) -> bool:
+        return self.conventions is Conventions.REFERENCE
 
 
 class _EarlyStop(BaseModel):

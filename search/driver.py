@@ -18,7 +18,7 @@ import hashlib
 import time
 import types
 from collections.abc import Coroutine, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from search.algorithms import make_algorithm
@@ -147,10 +147,17 @@ class _Search:
             # search wrote these tokens, so they are charged like output.
             tail = config.step_boundary if expansion.unit is NodeUnit.SEQUENTIAL else "\n"
             inserted = f"\n{config.continuation_prompt}{tail}"
-            charged = await self._count(inserted)
+            charged = (
+                await self._count(inserted)
+                if config.continuation_charge is None
+                else config.continuation_charge
+            )
         elif parent.finish is FinishReason.STOP_STRING:
             # The model generated (and paid for) the boundary; put it back verbatim.
             inserted = config.step_boundary
+        if parent.parent_id is None:
+            # The prefilled "Step 1:" is free under `paper`; the released code charges it.
+            charged += config.root_child_charge
         input_tokens = 0
         if self.budget.cost.policy_input > 0:
             prefix = self.tree.assistant_text(parent) + inserted
@@ -231,6 +238,7 @@ class _Search:
             answer=answer,
             full_generation=full,
             max_cost=reserve,
+            parent_answered=parent.answered,
         )
         self.budget.tokens.scorer_requests += 1
         try:
@@ -248,7 +256,9 @@ class _Search:
             )
         return score
 
-    async def _step(self, iteration: int, plans: list[_Plan]) -> tuple[list[Node], int]:
+    async def _step(
+        self, iteration: int, plans: list[_Plan], observe: bool = True
+    ) -> tuple[list[Node], int]:
         budget, tree, tally = self.budget, self.tree, self.tally
         c_before = budget.used
         results = await self._policy_calls.gather([self._generate(p) for p in plans])
@@ -313,8 +323,9 @@ class _Search:
             tally.add(node)
             added.append(node)
             children[index].append(node)
-        for plan, nodes in zip(plans, children, strict=True):
-            self.algorithm.observe(tree, plan.expansion, nodes)
+        if observe:
+            for plan, nodes in zip(plans, children, strict=True):
+                self.algorithm.observe(tree, plan.expansion, nodes)
         generative = sum(p.expansion.from_generative for p in plans)
         return added, generative
 
@@ -333,14 +344,21 @@ class _Search:
             if not expansions:
                 stop_reason = "algorithm_done"
                 break
-            plans = self._size([await self._plan(e) for e in expansions])
-            if not plans:
-                stop_reason = "budget_exhausted"
-                break
             used_before = self.budget.used
-            iteration += 1
-            _, generative = await self._step(iteration, plans)
-            self._record(iteration, generative)
+            if self.config.reference:
+                steps = await self._expand_one_child_per_request(iteration, expansions)
+                if not steps:
+                    stop_reason = "budget_exhausted"
+                    break
+                iteration += steps
+            else:
+                plans = self._size([await self._plan(e) for e in expansions])
+                if not plans:
+                    stop_reason = "budget_exhausted"
+                    break
+                iteration += 1
+                _, generative = await self._step(iteration, plans)
+                self._record(iteration, generative)
             stalled = stalled + 1 if self.budget.used == used_before else 0
             if stalled >= self.config.max_stalled_expansions:
                 stop_reason = "stalled"
@@ -362,6 +380,31 @@ class _Search:
             wall_time_s=time.perf_counter() - start,
             votes=self.tally.votes(),
         )
+
+    async def _expand_one_child_per_request(
+        self, iteration: int, expansions: list[Expansion]
+    ) -> int:
+        """The released code's budget rule (`conventions: reference`): every child is its
+        own request and its own step, capped at what is left of B after its fixed charge
+        (experiments/math/run_vllm.py, generate_fn).  The algorithm decides once per
+        expansion and observes all its children at the end, as the released algorithms
+        queue a selected node's children and generate them without selecting again.
+        Returns the number of steps taken (0: not even one child fitted).
+        """
+        steps = 0
+        for expansion in expansions:
+            children: list[Node] = []
+            for _ in range(expansion.n):
+                plans = self._size([await self._plan(replace(expansion, n=1))])
+                if not plans:
+                    break
+                steps += 1
+                added, generative = await self._step(iteration + steps, plans, observe=False)
+                self._record(iteration + steps, generative)
+                children.extend(added)
+            if children:
+                self.algorithm.observe(self.tree, expansion, children)
+        return steps
 
     def _record(self, iteration: int, generative: int) -> None:
         best = self.tally.chosen_node  # the node of `self.tally.answer`, found once

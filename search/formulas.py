@@ -45,3 +45,20 @@ def litesearch_width(value: float, depth: int, epsilon: float, max_width: int) -
         needed += 1
     width = math.ceil(needed / max(1, depth))
     return int(min(max_width, max(1, width)))
+
+
+def litesearch_width_truncated(value: float, depth: int, epsilon: float, max_width: int) -> int:
+    """The released code's LiteSearch width: int(ln(1 - epsilon) / (depth ln(1 - v))), clipped.
+
+    The same quantity as `litesearch_width` before rounding (C / depth with the real
+    C solving (1 - v)^C = 1 - epsilon), truncated where that one rounds up: at
+    epsilon = 0.9 and depth 1, v = 0.3 gives 6 here and 7 there.  The released code
+    divides by zero at v = 0 and takes ln 0 at v = 1; here v = 0 never reaches
+    epsilon (max_width) and v = 1 reaches it at once (1).
+    """
+    if value <= 0.0:
+        return max_width
+    if value >= 1.0:
+        return 1
+    width = int(math.log(1.0 - epsilon) / (max(1, depth) * math.log(1.0 - value)))
+    return min(max_width, max(1, width))

@@ -73,6 +73,7 @@ class ScoreRequest:
     answer: str | None
     full_generation: bool
     max_cost: float  # the most this call may charge to the budget (cost units)
+    parent_answered: bool = False  # the node continues an answer (GenPRM may restart)
 
 
 @dataclass(frozen=True, slots=True)

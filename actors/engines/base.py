@@ -48,8 +48,13 @@ class Engine(Protocol):
         temperature: float,
         seed: int,
         top_logprobs: int = 0,
+        top_p: float | None = None,
+        top_k: int | None = None,
     ) -> Completion:
-        """Continue `prompt`; never raises for a bad request (returns an ERROR completion)."""
+        """Continue `prompt`; never raises for a bad request (returns an ERROR completion).
+
+        `top_p` / `top_k` None leave the engine's own default (GenPRM sets them).
+        """
         ...
 
     async def render_chat(

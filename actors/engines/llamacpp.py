@@ -68,6 +68,8 @@ class LlamaCppEngine:
         temperature: float,
         seed: int,
         top_logprobs: int = 0,
+        top_p: float | None = None,
+        top_k: int | None = None,
     ) -> Completion:
         body: dict[str, Any] = {
             "prompt": prompt,
@@ -79,6 +81,10 @@ class LlamaCppEngine:
         }
         if top_logprobs:
             body["n_probs"] = top_logprobs
+        if top_p is not None:
+            body["top_p"] = top_p
+        if top_k is not None:
+            body["top_k"] = top_k
         try:
             response = await self._post("/completion", body)
         except (httpx.HTTPError, OSError) as exc:

@@ -219,6 +219,8 @@ class OpenAIEngine:
         temperature: float,
         seed: int,
         top_logprobs: int = 0,
+        top_p: float | None = None,
+        top_k: int | None = None,
     ) -> Completion:
         stop = [s for s in stop if s]
         if max_tokens < 1:  # nothing may be generated: do not ask the server for one token
@@ -229,6 +231,10 @@ class OpenAIEngine:
         extra = dict(self.extra_body)
         if self._renderer == "vllm":  # known to be vLLM: no second BOS (see the docstring)
             extra.setdefault("add_special_tokens", False)
+        if top_k is not None:
+            extra["top_k"] = top_k  # not an OpenAI parameter; vLLM's server reads it
+        if top_p is not None:
+            extra["top_p"] = top_p  # in the body as the `top_p` parameter would put it
         try:
             response = await self._client.completions.create(
                 model=self.model,

@@ -79,6 +79,8 @@ class SleepEngine:
         temperature: float,
         seed: int,
         top_logprobs: int = 0,
+        top_p: float | None = None,
+        top_k: int | None = None,
     ) -> Completion:
         self.calls += 1
         await asyncio.sleep(self.latency_s)

@@ -120,6 +120,8 @@ class VLLMEngine:
         temperature: float,
         seed: int,
         top_logprobs: int = 0,
+        top_p: float | None = None,
+        top_k: int | None = None,
     ) -> Completion:
         if max_tokens < 1:  # nothing may be generated
             return Completion("", 0, FinishReason.LENGTH)
@@ -129,6 +131,7 @@ class VLLMEngine:
             prompt_ids = [int(t) for t in tokenizer.encode(prompt, add_special_tokens=False)]
             if len(prompt_ids) >= self.context_length:  # not even one token would fit
                 return Completion("", 0, FinishReason.CONTEXT_OVERFLOW, len(prompt_ids))
+            nucleus = {"top_p": top_p, "top_k": top_k}
             params = self._sampling_params(
                 n=1,
                 max_tokens=max_tokens,
@@ -136,6 +139,7 @@ class VLLMEngine:
                 temperature=temperature,
                 seed=seed,
                 logprobs=top_logprobs or None,
+                **{key: value for key, value in nucleus.items() if value is not None},
             )
             if self._final_only is not None:
                 params.output_kind = self._final_only

@@ -39,6 +39,11 @@ Points of LiteSearch this implementation had to interpret:
   expansion may come back short; the node then keeps the missing room and can
   be selected again.
 
+Under `conventions: reference` the width is truncated instead of rounded up
+(`litesearch_width_truncated`, as lite_search_incremental.py and
+lite_search_batch.py of the released code compute it), and the driver
+generates a batch expansion one child per request.
+
 Selection is O(log N) per step: a max-heap of (-v, id) holds every candidate.
 A node's value never changes, so neither does b(x); an entry is removed lazily
 when its node is found full at the top of the heap.
@@ -51,7 +56,7 @@ import heapq
 from search.algorithms.base import Expansion, SearchAlgorithm
 from search.budget import Budget
 from search.config import LiteSearchConfig
-from search.formulas import litesearch_width
+from search.formulas import litesearch_width, litesearch_width_truncated
 from search.tree import ROOT_ID, Node, Tree
 
 
@@ -69,6 +74,7 @@ class LiteSearch(SearchAlgorithm):
         self._heap: list[tuple[float, int]] = []  # (-v(x), x.id): a max-heap on value
         self._synced = 0  # nodes with id < _synced have been registered
         self._best_answer_q = -1.0
+        self._width_rule = litesearch_width_truncated if config.reference else litesearch_width
 
     # ------------------------------------------------------------------ rule
     def value(self, node: Node) -> float:
@@ -78,7 +84,7 @@ class LiteSearch(SearchAlgorithm):
     def width(self, node: Node) -> int:
         """b(x), LiteSearch's expansion budget (the root: v = 0, depth 1 -> max width)."""
         depth = max(1, node.depth)
-        return litesearch_width(self.value(node), depth, self.config.epsilon, self.config.max_width)
+        return self._width_rule(self.value(node), depth, self.config.epsilon, self.config.max_width)
 
     def room(self, node: Node) -> int:
         """How many more children `node` may get: b(x) - |children|, at least 0."""

@@ -7,6 +7,18 @@ completion-biased W~ of Eq. 4) and the virtual generative child with E_gen
 the completion bias and the generative child gives plain PUCT MCTS, which is
 also the paper's all-ablated row of Table 2.
 
+Under `conventions: reference` two counts follow the released code instead
+(github.com/Sora-Miyamoto/bg-mcts, treesearch/src/treesearch/algos/):
+
+* BG-MCTS (bg_mcts.py): backpropagation stops below the root, so the root's
+  visit count stays 1 and ln(m_root) = 0: the root's children get no
+  exploration term (only E_gen widens the root).
+* MCTS (standard_mcts.py): a new node's own statistics are updated twice (at
+  creation and again by backpropagation), so a non-root node counts m + 1 visits
+  and W + Q(x) value; the root counts the m - 1 nodes below it.  The released
+  driver also takes the square root of the configured weight before the class
+  takes it again: the effective c is sqrt(c) (2^(1/4) for c = sqrt 2).
+
 Per selection the cost is O(depth x branching): every statistic is an O(1)
 read of the node aggregates kept by `Tree`.
 """
@@ -19,7 +31,7 @@ from dataclasses import dataclass
 from search.algorithms.base import Expansion, SearchAlgorithm
 from search.budget import Budget
 from search.config import BGMCTSConfig, MCTSConfig, NodeUnit
-from search.formulas import bg_puct, e_gen
+from search.formulas import bg_puct, e_gen, puct
 from search.tree import ROOT_ID, Node, Tree
 
 
@@ -36,10 +48,12 @@ class PuctSettings:
     unit: NodeUnit
     early_stop: bool
     early_stop_threshold: float
+    root_explores: bool = True  # False: the released BG-MCTS (ln m_root = 0)
 
     @classmethod
     def from_config(cls, config: BGMCTSConfig | MCTSConfig) -> PuctSettings:
         common = {
+            "root_explores": not (config.reference and isinstance(config, BGMCTSConfig)),
             "k": config.k,
             "c": config.c,
             "unit": config.node_unit,
@@ -83,12 +97,13 @@ class PuctSearch(SearchAlgorithm):
         s = self.s
         explore_rho = rho if s.explore_annealing else 1.0
         bias = s.kappa * (1.0 - rho) / tree.d_ans if s.exploit_shaping else 0.0
+        m_parent = parent.m if s.root_explores or parent.id != ROOT_ID else 1
         scored: list[tuple[Node, float]] = []
         for child, prior in tree.selectable_children(parent):
             if child.id in self._exhausted:
                 continue
             value = child.w + bias * child.d_sum
-            scored.append((child, bg_puct(value, child.m, parent.m, prior, s.c, explore_rho)))
+            scored.append((child, bg_puct(value, child.m, m_parent, prior, s.c, explore_rho)))
         return scored
 
     def generative_score(self, tree: Tree, parent: Node, rho: float) -> float:
@@ -109,6 +124,7 @@ class PuctSearch(SearchAlgorithm):
         bias = s.kappa * (1.0 - rho) / tree.d_ans if s.exploit_shaping else 0.0
         lam_rho = s.lam * (rho if s.widen_annealing else 1.0)
         generative_node = s.generative_node
+        root_explores = s.root_explores
         exhausted = self._exhausted
         selectable_children = tree.selectable_children
         log, sqrt = math.log, math.sqrt
@@ -117,7 +133,7 @@ class PuctSearch(SearchAlgorithm):
             count = len(node.children)
             if not count:
                 return [Expansion(node.id, s.k, s.unit)]
-            log_m = log(node.m)
+            log_m = log(node.m) if root_explores or node.id else 0.0
             best: Node | None = None
             best_score = 0.0
             for child, prior in selectable_children(node):
@@ -162,5 +178,45 @@ def bg_mcts(config: BGMCTSConfig) -> PuctSearch:
     return PuctSearch(PuctSettings.from_config(config), "bg_mcts")
 
 
+class ReferenceMCTS(PuctSearch):
+    """MCTS with the released code's visit counts (see the module docstring).
+
+    Plain PUCT without widening: descend to a leaf, expand k children there.
+    Statistics are derived from the tree's exact aggregates: a non-root child
+    counts m + 1 visits and W + Q value; the root counts m - 1 visits.
+    """
+
+    def child_scores(self, tree: Tree, parent: Node, rho: float) -> list[tuple[Node, float]]:
+        c = math.sqrt(self.s.c)
+        visits_p = parent.m - 1 if parent.id == ROOT_ID else parent.m + 1
+        return [
+            (child, puct(child.w + child.q, child.m + 1, visits_p, prior, c))
+            for child, prior in tree.selectable_children(parent)
+            if child.id not in self._exhausted
+        ]
+
+    def propose(self, tree: Tree, budget: Budget) -> list[Expansion]:
+        s = self.s
+        node = tree.root
+        while True:
+            if not node.children:
+                return [Expansion(node.id, s.k, s.unit)]
+            best: Node | None = None
+            best_score = 0.0
+            for child, score in self.child_scores(tree, node, 1.0):
+                if best is None or score > best_score:
+                    best, best_score = child, score
+            if best is None:
+                # Every child is failed or exhausted (a case the released code never meets).
+                self._exhausted.add(node.id)
+                if node.id == ROOT_ID:
+                    return []
+                node = tree.root
+                continue
+            node = best
+
+
 def mcts(config: MCTSConfig) -> PuctSearch:
+    if config.reference:
+        return ReferenceMCTS(PuctSettings.from_config(config), "mcts")
     return PuctSearch(PuctSettings.from_config(config), "mcts")

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
+from actors.config import ScorerConfig, ServiceConfig
 from actors.engines.base import Completion, TopLogprobs
 from actors.engines.llamacpp import LlamaCppEngine
 from actors.genprm import GenPRMScorer, judgement_score, split_steps
 from actors.policy import EnginePolicy
-from actors.prompts import PRM_JUDGEMENT_PREFIX, PRM_SYSTEM
+from actors.prompts import PRM_ANALYSIS_PREFIX, PRM_JUDGEMENT_PREFIX, PRM_SYSTEM, PromptConfig
 from actors.rollout import RolloutScorer, answers_match
 from search import parse_search_config, run_search
 from search.protocols import FinishReason, Generation, GenerationRequest, Score, ScoreRequest
@@ -27,6 +29,7 @@ from search.protocols import FinishReason, Generation, GenerationRequest, Score,
 on_module_loop = pytest.mark.asyncio(loop_scope="module")
 
 PROBLEM = "What is 12 times 3?"
+PROMPTS = Path(__file__).resolve().parents[2] / "configs" / "prompts"
 ANALYSIS_TOKENS = 48
 
 
@@ -45,10 +48,12 @@ class Recording:
         self.name = engine.name
         self.context_length = engine.context_length
         self.prompts: list[str] = []
+        self.options: list[dict[str, Any]] = []
         self.fail = fail
 
     async def complete(self, prompt: str, **kw: Any) -> Completion:
         self.prompts.append(prompt)
+        self.options.append(kw)
         if self.fail:
             return Completion("", 0, FinishReason.ERROR, error="injected failure")
         return await self.engine.complete(prompt, **kw)
@@ -65,8 +70,10 @@ class Recording:
         pass
 
 
-def _request(path: tuple[str, ...], context: Any = None, *, full: bool = False) -> ScoreRequest:
-    return ScoreRequest(PROBLEM, path, context, False, None, full, 0.0)
+def _request(
+    path: tuple[str, ...], context: Any = None, *, full: bool = False, after_answer: bool = False
+) -> ScoreRequest:
+    return ScoreRequest(PROBLEM, path, context, False, None, full, 0.0, after_answer)
 
 
 def _roles(score: Score) -> list[str]:
@@ -212,6 +219,134 @@ async def test_search_end_to_end_with_genprm(engine: LlamaCppEngine) -> None:
     assert scorer.steps_scored == len(scored)
     assert scorer.calls == 2 * len(scored)
     assert result.tokens.prm_output > 0
+
+
+# ------------------------------------------------- GenPRM's own input format
+@on_module_loop
+async def test_genprm_analysis_continues_the_user_turn(engine: LlamaCppEngine) -> None:
+    """GenPRM's training format: the opening follows the step text, no assistant header."""
+    step = " 12 times 3 is 36."
+    recording = Recording(engine)
+    score = await GenPRMScorer(recording, max_analysis_tokens=16).score(_request((step,)))
+    assert score.error is None
+    opening = PRM_ANALYSIS_PREFIX.format(index=1)
+    analysis_prompt, judgement_prompt = recording.prompts
+    assert analysis_prompt.endswith(f"Step 1:{step}" + opening)
+    assert analysis_prompt.count("<|im_start|>assistant") == 0  # SmolLM2's ChatML header
+    assert judgement_prompt.startswith(analysis_prompt)
+    assert judgement_prompt.endswith(PRM_JUDGEMENT_PREFIX)
+    # the critique is still stored as the assistant turn the next step follows
+    assert _roles(score) == ["system", "user", "assistant"]
+
+    recording = Recording(engine)
+    scorer = GenPRMScorer(recording, max_analysis_tokens=16, analysis_turn="assistant")
+    assert (await scorer.score(_request((step,)))).error is None
+    assert recording.prompts[0].endswith("<|im_start|>assistant\n" + opening)
+
+
+@on_module_loop
+async def test_genprm_sampling_parameters_reach_the_engine(engine: LlamaCppEngine) -> None:
+    recording = Recording(engine)
+    scorer = GenPRMScorer(recording, max_analysis_tokens=24, temperature=0.6)
+    assert (await scorer.score(_request((" 12 times 3 is 36.",)))).error is None
+    analysis, judgement = recording.options
+    assert (analysis["temperature"], analysis["top_p"], analysis["top_k"]) == (0.6, 0.95, 20)
+    assert analysis["max_tokens"] == 24 and analysis["stop"] == ("</analyze>",)
+    assert judgement["max_tokens"] == 1 and judgement["temperature"] == 0.0
+    assert "top_p" not in judgement and judgement["top_logprobs"] == 20
+    recording = Recording(engine)
+    plain = GenPRMScorer(recording, max_analysis_tokens=8, top_p=None, top_k=None)
+    assert (await plain.score(_request((" 12 times 3 is 36.",)))).error is None
+    assert "top_p" not in recording.options[0] and "top_k" not in recording.options[0]
+
+
+@on_module_loop
+async def test_genprm_trims_oldest_critiques_instead_of_failing(engine: LlamaCppEngine) -> None:
+    """A long critique history is cut for the call (oldest first); the stored one is whole."""
+    long_critique = (
+        PRM_ANALYSIS_PREFIX.format(index=1)
+        + "The student multiplies twelve by three, which is right. " * 40
+        + PRM_JUDGEMENT_PREFIX
+        + "Yes}$\n</output>\n"
+    )
+    context = (
+        {"role": "system", "content": PRM_SYSTEM},
+        {"role": "user", "content": f"Question: {PROBLEM}\n\nStep 1: 12 times 3 is 36."},
+        {"role": "assistant", "content": long_critique},
+        {"role": "user", "content": "Step 2: 36 is the answer."},
+        {"role": "assistant", "content": long_critique.replace("Paragraph 1", "Paragraph 2")},
+    )
+    path = (" 12 times 3 is 36.", "\nStep 2: 36 is the answer.", "\nStep 3: \\boxed{36}.")
+    recording = Recording(engine)
+    scorer = GenPRMScorer(recording, max_analysis_tokens=16)
+    untrimmed = len(await engine.tokenize(await scorer._render(context, "x")))
+    recording.context_length = untrimmed  # the whole history no longer fits with 16 new tokens
+    score = await scorer.score(_request(path, context))
+    assert score.error is None and scorer.trimmed_prompts >= 1
+    sent = recording.prompts[0]
+    assert "Paragraph 1 step by step: ... " in sent  # the oldest critique was cut ...
+    assert sent.count("which is right") == 40  # ... the newer one was not
+    assert sent.count("**Judgement**: $\\boxed{Yes}") == 2  # both judgements stay
+    assert score.context[: len(context)] == context  # the stored history is whole
+    assert len(await engine.tokenize(sent)) + 16 <= untrimmed
+
+
+@on_module_loop
+async def test_genprm_restarts_after_an_answer_when_asked(engine: LlamaCppEngine) -> None:
+    first = await GenPRMScorer(engine, max_analysis_tokens=8).score(
+        _request((" 12 times 3 is \\boxed{36}.",))
+    )
+    wait = "\nBut wait, let me think about the problem again.\nStep 2: 3 times 12 is 36."
+    path = (" 12 times 3 is \\boxed{36}.", wait)
+    restart = GenPRMScorer(engine, max_analysis_tokens=8, after_answer="restart")
+    score = await restart.score(_request(path, first.context, after_answer=True))
+    assert score.error is None and _roles(score) == ["system", "user", "assistant"]
+    assert score.context[1]["content"] == f"Question: {PROBLEM}\n\n{wait.strip()}"
+    keep = GenPRMScorer(engine, max_analysis_tokens=8)  # `continue`, the default
+    score = await keep.score(_request(path, first.context, after_answer=True))
+    assert _roles(score) == ["system", "user", "assistant", "user", "assistant"]
+
+
+# ------------------------------------------------------------- prompts from config
+def test_prompts_load_inline_or_from_a_file(tmp_path: Any) -> None:
+    path = tmp_path / "policy.txt"
+    path.write_text("Solve it, then box it.\n{problem}", encoding="utf-8")
+    config = ServiceConfig.model_validate({"prompts": {"policy_instruction_file": str(path)}})
+    assert config.prompts.policy_instruction == "Solve it, then box it.\n{problem}"
+    scorer = ScorerConfig.model_validate({"prompts": {"prm_system": "Judge each step."}})
+    assert scorer.prompts.prm_system == "Judge each step."
+    assert ServiceConfig().prompts == PromptConfig()  # ours by default
+    paper = PromptConfig.model_validate(  # App. E's prompts, shipped as files
+        {
+            "policy_instruction_file": str(PROMPTS / "appendix-e-policy.txt"),
+            "prm_system_file": str(PROMPTS / "appendix-e-prm-system.txt"),
+        }
+    )
+    assert paper.policy_instruction.format(problem="P?").endswith("following question: P?")
+    assert paper.prm_system.startswith("You are a math teacher. Your task is to review")
+    bad = [
+        ({"policy_instruction_file": str(tmp_path / "missing.txt")}, "policy_instruction_file"),
+        ({"policy_instruction": "no field here"}, "policy_instruction: has no {problem}"),
+        ({"policy_instruction": "{problem} {x}"}, "policy_instruction: must be a template"),
+        ({"prm_system": "a", "prm_system_file": str(path)}, "prm_system: give it inline"),
+    ]
+    for prompts, message in bad:
+        with pytest.raises(ValueError, match=message.replace("{", r"\{").replace("}", r"\}")):
+            ServiceConfig.model_validate({"prompts": prompts})
+
+
+@on_module_loop
+async def test_configured_prompts_reach_the_model(engine: LlamaCppEngine) -> None:
+    policy = EnginePolicy(engine, instruction="Answer in one line: {problem}")
+    prompt = await policy.render(PROBLEM, "Step 1:")
+    assert f"Answer in one line: {PROBLEM}" in prompt and "Example problem" not in prompt
+    recording = Recording(engine)
+    scorer = GenPRMScorer(recording, max_analysis_tokens=8, system_prompt="Judge each step.")
+    score = await scorer.score(_request((" 12 times 3 is 36.",)))
+    assert (
+        score.context[0]["content"] == "Judge each step."
+        and "Judge each step." in (recording.prompts[0])
+    )
 
 
 # ------------------------------------------------------------------ rollouts
