@@ -3,7 +3,8 @@
 `map_batches` hands it batches of problems; it runs up to `trees_per_actor`
 searches concurrently on one event loop against the *shared* policy and scorer
 deployments, grades each finished tree and returns its records.  A problem
-that fails becomes an `errors` record; it never fails the batch.
+that fails becomes an `errors` record; it never fails the batch.  With a
+progress board (`actors.progress`) it pushes live counters while trees run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import traceback
 from typing import Any
 
+from actors.progress import Counters, CountingPolicy, CountingScorer, Reporter
 from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
 from pipeline.config import RunConfig
 from pipeline.records import error_row, records_for
@@ -23,13 +25,20 @@ log = logging.getLogger(__name__)
 
 
 class SearchActor:
-    def __init__(self, run: dict[str, Any]) -> None:
+    def __init__(self, run: dict[str, Any], board: Any = None) -> None:
         from ray import serve
 
         self.run = RunConfig.model_validate(run)
         self.run_id = self.run.resolved_run_id
-        self.policy = ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy)
-        self.scorer = ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer)
+        self.counters = Counters()
+        cost = self.run.search.cost
+        self.policy = CountingPolicy(
+            ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy), self.counters, cost
+        )
+        self.scorer = CountingScorer(
+            ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer), self.counters, cost
+        )
+        self.reporter = None if board is None else Reporter(board, self.counters)
         self.gate = asyncio.Semaphore(self.run.trees_per_actor)
         self.models = {
             "policy_model": self.run.policy.engine.model,
@@ -40,28 +49,45 @@ class SearchActor:
         ids = [str(x) for x in batch["problem_id"]]
         problems = [str(x) for x in batch["problem"]]
         references = [None if x is None else str(x) for x in batch["reference"]]
+        if self.reporter is not None:
+            self.reporter.start()
         outputs = await asyncio.gather(
             *(self.solve(i, p, r) for i, p, r in zip(ids, problems, references, strict=True))
         )
+        if self.reporter is not None:
+            self.reporter.flush()
         return {"problem_id": ids, "records": [json.dumps(o) for o in outputs]}
 
     async def solve(
         self, problem_id: str, problem: str, reference: str | None
     ) -> dict[str, list[dict[str, Any]]]:
         async with self.gate:
-            try:
-                seed = derive_seed(self.run.seed, problem_id)
-                result = await run_search(
-                    problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
-                )
-                return await records_for(
-                    result,
-                    reference,
-                    problem_id=problem_id,
-                    run_id=self.run_id,
-                    config=self.run.records,
-                    **self.models,
-                )
-            except Exception as exc:  # one bad problem must not kill the run
-                log.warning("problem %s failed: %s", problem_id, traceback.format_exc(limit=5))
-                return {"errors": [dict(error_row(problem_id, "search", exc, run_id=self.run_id))]}
+            self.counters.trees_started += 1
+            records = await self._solve(problem_id, problem, reference)
+            self.counters.trees_done += 1
+            self.counters.tree_errors += bool(records.get("errors"))
+            self.counters.correct += sum(bool(n["label"]) for n in records.get("nodes", []))
+            for tree in records.get("trees", []):  # continuation prompts, known at the end
+                inserted = int(tree["inserted_prompt_tokens"])
+                self.counters.spent += inserted * self.run.search.cost.policy_output
+            return records
+
+    async def _solve(
+        self, problem_id: str, problem: str, reference: str | None
+    ) -> dict[str, list[dict[str, Any]]]:
+        try:
+            seed = derive_seed(self.run.seed, problem_id)
+            result = await run_search(
+                problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
+            )
+            return await records_for(
+                result,
+                reference,
+                problem_id=problem_id,
+                run_id=self.run_id,
+                config=self.run.records,
+                **self.models,
+            )
+        except Exception as exc:  # one bad problem must not kill the run
+            log.warning("problem %s failed: %s", problem_id, traceback.format_exc(limit=5))
+            return {"errors": [dict(error_row(problem_id, "search", exc, run_id=self.run_id))]}

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.config import RunConfig
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -18,6 +22,14 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--config", default="configs/local.yaml", help="YAML run config")
     parser.add_argument("--output-root", help="overrides output_root of the config")
     parser.add_argument("--run-id", help="overrides run_id (rerun the same id to resume)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the config and source, print the plan, start nothing",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show Ray's own progress bars and INFO logs"
+    )
     return parser
 
 
@@ -29,11 +41,13 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.dry_run:
+        return dry_run(config)
     from pipeline.hub import HubPublishError
     from pipeline.publishing import publish_configured
     from pipeline.run import synthesize
 
-    summary = synthesize(config)
+    summary = synthesize(config, verbose=args.verbose)
     summary.render()
     if config.publish.repo is not None:
         try:
@@ -43,6 +57,20 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"published to {published.repo_id}: {published.commit_url}")
     return 1 if summary.errors else 0
+
+
+def dry_run(config: RunConfig) -> int:
+    from actors.engines.base import EngineError
+    from pipeline.plan import plan_run, render_plan
+    from pipeline.sources import SourceConfigError
+
+    try:
+        plan = plan_run(config)
+    except (SourceConfigError, EngineError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    render_plan(plan)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

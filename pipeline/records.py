@@ -66,6 +66,7 @@ from actors.prompts import policy_messages
 from actors.rollout import answers_match
 from search.answer_choice import normalize_answer
 from search.driver import SearchResult, derive_seed
+from search.protocols import FinishReason
 from search.tree import Node
 
 LabelSource = Literal["reference", "prm_threshold", "majority"]
@@ -74,6 +75,7 @@ Pairing = Literal["best_vs_worst", "random"]
 Row = dict[str, Any]
 
 SCHEMA_VERSION = "1"
+_UNSCORED = (None, FinishReason.ERROR, FinishReason.CONTEXT_OVERFLOW)
 
 
 # --------------------------------------------------------------------------- config
@@ -115,6 +117,17 @@ MESSAGE_TYPE = pa.struct(
 )
 # "element" is Parquet's name for a list's item, so the schema survives a round trip unchanged
 MESSAGES_TYPE = pa.list_(pa.field("element", MESSAGE_TYPE, nullable=False))
+
+# The anytime trace of a tree: the same fields the evaluation report's curves read.
+TRACE_POINT = pa.struct(
+    [
+        pa.field("c_used", pa.float64(), nullable=False),
+        pa.field("any_answer", pa.bool_(), nullable=False),
+        pa.field("correct", pa.bool_(), nullable=False),
+        pa.field("max_depth", pa.int64(), nullable=False),
+        pa.field("max_width", pa.int64(), nullable=False),
+    ]
+)
 
 _RUN_ID = doc_field("run_id", pa.string(), "identifier of the synthesis run that wrote the row")
 _PROBLEM_ID = doc_field("problem_id", pa.string(), "identifier of the problem in its source")
@@ -466,6 +479,21 @@ def tree_row(
         "prm_model": prm_model,
         "budget": result.budget,
         "seed": result.seed,
+        "node_scores": [
+            n.q
+            for n in result.tree.nodes
+            if n.id != 0 and n.error is None and n.finish not in _UNSCORED
+        ],
+        "trace": [
+            {
+                "c_used": float(p.c_used),
+                "any_answer": p.any_answer,
+                "correct": bool(graded.verified.get(answer_key(p.best_answer) or "", False)),
+                "max_depth": p.max_depth,
+                "max_width": p.max_width,
+            }
+            for p in result.trace
+        ],
     }
 
 
