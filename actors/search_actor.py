@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 
 class SearchActor:
-    def __init__(self, run: dict[str, Any], board: Any = None) -> None:
+    def __init__(self, run: dict[str, Any], board: str | None = None) -> None:
+        import ray
         from ray import serve
 
         self.run = RunConfig.model_validate(run)
@@ -38,7 +39,9 @@ class SearchActor:
         self.scorer = CountingScorer(
             ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer), self.counters, cost
         )
-        self.reporter = None if board is None else Reporter(board, self.counters)
+        # The run's progress board, by name (a handle in the constructor arguments would
+        # put them in the object store, which Ray warns about for restartable actors).
+        self.reporter = None if board is None else Reporter(ray.get_actor(board), self.counters)
         self.gate = asyncio.Semaphore(self.run.trees_per_actor)
         self.models = {
             "policy_model": self.run.policy.engine.model,

@@ -39,9 +39,12 @@ def quiet_ray() -> None:
     import logging
 
     import ray.data
+    from ray.util.debug import log_once
 
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.print_on_execution_start = False
+    # Ray Data warns once that its bars are off: we asked for it, so use up that "once".
+    log_once("ray_data_progress_manager_disabled")
     for name in ("ray", "ray.data", "ray.serve", "ray.train", "ray.tune"):
         logging.getLogger(name).setLevel(logging.WARNING)

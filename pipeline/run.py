@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -56,7 +57,7 @@ def synthesize(
     """
     import ray
 
-    from actors.progress import ProgressBoard
+    from actors.progress import BOARD_NAME, ProgressBoard
     from actors.search_actor import SearchActor  # imports Ray Serve: only when searching
     from actors.serve import deploy_policy, deploy_scorer
 
@@ -88,14 +89,15 @@ def synthesize(
         deploy_policy(config.policy)
         deploy_scorer(config.scorer)
         # Live counters: the search actors push to this board while their trees run.
-        board: Any = ray.remote(num_cpus=0)(ProgressBoard).remote()
+        board_name = f"{BOARD_NAME}-{uuid.uuid4().hex[:8]}"
+        board: Any = ray.remote(num_cpus=0)(ProgressBoard).options(name=board_name).remote()
         items = [
             {"problem_id": p["problem_id"], "problem": p["problem"], "reference": p["reference"]}
             for p in todo
         ]
         dataset = ray.data.from_items(items).map_batches(
             SearchActor,
-            fn_constructor_kwargs={"run": config.model_dump(mode="json"), "board": board},
+            fn_constructor_kwargs={"run": config.model_dump(mode="json"), "board": board_name},
             # One batch = trees_per_actor problems searched concurrently in one call; a
             # batch is committed when its last tree finishes.  (One problem per call with
             # concurrent calls ran the trees one at a time here: measured 4x slower.)
