@@ -18,6 +18,7 @@ from typing import Any
 from actors.progress import Counters, CountingPolicy, CountingScorer, Reporter
 from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
 from pipeline.config import RunConfig
+from pipeline.decontamination import build_decontaminator
 from pipeline.records import error_row, records_for
 from search import derive_seed, run_search
 
@@ -43,6 +44,8 @@ class SearchActor:
         # put them in the object store, which Ray warns about for restartable actors).
         self.reporter = None if board is None else Reporter(ray.get_actor(board), self.counters)
         self.gate = asyncio.Semaphore(self.run.trees_per_actor)
+        # one index per actor (MATH500 + GSM8K test: well under a second to build)
+        self.decontaminator = build_decontaminator(self.run.records.decontamination)
         self.models = {
             "policy_model": self.run.policy.engine.model,
             "prm_model": self.run.scorer.engine.model,
@@ -79,6 +82,8 @@ class SearchActor:
         self, problem_id: str, problem: str, reference: str | None
     ) -> dict[str, list[dict[str, Any]]]:
         try:
+            index = self.decontaminator
+            contamination = None if index is None else index.match(problem)
             seed = derive_seed(self.run.seed, problem_id)
             result = await run_search(
                 problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
@@ -89,6 +94,7 @@ class SearchActor:
                 problem_id=problem_id,
                 run_id=self.run_id,
                 config=self.run.records,
+                contamination=contamination,
                 **self.models,
             )
         except Exception as exc:  # one bad problem must not kill the run

@@ -1,14 +1,12 @@
-"""Publish a run's SFT/DPO Parquet files to a Hugging Face dataset repo.
+"""Publish a run's Parquet files to a Hugging Face dataset repo.
 
-One dataset repo holds every run, as two configs:
+One dataset repo holds every run; every record type is a config (`CONFIGS`: sft, dpo, prm, kto,
+nodes, trees, tree_nodes, errors), its files under ``data/<config>/run=<run_id>/<file>.parquet``.
 
-* ``sft``: ``data/sft/run=<run_id>/<file>.parquet``
-* ``dpo``: ``data/dpo/run=<run_id>/<file>.parquet``
-
-The README.md dataset card declares both configs in its YAML header with a glob over all runs, so
-``datasets.load_dataset(repo_id, "sft")`` returns the rows of every published run. Re-publishing a
-run replaces that run's files only: one commit deletes ``data/*/run=<run_id>/*`` and adds the new
-files (other runs are untouched).
+The README.md dataset card declares each config present in its YAML header with a glob over all
+runs, so ``datasets.load_dataset(repo_id, "prm")`` returns the prm rows of every published run.
+Re-publishing a run replaces that run's files only: one commit deletes ``data/*/run=<run_id>/*``
+and adds the new files (other runs are untouched).
 
 The token is read only from the environment variable ``token_env`` and never written to logs, the
 card, or exception messages. A Hub failure leaves the local Parquet untouched and raises
@@ -51,7 +49,19 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CONFIGS: tuple[str, ...] = ("sft", "dpo")
+# Every record type (pipeline.sink.RECORD_TYPES), training data first.
+CONFIGS: tuple[str, ...] = ("sft", "dpo", "prm", "kto", "nodes", "trees", "tree_nodes", "errors")
+CONFIG_DOCS: Mapping[str, str] = {
+    "sft": "TRL prompt-completion rows (`prompt`, `completion`): correct, clean trajectories",
+    "dpo": "TRL preference pairs (`prompt`, `chosen`, `rejected`) that share a prefix and "
+    "diverge; `pair_type` says where",
+    "prm": "TRL stepwise supervision (`prompt`, `completions`, `labels`) plus soft `values`",
+    "kto": "TRL unpaired preference rows (`prompt`, `completion`, `label`)",
+    "nodes": "every answered node with its trajectory, PRM score and label",
+    "trees": "one row per searched problem: answer, tokens, shape, contamination",
+    "tree_nodes": "every node of every tree (parent, text, Q, label, tokens, C_used, order)",
+    "errors": "problems that failed, and where",
+}
 PAPER_TITLE = "Budget-Guided Monte Carlo Tree Search for LLM Data Synthesis (BG-MCTS)"
 REDACTED = "<redacted>"
 # Keys whose values are secrets ("hf_token", "api_key", "password"), not counts ("max_tokens").
@@ -74,6 +84,9 @@ class CardInfo:
     models: Sequence[str] = ()
     budget: Mapping[str, Any] = field(default_factory=dict)
     answered_precision: float | None = None
+    # benchmark -> problems kept out of the training configs (pipeline.decontamination)
+    decontaminated: Mapping[str, int] = field(default_factory=dict)
+    decontamination_rule: str | None = None
     paper_title: str = PAPER_TITLE
     producer: str = "BG-MCTS (bgmcts-synth)"
     pretty_name: str | None = None
@@ -178,7 +191,7 @@ def render_card(
     card_data = DatasetCardData(
         pretty_name=card_info.pretty_name or repo_id.split("/")[-1],
         license=card_info.license,
-        tags=["synthetic", "bg-mcts", "sft", "dpo"],
+        tags=["synthetic", "bg-mcts", "sft", "dpo", "prm", "kto"],
         configs=[
             {
                 "config_name": name,
@@ -196,21 +209,30 @@ def render_card(
     precision = (
         "n/a" if card_info.answered_precision is None else f"{card_info.answered_precision:.4f}"
     )
+    decontaminated = sum(card_info.decontaminated.values())
+    by_benchmark = ", ".join(f"{k}: {v}" for k, v in sorted(card_info.decontaminated.items()))
     lines = [
         f"# {card_data.pretty_name}",
         "",
-        f"Synthetic SFT and DPO data produced by {card_info.producer}, the method of "
-        f"*{card_info.paper_title}*.",
+        f"Synthetic training data (SFT, DPO, PRM, KTO) and full search trees produced by "
+        f"{card_info.producer}, the method of *{card_info.paper_title}*.",
         "",
         "Load it with:",
         "",
         "```python",
         "from datasets import load_dataset",
         "",
-        *(f'{name} = load_dataset("{repo_id}", "{name}", split="train")' for name in CONFIGS),
+        *(
+            f'{name} = load_dataset("{repo_id}", "{name}", split="train")'
+            for name in configs_present
+        ),
         "```",
         "",
         "Each run lives under `data/<config>/run=<run_id>/`; the configs glob over all runs.",
+        "",
+        "| config | what |",
+        "| --- | --- |",
+        *(f"| {name} | {CONFIG_DOCS.get(name, '')} |" for name in configs_present),
         "",
         "## Runs in this repo",
         "",
@@ -220,10 +242,14 @@ def render_card(
         "",
         "| config | rows |",
         "| --- | --- |",
-        *(f"| {name} | {counts.get(name, 0)} |" for name in CONFIGS),
+        *(f"| {name} | {counts.get(name, 0)} |" for name in CONFIGS if name in counts),
         "",
         f"Precision of answered nodes: {precision}",
         "",
+        f"Decontaminated problems (searched, kept out of sft/dpo/prm/kto): {decontaminated}"
+        + (f" ({by_benchmark})" if by_benchmark else ""),
+        "",
+        *([card_info.decontamination_rule, ""] if card_info.decontamination_rule else []),
         "Models: " + (", ".join(f"`{m}`" for m in card_info.models) or "n/a"),
         "",
         "### Budget",
@@ -242,6 +268,8 @@ def render_card(
         "",
     ]
     for name in CONFIGS:
+        if name not in samples:
+            continue
         sample = samples.get(name)
         lines += [f"**{name}**", ""]
         if sample is None:
@@ -289,7 +317,7 @@ def publish_run(
     endpoint: str | None = None,
     card_info: CardInfo,
 ) -> PublishResult:
-    """Push ``<run_dir>/{sft,dpo}/*.parquet`` as run ``run_id`` of dataset repo ``repo_id``.
+    """Push ``<run_dir>/<config>/*.parquet`` as run ``run_id`` of dataset repo ``repo_id``.
 
     Raises :class:`HubPublishError` (message includes :func:`retry_command`) on any failure.
     Local files are only read.
@@ -314,9 +342,11 @@ def publish_run(
 
     local = _local_files(run_dir)
     if not any(local.values()):
-        raise fail(f"No Parquet files under {run_dir}/sft or {run_dir}/dpo; nothing to publish.")
-    counts = {name: _count_rows(files) for name, files in local.items()}
-    samples = {name: _sample_row(files) for name, files in local.items()}
+        raise fail(f"No Parquet files under {run_dir}/<{'|'.join(CONFIGS)}>; nothing to publish.")
+    # sft and dpo are always listed (0 rows is news); other configs when the run has them
+    present = {name: files for name, files in local.items() if files or name in ("sft", "dpo")}
+    counts = {name: _count_rows(files) for name, files in present.items()}
+    samples = {name: _sample_row(files) for name, files in present.items()}
 
     api = HfApi(endpoint=endpoint, token=token)
     try:

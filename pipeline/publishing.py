@@ -40,6 +40,7 @@ def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path
         return None if value is None else str(value)
 
     search = config.get("search") or {}
+    rule = ((config.get("records") or {}).get("decontamination")) or {}
     return CardInfo(
         config=config,
         models=[m for m in (model("policy"), model("scorer")) if m],
@@ -49,6 +50,22 @@ def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path
             (p.read_text() for p in report if p.name == REPORT_MD and p.is_file()), None
         ),
         report_files=[p for p in report if p.suffix == ".png"],
+        decontaminated=dict(summary.contaminated),
+        decontamination_rule=decontamination_rule(rule),
+    )
+
+
+def decontamination_rule(rule: dict[str, Any]) -> str | None:
+    """One sentence on how the run was decontaminated (from its config dump)."""
+    if not rule:
+        return None
+    if not rule.get("enabled", True):
+        return "Decontamination was off for this run."
+    names = [*rule.get("benchmarks", []), *(Path(str(p)).name for p in rule.get("extra", []))]
+    return (
+        f"Rule: a problem sharing any {rule.get('ngram', 13)}-gram of normalised word/number "
+        "tokens with a benchmark problem (or containing a shorter benchmark problem whole) is "
+        f"excluded; benchmarks: {', '.join(names) or 'none'}."
     )
 
 
@@ -61,7 +78,7 @@ def publish_run_dir(
     private: bool = True,
     endpoint: str | None = None,
 ) -> PublishResult:
-    """Push `run_dir`'s sft and dpo Parquet to `repo`; raises `HubPublishError`."""
+    """Push `run_dir`'s Parquet (every record type) to `repo`; raises `HubPublishError`."""
     run_dir = Path(run_dir)
     summary = summarize_run_dir(run_dir)
     config = read_manifest(run_dir).get("config") or {}

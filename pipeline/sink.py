@@ -2,7 +2,7 @@
 
 Layout under the output root::
 
-    run=<run_id>/<record type>/part-<batch>.parquet   (nodes, trees, sft, dpo, errors)
+    run=<run_id>/<record type>/part-<batch>.parquet   (pipeline.records.SCHEMAS)
     run=<run_id>/_committed/<batch>                    (one empty marker per batch)
 
 A batch's files are written under temporary names, renamed into place, and
@@ -22,7 +22,7 @@ from typing import Any
 
 from pipeline.records import SCHEMAS, to_table
 
-RECORD_TYPES = ("nodes", "trees", "sft", "dpo", "errors")
+RECORD_TYPES = ("nodes", "trees", "sft", "dpo", "prm", "kto", "tree_nodes", "errors")
 _MARKERS = "_committed"
 
 

@@ -31,6 +31,8 @@ class RunSummary:
     tokens: int = 0
     wall_time_s: float = 0.0
     rows: dict[str, int] = field(default_factory=dict)
+    # benchmark -> problems that overlap it (searched, kept out of the training rows)
+    contaminated: dict[str, int] = field(default_factory=dict)
 
     @property
     def precision(self) -> float | None:
@@ -46,8 +48,15 @@ class RunSummary:
         self.answered_nodes += len(nodes)
         self.correct_nodes += sum(1 for n in nodes if n.get("label"))
         for tree in records.get("trees", []):
+            self.count_contamination(tree)
             self.correct_trees += bool(tree.get("correct"))
             self.tokens += int(tree.get("policy_output_tokens") or 0)
+
+    def count_contamination(self, tree: dict[str, Any]) -> None:
+        """Count a `trees` row whose problem overlaps a benchmark (pipeline.decontamination)."""
+        if tree.get("contaminated"):
+            name = str(tree["contaminated"])
+            self.contaminated[name] = self.contaminated.get(name, 0) + 1
 
     def table(self) -> Table:
         precision = "-" if self.precision is None else f"{self.precision:.3f}"
@@ -64,6 +73,10 @@ class RunSummary:
         table.add_row("policy output tokens", f"{self.tokens}{rate}")
         if self.wall_time_s > 0:  # unknown for a folder summed up after the fact
             table.add_row("wall time", f"{self.wall_time_s:.0f} s")
+        excluded = ", ".join(f"{k} {v}" for k, v in sorted(self.contaminated.items()))
+        table.add_row(
+            "decontaminated problems", f"{excluded} (no training rows)" if excluded else "0"
+        )
         table.add_row("rows written", ", ".join(f"{k} {v}" for k, v in self.rows.items()))
         table.add_row("files", str(self.run_dir))
         return table
@@ -91,6 +104,8 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     summary.correct_nodes = sum(bool(v) for v in nodes.column("label").to_pylist())
     summary.correct_trees = sum(bool(t["correct"]) for t in trees)
     summary.tokens = sum(int(t["policy_output_tokens"]) for t in trees)
+    for tree in trees:
+        summary.count_contamination(tree)
     summary.rows = {kind: sink.read(kind).num_rows for kind in RECORD_TYPES}
     return summary
 

@@ -279,7 +279,12 @@ async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
             seed,
         )
         records = await records_for(
-            result, "12", problem_id=f"p{seed}", run_id=run_id, config=RecordsConfig()
+            result,
+            "12",
+            problem_id=f"p{seed}",
+            run_id=run_id,
+            config=RecordsConfig(),
+            contamination="math500" if seed == 2 else None,
         )
         sink.write_batch(records)
     write_manifest(config, sink.run_dir)
@@ -297,13 +302,22 @@ async def test_configured_publish_pushes_the_run(env: HubServer, tmp_path: Path)
     result = publish_configured(config, run_dir)
     labels = pq.read_table(run_dir / "nodes").column("label").to_pylist()
     precision = sum(labels) / len(labels)
-    assert result.counts == {
-        "sft": pq.read_table(run_dir / "sft").num_rows,
-        "dpo": pq.read_table(run_dir / "dpo").num_rows,
-    }
+    written = [n for n in ("sft", "dpo", "prm", "kto", "nodes", "trees", "tree_nodes")]
+    assert result.counts == {n: pq.read_table(run_dir / n).num_rows for n in written}
+    assert all(result.counts.values())  # every record type is a config (no errors here)
     card = env.files(REPO)["README.md"].decode()
     assert f"Precision of answered nodes: {precision:.4f}" in card
     assert "embedded" in card and TOKEN not in card
+    header = yaml.safe_load(card.split("---")[1])
+    assert [c["config_name"] for c in header["configs"]] == written
+    assert "kept out of sft/dpo/prm/kto): 1 (math500: 1)" in card
+    assert "13-gram" in card and "math500, gsm8k_test" in card
+    # every record type loads by its config name, as a user would
+    prm = load("prm", tmp_path / "c-prm")
+    assert canon(prm) == canon(rows_of(run_dir, "prm"))
+    assert {"p0", "p1"} == {r["problem_id"] for r in prm}  # p2 is contaminated
+    tree_nodes = load("tree_nodes", tmp_path / "c-nodes")
+    assert len(tree_nodes) == result.counts["tree_nodes"]
 
 
 async def test_publish_job_standalone_and_bad_arguments(
@@ -337,5 +351,8 @@ async def test_report_command_totals_a_run_folder(
     assert summary.correct_nodes == sum(nodes.column("label").to_pylist())
     assert (run_dir / "trees" / "part-uncommitted.parquet").exists()  # read-only
     assert main(["report", str(run_dir)]) == 0
-    assert f"answered nodes              │ {nodes.num_rows}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"answered nodes              │ {nodes.num_rows}" in out
+    assert summary.contaminated == {"math500": 1}
+    assert "decontaminated problems     │ math500 1 (no training rows)" in out
     assert main(["report", str(tmp_path / "nope")]) == 2

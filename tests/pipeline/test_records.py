@@ -25,11 +25,14 @@ from pipeline.records import (
     dpo_rows,
     error_row,
     grade_result,
+    kto_rows,
     node_rows,
+    prm_rows,
     records_for,
     schema_markdown,
     sft_rows,
     to_table,
+    tree_node_rows,
     tree_row,
 )
 from search import SearchResult, parse_search_config, run_search
@@ -102,15 +105,41 @@ async def _graded(reference: str | None = "12", **kwargs: Any) -> list[GradedTre
     ]
 
 
+def _path_ids(graded: GradedTree, node_id: int) -> list[int]:
+    """Root-to-node ids by walking parent ids (independent of pipeline.tree_paths)."""
+    tree = graded.result.tree
+    ids = []
+    current: int | None = node_id
+    while current is not None and current != 0:
+        ids.append(current)
+        current = tree[current].parent_id
+    return ids[::-1]
+
+
+def _expected_pair_type(graded: GradedTree, a: int, b: int) -> tuple[str, int]:
+    pa_, pb = _path_ids(graded, a), _path_ids(graded, b)
+    shared = 0
+    while shared < min(len(pa_), len(pb)) and pa_[shared] == pb[shared]:
+        shared += 1
+    if shared in (len(pa_), len(pb)):
+        return "prefix", shared
+    if shared == 0:
+        return "root", 0
+    if len(pa_) == len(pb) == shared + 1:
+        return "siblings", shared
+    return "cousins", shared
+
+
 @pytest.mark.parametrize("cap", [0, 1, 2, 100])
-@pytest.mark.parametrize("pairing", ["best_vs_worst", "random"])
-async def test_dpo_pairs_join_correct_and_incorrect_of_one_problem(cap: int, pairing: Any) -> None:
+@pytest.mark.parametrize("pairing", ["shared_prefix", "best_vs_worst", "random"])
+async def test_dpo_pairs_join_correct_and_incorrect_trajectories_that_diverge(
+    cap: int, pairing: Any
+) -> None:
+    types_seen: Counter[str] = Counter()
     for graded in await _graded("12"):
         labels = {r["node_id"]: r for r in node_rows(graded, run_id="r")}
         pairs = dpo_rows(graded, run_id="r", max_pairs_per_problem=cap, pairing=pairing, seed=3)
-        good = {labels[i]["trajectory"] for i in labels if labels[i]["correct"]}
-        bad = {labels[i]["trajectory"] for i in labels if not labels[i]["correct"]}
-        assert len(pairs) == min(cap, len(good), len(bad))
+        assert len(pairs) <= cap
         for pair in pairs:
             assert pair["problem_id"] == graded.problem_id
             chosen, rejected = labels[pair["chosen_node_id"]], labels[pair["rejected_node_id"]]
@@ -121,21 +150,57 @@ async def test_dpo_pairs_join_correct_and_incorrect_of_one_problem(cap: int, pai
             assert pair["score_rejected"] == rejected["score"]
             assert [m["role"] for m in pair["prompt"]] == ["user"]
             assert PROBLEM in pair["prompt"][0]["content"]
+            kind, shared = _expected_pair_type(graded, chosen["node_id"], rejected["node_id"])
+            assert (pair["pair_type"], pair["shared_steps"]) == (kind, shared)
+            assert kind != "prefix"  # dropped by default: neither extends the other
+            assert not rejected["trajectory"].startswith(chosen["trajectory"])
+            assert not chosen["trajectory"].startswith(rejected["trajectory"])
+            k = pair["shared_prefix_chars"]
+            assert chosen["trajectory"][:k] == rejected["trajectory"][:k]
+            assert chosen["trajectory"][k:] != rejected["trajectory"][k:]
+            for side in ("chosen", "rejected"):
+                text = pair[side][0]["content"]
+                assert pair[f"{side}_answers_in_path"] == text.count("\\boxed{")
+            types_seen[kind] += 1
         # every node (and trajectory) is used at most once
-        assert len({p["chosen_node_id"] for p in pairs}) == len(pairs)
-        assert len({p["rejected_node_id"] for p in pairs}) == len(pairs)
-        if pairing == "best_vs_worst":
-            chosen_q = [p["score_chosen"] for p in pairs]
-            rejected_q = [p["score_rejected"] for p in pairs]
-            assert chosen_q == sorted(chosen_q, reverse=True)
-            assert rejected_q == sorted(rejected_q)
-            if pairs:
-                best_good = max(r["score"] for r in labels.values() if r["correct"])
-                worst_bad = min(r["score"] for r in labels.values() if not r["correct"])
-                assert (chosen_q[0], rejected_q[0]) == (best_good, worst_bad)
+        used = [p["chosen_node_id"] for p in pairs] + [p["rejected_node_id"] for p in pairs]
+        assert len(set(used)) == len(used)
+        if len(pairs) < cap:  # greedy: no allowed pair of two unused nodes is left over
+            for c in (i for i in labels if labels[i]["correct"] and i not in used):
+                for r in (i for i in labels if not labels[i]["correct"] and i not in used):
+                    kind, _ = _expected_pair_type(graded, c, r)
+                    same_text = {labels[c]["trajectory"], labels[r]["trajectory"]} & {
+                        labels[u]["trajectory"] for u in used
+                    }
+                    assert kind == "prefix" or same_text, (c, r)
+        if pairing == "shared_prefix":
+            shared = [p["shared_steps"] for p in pairs]
+            assert shared == sorted(shared, reverse=True)
+        elif pairing == "best_vs_worst":
+            gaps = [p["score_chosen"] - p["score_rejected"] for p in pairs]
+            assert gaps == sorted(gaps, reverse=True)
         else:
             again = dpo_rows(graded, run_id="r", max_pairs_per_problem=cap, pairing=pairing, seed=3)
             assert again == pairs
+    if cap >= 2:
+        assert types_seen["siblings"] + types_seen["cousins"] > 0, types_seen
+
+
+async def test_dpo_prefix_pairs_only_when_asked_for() -> None:
+    prefix_pairs = 0
+    for graded in await _graded("12"):
+        everything = ("siblings", "cousins", "root", "prefix")
+        pairs = dpo_rows(graded, run_id="r", max_pairs_per_problem=100, pair_types=everything)
+        only_prefix = dpo_rows(
+            graded, run_id="r", max_pairs_per_problem=100, pair_types=("prefix",)
+        )
+        for pair in only_prefix:
+            chosen, rejected = pair["chosen"][0]["content"], pair["rejected"][0]["content"]
+            assert chosen.startswith(rejected) or rejected.startswith(chosen)
+            assert pair["pair_type"] == "prefix"
+        prefix_pairs += len(only_prefix)
+        assert {p["pair_type"] for p in pairs} <= set(everything)
+    assert prefix_pairs  # the scripted trees do hold trajectories that extend others
 
 
 async def test_sft_rows_only_from_correct_nodes_above_min_score_without_duplicates() -> None:
@@ -156,27 +221,47 @@ async def test_sft_rows_only_from_correct_nodes_above_min_score_without_duplicat
     )
     regraded = await grade_result(graded.result, "12", problem_id="p0")
     assert regraded.labels[copy.id]
-    with_dupes = sft_rows(regraded, run_id="r", dedupe=False)
-    deduped = sft_rows(regraded, run_id="r")
+    with_dupes = sft_rows(regraded, run_id="r", dedupe=False, self_correction="include")
+    deduped = sft_rows(regraded, run_id="r", self_correction="include")
     assert len(with_dupes) == len(deduped) + 1
     assert copy.id not in {r["node_id"] for r in deduped}  # the best-Q copy is kept
 
     for g in [regraded, *graded_trees[1:]]:
         nodes = {r["node_id"]: r for r in node_rows(g, run_id="r")}
         for min_score in (0.0, 0.5, 0.9):
-            rows = sft_rows(g, run_id="r", min_score=min_score)
+            rows = sft_rows(g, run_id="r", min_score=min_score, self_correction="include")
             expected = {
                 r["trajectory"] for r in nodes.values() if r["correct"] and r["score"] >= min_score
             }
-            texts = [r["messages"][1]["content"] for r in rows]
+            texts = [r["completion"][0]["content"] for r in rows]
             assert sorted(texts) == sorted(expected)  # no duplicates, nothing missing
             for row in rows:
                 node = nodes[row["node_id"]]
                 assert node["correct"] and row["score"] == node["score"] >= min_score
-                user, assistant = row["messages"]
+                [user], [assistant] = row["prompt"], row["completion"]
                 assert user["role"] == "user" and PROBLEM in user["content"]
                 assert assistant == {"role": "assistant", "content": node["trajectory"]}
             assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
+
+
+async def test_sft_keeps_clean_paths_by_default_and_self_corrections_on_request() -> None:
+    clean = corrections = 0
+    for g in await _graded("12"):
+        every = sft_rows(g, run_id="r", self_correction="include")
+        default = sft_rows(g, run_id="r")
+        only = sft_rows(g, run_id="r", self_correction="only")
+        for row in every:  # the count agrees with the answers the text states
+            assert row["answers_in_path"] == row["completion"][0]["content"].count("\\boxed{")
+        assert all(r["answers_in_path"] == 1 for r in default)
+        assert all(r["answers_in_path"] > 1 for r in only)
+        assert sorted(r["node_id"] for r in every) == sorted(
+            r["node_id"] for r in [*default, *only]
+        )
+        clean += len(default)
+        corrections += len(only)
+    assert clean and corrections  # the scripted trees hold both kinds
+    with pytest.raises(ValueError, match="self_correction"):
+        sft_rows(g, run_id="r", self_correction="sometimes")  # type: ignore[arg-type]
 
 
 async def test_no_reference_prm_threshold_pseudo_labels_are_marked() -> None:
@@ -224,6 +309,9 @@ def _all_rows(graded: list[GradedTree]) -> dict[str, list[dict[str, Any]]]:
         out["trees"].append(tree_row(g, run_id="r", policy_model="pol"))
         out["sft"] += sft_rows(g, run_id="r")
         out["dpo"] += dpo_rows(g, run_id="r", max_pairs_per_problem=2)
+        out["prm"] += prm_rows(g, run_id="r", pseudo_labels=True)
+        out["kto"] += kto_rows(g, run_id="r")
+        out["tree_nodes"] += tree_node_rows(g, run_id="r")
     out["errors"] += [
         error_row("p9", "search", RuntimeError("engine down"), run_id="r"),
         error_row(None, "source", "bad line 3", run_id="r"),
@@ -276,9 +364,9 @@ async def test_bad_rows_raise_errors_naming_the_field() -> None:
         assert info.value.field == field_name and info.value.row == 1
         assert f"field {field_name!r} (row 1)" in str(info.value)
         assert reason in str(info.value) and "nodes record" in str(info.value)
-    sft = sft_rows(graded, run_id="r")[0]
-    with pytest.raises(RecordValidationError, match="'messages'"):
-        to_table([{**sft, "messages": "not a list"}], SFT_SCHEMA)
+    sft = sft_rows(graded, run_id="r", self_correction="include")[0]
+    with pytest.raises(RecordValidationError, match="'completion'"):
+        to_table([{**sft, "completion": "not a list"}], SFT_SCHEMA)
     # a missing nullable field is simply null
     table = to_table([{k: v for k, v in good.items() if k != "prm_model"}], NODES_SCHEMA)
     assert table.column("prm_model").to_pylist() == [None]
@@ -296,7 +384,9 @@ def test_schemas_are_documented_field_by_field() -> None:
     )
     for column in ("prompt", "chosen", "rejected"):
         assert DPO_SCHEMA.field(column).type.value_type.equals(message)
-    assert SFT_SCHEMA.field("messages").type.value_type.names == ["role", "content"]
+    for column in ("prompt", "completion"):
+        assert SFT_SCHEMA.field(column).type.value_type.equals(message)
+    assert "messages" not in SFT_SCHEMA.names
     assert {"policy_output_tokens", "prm_output_tokens", "seed"} <= set(TREES_SCHEMA.names)
 
 
@@ -311,5 +401,9 @@ async def test_records_for_applies_the_config() -> None:
         to_table(rows, SCHEMAS[name])
     with pytest.raises(ValidationError):
         RecordsConfig(pairing="all_pairs")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="self_correction"):
+        RecordsConfig.model_validate({"sft": {"self_correction": "sometimes"}})
+    with pytest.raises(ValidationError, match="pair_types"):
+        RecordsConfig.model_validate({"dpo": {"pair_types": ["uncles"]}})
     with pytest.raises(ValidationError):
         RecordsConfig(min_sft_score=0.5, colour="red")  # type: ignore[call-arg]
