@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from search.answers import is_answered
+from search.answers import AnswerExtraction, is_answered
 from search.config import CostWeights
 from search.protocols import Generation, GenerationRequest, Policy, Score, Scorer, ScoreRequest
 
@@ -64,10 +64,17 @@ class ProgressBoard:
 class CountingPolicy:
     """Counts what comes back from `policy`; everything else is delegated."""
 
-    def __init__(self, policy: Policy, counters: Counters, cost: CostWeights) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        counters: Counters,
+        cost: CostWeights,
+        extraction: AnswerExtraction = AnswerExtraction.BOXED,
+    ) -> None:
         self._policy = policy
         self._counters = counters
         self._cost = cost
+        self._extraction = extraction
         self.name = policy.name
 
     async def generate(self, request: GenerationRequest) -> Sequence[Generation]:
@@ -76,7 +83,7 @@ class CountingPolicy:
         out = sum(g.output_tokens for g in generations)
         inp = max((g.input_tokens for g in generations), default=0)
         c.nodes += len(generations)
-        c.answered += sum(is_answered(g.text, g.finish) for g in generations)
+        c.answered += sum(is_answered(g.text, g.finish, self._extraction) for g in generations)
         c.policy_tokens += out
         c.policy_input_tokens += inp
         c.spent += out * self._cost.policy_output + inp * self._cost.policy_input

@@ -35,7 +35,10 @@ class SearchActor:
         self.counters = Counters()
         cost = self.run.search.cost
         self.policy = CountingPolicy(
-            ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy), self.counters, cost
+            ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy),
+            self.counters,
+            cost,
+            self.run.search.answer_extraction,
         )
         self.scorer = CountingScorer(
             ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer), self.counters, cost

@@ -263,7 +263,7 @@ class _Search:
         for index, generations in enumerate(results):
             for g in generations:
                 scored = g.finish not in _UNSCORED
-                answered = scored and is_answered(g.text, g.finish)
+                answered = scored and is_answered(g.text, g.finish, self.config.answer_extraction)
                 answer = extract_answer(g.text, self.config.answer_extraction) if answered else None
                 drafts.append((index, g, answered, answer, scored))
         full = [plan.expansion.unit is NodeUnit.FULL for plan in plans]

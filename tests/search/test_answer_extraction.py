@@ -72,3 +72,15 @@ def test_the_driver_uses_the_configured_extraction(mode: str, answer: str | None
     answered = result.answered_nodes
     assert answered and all(n.answer == answer for n in answered)
     assert result.chosen_answer == answer
+
+
+def test_last_number_mode_also_answers_on_a_plain_answer_is_number() -> None:
+    from search.answers import is_answered
+
+    stop = FinishReason.STOP_STRING
+    text = "Carla has 18 stickers now. The answer is: 18"
+    assert not is_answered(text, stop)  # App. A needs the box
+    assert not is_answered(text, stop, AnswerExtraction.BOXED)
+    assert is_answered(text, stop, AnswerExtraction.LAST_NUMBER)
+    assert is_answered("so the answer is $7$", stop, AnswerExtraction.LAST_NUMBER)
+    assert not is_answered("the answer is unclear", stop, AnswerExtraction.LAST_NUMBER)
