@@ -1,18 +1,21 @@
 """How often does the policy model solve a problem source, under each answer extraction?
 
-Samples full solutions (the search's policy prompt, assistant prefix "Step 1:", no step
-boundary, temperature 0.8) from the real llama.cpp engine, in-process (no Ray), and grades
+Samples full solutions (assistant prefix "Step 1:", no step boundary) from the real
+llama.cpp engine, in-process (no Ray), with the search's policy prompt (`--prompt paper`,
+actors/prompts.py) or the bare problem as the user turn (`--prompt plain`), and grades
 every sample against the reference with math-verify under both `answer_extraction` modes:
 
 * ``boxed``: the paper's App. A answer (the last ``\\boxed{}``);
 * ``last_number``: the last ``\\boxed{}``, else the last number of the text.
 
-Only samples that end naturally (end of sequence) count as answered, as in the search.
+Only samples that end naturally (end of sequence) count as answered here.
 Prints per-sample rates and the share of problems with at least one correct and at least
 one incorrect answered sample (what a DPO pair needs).
 
     .venv/bin/python benchmarks/solve_rate.py --source arithmetic --problems 20 --samples 4
     .venv/bin/python benchmarks/solve_rate.py --source gsm8k --problems 20 --samples 4
+    .venv/bin/python benchmarks/solve_rate.py --max-steps 1 --temperature 0.3
+    .venv/bin/python benchmarks/solve_rate.py --model /path/to/other.gguf
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import time
 
 from actors.engines.llamacpp import LlamaCppEngine
 from actors.policy import EnginePolicy
+from actors.prompts import policy_messages
 from actors.rollout import answers_match
 from pipeline.sources import parse_source
 from search.answers import AnswerExtraction, extract_answer
@@ -31,7 +35,14 @@ from search.protocols import FinishReason, GenerationRequest
 
 async def main(args: argparse.Namespace) -> None:
     if args.source == "arithmetic":
-        source = parse_source({"kind": "arithmetic", "count": args.problems, "seed": args.seed})
+        source = parse_source(
+            {
+                "kind": "arithmetic",
+                "count": args.problems,
+                "seed": args.seed,
+                "max_steps": args.max_steps,
+            }
+        )
     else:
         source = parse_source({"kind": "bundled", "dataset": args.source, "limit": args.problems})
     from pipeline.sources import load_problems
@@ -39,6 +50,14 @@ async def main(args: argparse.Namespace) -> None:
     problems = load_problems(source).problems
     engine = LlamaCppEngine(args.model, threads=args.threads, parallel=args.parallel)
     policy = EnginePolicy(engine)
+    if args.prompt == "plain":  # the problem alone as the user turn
+
+        async def render(problem: str, assistant_prefix: str) -> str:
+            messages = policy_messages(problem, assistant_prefix)
+            messages[0] = {"role": "user", "content": problem}
+            return await engine.render_chat(messages, continue_final=True)
+
+        policy.render = render  # type: ignore[method-assign]
     modes = list(AnswerExtraction)
     samples = eos = tokens = 0
     correct = dict.fromkeys(modes, 0)
@@ -53,7 +72,7 @@ async def main(args: argparse.Namespace) -> None:
             n=args.samples,
             max_tokens=args.max_tokens,
             stop=(),
-            temperature=0.8,
+            temperature=args.temperature,
             seed=args.seed * 1000 + i,
         )
         generations = await policy.generate(request)
@@ -79,7 +98,8 @@ async def main(args: argparse.Namespace) -> None:
     wall = time.perf_counter() - start
     n = len(problems)
     print(
-        f"source={args.source} problems={n} samples/problem={args.samples} "
+        f"source={args.source} prompt={args.prompt} T={args.temperature} "
+        f"max_steps={args.max_steps} problems={n} samples/problem={args.samples} "
         f"max_tokens={args.max_tokens} threads={args.threads}: {samples} samples, "
         f"{eos / samples:.2f} end naturally, {tokens / wall:.1f} tok/s, {wall:.0f} s"
     )
@@ -103,5 +123,8 @@ if __name__ == "__main__":
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--max-steps", type=int, default=2, help="arithmetic: operations")
+    parser.add_argument("--prompt", choices=("paper", "plain"), default="paper")
     parser.add_argument("--show", action="store_true", help="print one sample per problem")
     asyncio.run(main(parser.parse_args()))
