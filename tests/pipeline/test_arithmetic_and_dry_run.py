@@ -116,3 +116,14 @@ def test_dry_run_bad_source_is_one_line_naming_the_field(
     assert err.startswith("error: source.path: file not found") and "\n" not in err
     assert "Traceback" not in err
     json.dumps(err)
+
+
+def test_dry_run_of_the_main_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.synthesize import main
+
+    assert (
+        main(["--config", "configs/local.yaml", "--output-root", str(tmp_path), "--dry-run"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert re.search(r"problems to search\s+│?\s*8", out), out
+    assert "2,400 cost units at most (8 problems x B=300)" in out
