@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONFIG ?= configs/local.yaml
 OUTPUT_ROOT ?=
 
-.PHONY: synth test test-vllm-cpu lint typecheck unit bench clean
+.PHONY: synth test test-vllm-cpu test-trl lint typecheck unit bench clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -39,12 +39,17 @@ test: lint typecheck unit
 test-vllm-cpu:
 	PYTHON=$(PYTHON) scripts/test-vllm-cpu.sh
 
+# TRL's own trainers on a run's Parquet, in its own ./.venv-trl (requirements-trl.txt).
+test-trl:
+	PYTHON=$(PYTHON) scripts/test-trl.sh
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/select_backprop.py
 	$(BIN)/python benchmarks/wide_to_deep.py
 	$(BIN)/python benchmarks/serve_overhead.py
 	$(BIN)/python benchmarks/pipeline_scaling.py
 	$(BIN)/python benchmarks/pipeline_throughput.py
+	$(BIN)/python benchmarks/training_records.py
 
 clean:
-	rm -rf $(VENV) .venv-vllm .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-vllm .venv-trl .mypy_cache .ruff_cache .pytest_cache .hypothesis

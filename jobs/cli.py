@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     for name, module, help_ in (
         ("synth", synthesize, "run the synthesis job"),
-        ("publish", publish, "push a run's sft/dpo to the Hub"),
+        ("publish", publish, "push a run's records (every type a config) to the Hub"),
         ("nightly", nightly, "nightly slice of the source"),
         ("evaluate", evaluate, "methods x budgets x seeds, with a report"),
     ):

@@ -1,4 +1,4 @@
-"""Publish a finished run's sft and dpo Parquet to the Hub, on its own.
+"""Publish a finished run's Parquet (every record type) to the Hub, on its own.
 
     python -m jobs.publish --run-dir out/run=2026-11-22 --repo org/name [--run-id ID]
 

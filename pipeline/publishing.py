@@ -62,10 +62,12 @@ def decontamination_rule(rule: dict[str, Any]) -> str | None:
     if not rule.get("enabled", True):
         return "Decontamination was off for this run."
     names = [*rule.get("benchmarks", []), *(Path(str(p)).name for p in rule.get("extra", []))]
+    share = float(rule.get("min_overlap", 0.5))
     return (
-        f"Rule: a problem sharing any {rule.get('ngram', 13)}-gram of normalised word/number "
-        "tokens with a benchmark problem (or containing a shorter benchmark problem whole) is "
-        f"excluded; benchmarks: {', '.join(names) or 'none'}."
+        f"Rule: a problem whose {rule.get('ngram', 13)}-grams of normalised word/number tokens "
+        f"cover at least {share:.0%} of a benchmark problem's (or of its own, when shorter), or "
+        "that contains a shorter benchmark problem whole, is excluded; benchmarks: "
+        f"{', '.join(names) or 'none'}."
     )
 
 

@@ -790,6 +790,21 @@ def _answers_in_path(graded: GradedTree, node: Node) -> int:
     return len(answers_on_path(graded.result.tree, node))
 
 
+def _select_paths(
+    graded: GradedTree, nodes: Sequence[Node], dedupe: bool, self_correction: SelfCorrection
+) -> list[tuple[Node, int]]:
+    """(node, answers_in_path) of `nodes` after dedupe and the self-correction rule."""
+    if self_correction not in ("exclude", "include", "only"):
+        raise ValueError(f"unknown self_correction rule {self_correction!r}")
+    picked = _unique(nodes, graded) if dedupe else list(nodes)
+    counted = [(n, _answers_in_path(graded, n)) for n in picked]
+    if self_correction == "exclude":
+        return [(n, k) for n, k in counted if k == 1]
+    if self_correction == "only":
+        return [(n, k) for n, k in counted if k > 1]
+    return counted
+
+
 def sft_rows(
     graded: GradedTree,
     *,
@@ -804,19 +819,10 @@ def sft_rows(
     the path's only answer), every path (``include``), or only the paths that
     answered before (``only``).
     """
-    if self_correction not in ("exclude", "include", "only"):
-        raise ValueError(f"unknown self_correction rule {self_correction!r}")
     picked = sorted(
         (n for n in graded.answered() if graded.labels[n.id] and n.q >= min_score),
         key=lambda n: (-n.q, n.id),
     )
-    if dedupe:
-        picked = _unique(picked, graded)
-    answers = {n.id: _answers_in_path(graded, n) for n in picked}
-    if self_correction == "exclude":
-        picked = [n for n in picked if answers[n.id] == 1]
-    elif self_correction == "only":
-        picked = [n for n in picked if answers[n.id] > 1]
     return [
         {
             "prompt": _user_turn(graded),
@@ -826,11 +832,11 @@ def sft_rows(
             "answer": n.answer,
             "score": n.q,
             "depth": n.depth,
-            "answers_in_path": answers[n.id],
+            "answers_in_path": answers,
             "label_source": graded.label_source,
             "run_id": run_id,
         }
-        for n in picked
+        for n, answers in _select_paths(graded, picked, dedupe, self_correction)
     ]
 
 
@@ -907,21 +913,6 @@ def dpo_rows(
         }
         for c, r, div in pairs
     ]
-
-
-def _select_paths(
-    graded: GradedTree, nodes: Sequence[Node], dedupe: bool, self_correction: SelfCorrection
-) -> list[tuple[Node, int]]:
-    """(node, answers_in_path) of `nodes` after dedupe and the self-correction rule."""
-    if self_correction not in ("exclude", "include", "only"):
-        raise ValueError(f"unknown self_correction rule {self_correction!r}")
-    picked = _unique(nodes, graded) if dedupe else list(nodes)
-    counted = [(n, _answers_in_path(graded, n)) for n in picked]
-    if self_correction == "exclude":
-        return [(n, k) for n, k in counted if k == 1]
-    if self_correction == "only":
-        return [(n, k) for n, k in counted if k > 1]
-    return counted
 
 
 def prm_rows(

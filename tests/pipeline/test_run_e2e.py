@@ -51,6 +51,13 @@ def test_end_to_end_writes_every_record_type_and_resumes(tmp_path: Path) -> None
         trees = pq.read_table(run_dir / "trees").to_pylist()
         assert sorted(t["problem_id"] for t in trees) == ["p1", "p2"]
         assert all(t["c_used"] <= 64 for t in trees)
+        # every node of every real tree, the root included, is in tree_nodes
+        tree_nodes = pq.read_table(run_dir / "tree_nodes").to_pylist()
+        for tree in trees:
+            mine = [n for n in tree_nodes if n["problem_id"] == tree["problem_id"]]
+            assert len(mine) == tree["n_nodes"] + 1
+            assert sum(n["answered"] for n in mine) == tree["n_answered"]
+            assert tree["contaminated"] is None  # not a MATH500 or GSM8K test problem
         errors = pq.read_table(run_dir / "errors").to_pylist()
         assert len(errors) == 1 and errors[0]["stage"] == "source"
         assert "problem" in errors[0]["message"]

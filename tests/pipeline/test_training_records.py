@@ -178,6 +178,26 @@ def test_short_benchmark_problems_match_when_contained_whole() -> None:
     assert index.match("") is None
 
 
+def test_a_shared_boilerplate_sentence_is_not_contamination() -> None:
+    boiler = (
+        "The probability can be written as m/n where m and n are relatively prime positive "
+        "integers. Find m+n."
+    )
+    bench = (
+        "A bag holds 4 red and 6 blue marbles and two are drawn without replacement. "
+        "Find the probability that both are red. " + boiler
+    )
+    other = (
+        "Three fair dice are rolled and the product of the faces is recorded for later. "
+        "Find the probability that the product is even. " + boiler
+    )
+    index = Decontaminator([("b", [bench])], 13)
+    assert index.match(other) is None
+    assert index.match(bench.replace("4 red", "5 red")) == "b"  # a near-duplicate is caught
+    # the rule a single shared n-gram would give
+    assert Decontaminator([("b", [bench])], 13, min_overlap=0.01).match(other) == "b"
+
+
 def test_extra_benchmark_files_and_bad_ones(tmp_path: Path) -> None:
     jsonl = tmp_path / "private.jsonl"
     jsonl.write_text(json.dumps({"question": "A secret question about 17 green llamas?"}) + "\n")

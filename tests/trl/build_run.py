@@ -1,0 +1,83 @@
+"""Build a run folder for the TRL client tests: `python -m tests.trl.build_run OUTPUT_ROOT`.
+
+The TRL trainers need rows with correct AND incorrect answers in one tree, which
+SmolLM2-135M does not produce (it writes no ``\\boxed{}`` answer: shared FACTS),
+and the model-free ``sleep`` engine answers "42" everywhere.  So the searches
+run the scripted policy and scorer of `search.scripted` (a fake LLM: the only
+fake here), and everything after the search is the real code a pipeline run
+uses: `pipeline.records.records_for` (math-verify grading, every record type),
+the decontamination index over the bundled MATH500 and GSM8K test sets, the
+crash-safe `ParquetSink` and the run manifest `publish` reads.  One problem is
+copied from MATH500, so decontamination must keep it out of the training rows.
+
+Runs in the project's main virtualenv (`scripts/test-trl.sh` calls it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from pipeline.decontamination import DecontaminationConfig, build_decontaminator
+from pipeline.records import RecordsConfig, records_for
+from pipeline.sink import ParquetSink
+from search import parse_search_config, run_search
+from search.scripted import ScriptedPolicy, ScriptedScorer
+
+RUN_ID = "trl"
+REFERENCE = "12"
+PROBLEMS = [
+    "Tom has 5 apples and buys 7 more. How many apples does he have now?",
+    "A box holds 3 rows of 4 eggs. How many eggs are in the box?",
+    "What is 48 divided by 4?",
+    "Sara reads 2 pages a day for 6 days. How many pages does she read?",
+    "What number is 20 less than 32?",
+    "Compute 3 + 4 + 5.",
+]
+
+
+def math500_problem() -> str:
+    from pipeline.decontamination import bundled_benchmark
+
+    return bundled_benchmark("math500")[0]
+
+
+async def build(output_root: Path) -> Path:
+    """Search every problem, write all records of the run, return the run folder."""
+    records_config = RecordsConfig(max_pairs_per_problem=4)
+    decontaminator = build_decontaminator(DecontaminationConfig())
+    assert decontaminator is not None
+    sink = ParquetSink(output_root, RUN_ID)
+    search = parse_search_config({"algorithm": "bg_mcts"})
+    for i, problem in enumerate([*PROBLEMS, math500_problem()]):
+        policy = ScriptedPolicy(seed=i, p_answer=0.45, step_tokens=(3, 8))
+        result = await run_search(problem, search, policy, ScriptedScorer(seed=i), 600, i)
+        records = await records_for(
+            result,
+            REFERENCE,
+            problem_id=f"p{i}",
+            run_id=RUN_ID,
+            config=records_config,
+            policy_model=policy.name,
+            prm_model="scripted-prm",
+            contamination=decontaminator.match(problem),
+        )
+        sink.write_batch(records)
+    manifest = {
+        "run_id": RUN_ID,
+        "config": {
+            "budget": 600,
+            "search": {"algorithm": "bg_mcts"},
+            "policy": {"engine": {"model": "scripted"}},
+            "scorer": {"engine": {"model": "scripted-prm"}},
+            "records": records_config.model_dump(mode="json"),
+        },
+    }
+    (sink.run_dir / "run.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return sink.run_dir
+
+
+if __name__ == "__main__":
+    print(asyncio.run(build(Path(sys.argv[1]))))
