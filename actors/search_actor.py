@@ -11,6 +11,7 @@ failed, whose problem cannot fit the context, or which spent nothing becomes a
 `engine_failure_limit` failed policy requests in a row the actor's circuit
 breaker opens and it starts no new problem (each becomes a retryable error row
 at no cost) until the run ends.
+With a progress board (`actors.progress`) it pushes live counters while trees run.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import traceback
 from typing import Any
 
+from actors.progress import Counters, CountingPolicy, CountingScorer, Reporter
 from actors.redact import install_log_redaction, redact_text
 from actors.search_outcome import (
     BREAKER_STAGE,
@@ -39,17 +41,31 @@ log = logging.getLogger(__name__)
 
 
 class SearchActor:
-    def __init__(self, run: dict[str, Any]) -> None:
+    def __init__(self, run: dict[str, Any], board: str | None = None) -> None:
+        import ray
         from ray import serve
 
         install_log_redaction()
         self.run = RunConfig.model_validate(run)
         self.run_id = self.run.resolved_run_id
         self.breaker = EngineBreaker(self.run.engine_failure_limit, on_open=self._breaker_opened)
+        self.counters = Counters()
+        cost = self.run.search.cost
         self.policy = BreakerPolicy(
-            ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy), self.breaker
+            CountingPolicy(
+                ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy),
+                self.counters,
+                cost,
+                self.run.search.answer_extraction,
+            ),
+            self.breaker,
         )
-        self.scorer = ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer)
+        self.scorer = CountingScorer(
+            ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer), self.counters, cost
+        )
+        # The run's progress board, by name (a handle in the constructor arguments would
+        # put them in the object store, which Ray warns about for restartable actors).
+        self.reporter = None if board is None else Reporter(ray.get_actor(board), self.counters)
         self.gate = asyncio.Semaphore(self.run.trees_per_actor)
         # one index per actor (MATH500 + GSM8K test: well under a second to build)
         self.decontaminator = build_decontaminator(self.run.records.decontamination)
@@ -72,9 +88,13 @@ class SearchActor:
         ids = [str(x) for x in batch["problem_id"]]
         problems = [str(x) for x in batch["problem"]]
         references = [None if x is None else str(x) for x in batch["reference"]]
+        if self.reporter is not None:
+            self.reporter.start()
         outputs = await asyncio.gather(
             *(self.solve(i, p, r) for i, p, r in zip(ids, problems, references, strict=True))
         )
+        if self.reporter is not None:
+            self.reporter.flush()
         return {"problem_id": ids, "records": [json.dumps(o) for o in outputs]}
 
     def _error(self, problem_id: str, stage: str, error: BaseException | str) -> dict[str, Any]:
@@ -86,40 +106,53 @@ class SearchActor:
         self, problem_id: str, problem: str, reference: str | None
     ) -> dict[str, list[dict[str, Any]]]:
         async with self.gate:
-            if self.breaker.open:
-                return self._error(problem_id, BREAKER_STAGE, self.breaker.message)
-            try:
-                index = self.decontaminator
-                contamination = None if index is None else index.match(problem)
-                seed = derive_seed(self.run.seed, problem_id)
-                result = await run_search(
-                    problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
-                )
-                reason = failure_reason(result, context_length=self.context_length)
-                if reason is not None:
-                    if reason.startswith("problem does not fit"):
-                        reason = failure_reason(
-                            result,
-                            context_length=self.context_length,
-                            problem_tokens=await self._problem_tokens(problem),
-                        )
-                    return self._error(problem_id, SEARCH_STAGE, str(reason))
-                return await records_for(
-                    result,
-                    reference,
-                    problem_id=problem_id,
-                    run_id=self.run_id,
-                    config=self.run.records,
-                    contamination=contamination,
-                    **self.models,
-                )
-            except Exception as exc:  # one bad problem must not kill the run
-                log.warning(
-                    "problem %s failed: %s",
-                    problem_id,
-                    redact_text(traceback.format_exc(limit=5)),
-                )
-                return self._error(problem_id, SEARCH_STAGE, exc)
+            self.counters.trees_started += 1
+            records = await self._solve(problem_id, problem, reference)
+            self.counters.trees_done += 1
+            self.counters.tree_errors += bool(records.get("errors"))
+            self.counters.correct += sum(bool(n["label"]) for n in records.get("nodes", []))
+            for tree in records.get("trees", []):  # continuation prompts, known at the end
+                inserted = int(tree["inserted_prompt_tokens"])
+                self.counters.spent += inserted * self.run.search.cost.policy_output
+            return records
+
+    async def _solve(
+        self, problem_id: str, problem: str, reference: str | None
+    ) -> dict[str, list[dict[str, Any]]]:
+        if self.breaker.open:
+            return self._error(problem_id, BREAKER_STAGE, self.breaker.message)
+        try:
+            index = self.decontaminator
+            contamination = None if index is None else index.match(problem)
+            seed = derive_seed(self.run.seed, problem_id)
+            result = await run_search(
+                problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
+            )
+            reason = failure_reason(result, context_length=self.context_length)
+            if reason is not None:
+                if reason.startswith("problem does not fit"):
+                    reason = failure_reason(
+                        result,
+                        context_length=self.context_length,
+                        problem_tokens=await self._problem_tokens(problem),
+                    )
+                return self._error(problem_id, SEARCH_STAGE, str(reason))
+            return await records_for(
+                result,
+                reference,
+                problem_id=problem_id,
+                run_id=self.run_id,
+                config=self.run.records,
+                contamination=contamination,
+                **self.models,
+            )
+        except Exception as exc:  # one bad problem must not kill the run
+            log.warning(
+                "problem %s failed: %s",
+                problem_id,
+                redact_text(traceback.format_exc(limit=5)),
+            )
+            return self._error(problem_id, SEARCH_STAGE, exc)
 
     async def _problem_tokens(self, problem: str) -> int | None:
         try:

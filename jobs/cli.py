@@ -23,13 +23,18 @@ def _report(args: argparse.Namespace) -> int:
     path: Path = args.folder
     if (path / "eval_trees.parquet").is_file():
         return evaluate.report_folder(path)
+    from pipeline.publishing import read_manifest
+    from pipeline.run_report import prices_from_config, write_run_report
     from pipeline.summary import summarize_run_dir
 
     try:
         summarize_run_dir(path).render()
+        config = read_manifest(path).get("config") or {}
+        written = write_run_report(path, prices_from_config(config))
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(f"report: {written[-2]} ({len(written) - 2} images)")
     return 0
 
 

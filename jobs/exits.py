@@ -20,7 +20,11 @@ OK, FAILED, BAD_INPUT = 0, 1, 2
 
 
 def add_verbose(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--verbose", action="store_true", help="print tracebacks of errors")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print tracebacks of errors; show Ray's own progress bars and INFO logs",
+    )
 
 
 def guarded(action: Callable[[], int], *, verbose: bool) -> int:

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from actors.redact import redact_text
     from pipeline.errors import InputError
     from pipeline.hub import HubPublishError
-    from pipeline.nightly import night_config, plan_night
+    from pipeline.nightly import night_config, plan_night, run_night, run_spent
     from pipeline.publishing import publish_configured
     from pipeline.run import synthesize
 
@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"night {night.date}: problems {night.skip}..{night.skip + night.limit - 1}")
     tonight = night_config(config, night)
     try:
-        summary = synthesize(tonight)
+        summary, night = run_night(config, ledger, night, synthesize)
+        tonight = night_config(config, night)  # the slice as admitted (spend envelope)
         summary.render()
         if summary.problems == 0:
             print("source exhausted: no problems left for this slice; nothing to do")
@@ -82,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     # Source errors are final (bad rows stay bad), so the night is done either way;
     # the exit status still tells the scheduler that some rows failed.
-    ledger.mark(night.date, "done", searched=summary.searched, errors=summary.errors)
+    spent = run_spent(config, night.run_id)
+    ledger.mark(night.date, "done", searched=summary.searched, errors=summary.errors, spent=spent)
     return 1 if summary.errors else 0
 
 

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.config import RunConfig
 
 from jobs.exits import FAILED, OK, add_verbose, guarded
 
@@ -23,6 +27,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--config", default="configs/local.yaml", help="YAML run config")
     parser.add_argument("--output-root", help="overrides output_root of the config")
     parser.add_argument("--run-id", help="overrides run_id (rerun the same id to resume)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the config and source, print the plan, start nothing",
+    )
     add_verbose(parser)
     return parser
 
@@ -35,11 +44,13 @@ def _run(args: argparse.Namespace) -> int:
     from pipeline.config import load_run_config
 
     config = load_run_config(args.config, output_root=args.output_root, run_id=args.run_id)
+    if args.dry_run:
+        return dry_run(config)
     from pipeline.hub import HubPublishError
     from pipeline.publishing import publish_configured
     from pipeline.run import synthesize
 
-    summary = synthesize(config)
+    summary = synthesize(config, verbose=args.verbose)
     summary.render()
     if summary.not_started:
         print(
@@ -55,6 +66,20 @@ def _run(args: argparse.Namespace) -> int:
             return FAILED
         print(f"published to {published.repo_id}: {published.commit_url}")
     return FAILED if summary.errors else OK
+
+
+def dry_run(config: RunConfig) -> int:
+    from actors.engines.base import EngineError
+    from pipeline.plan import plan_run, render_plan
+    from pipeline.sources import SourceConfigError
+
+    try:
+        plan = plan_run(config)
+    except (SourceConfigError, EngineError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    render_plan(plan)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,20 +5,46 @@ from __future__ import annotations
 import os
 
 
-def start_ray(num_cpus: int | None) -> bool:
+def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
     """Join the cluster in RAY_ADDRESS (`ray job submit` sets it), else start a local one.
 
     Returns True when this call initialized Ray (so the caller may shut it down).
+    `quiet`: Ray's driver-side logging at WARNING (see `quiet_ray`).
     """
+    import logging
+
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return False
+    level = logging.WARNING if quiet else logging.INFO
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, logging_level=level)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(
+            num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=level
+        )
     return True
+
+
+def quiet_ray() -> None:
+    """Ray's own progress bars and INFO lines off; warnings and errors still shown.
+
+    Called before Ray starts (`--verbose` skips it).  Ray Data's progress bars are a
+    DataContext switch; Ray, Ray Data and Serve log through the `ray` logger tree.
+    """
+    import logging
+
+    import ray.data
+    from ray.util.debug import log_once
+
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+    # Ray Data warns once that its bars are off: we asked for it, so use up that "once".
+    log_once("ray_data_progress_manager_disabled")
+    for name in ("ray", "ray.data", "ray.serve", "ray.train", "ray.tune"):
+        logging.getLogger(name).setLevel(logging.WARNING)

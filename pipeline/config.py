@@ -38,6 +38,25 @@ class NightlyConfig(BaseModel):
 
     problems_per_night: int = Field(100, ge=1)
     run_id_prefix: str = Field("", description="run id = prefix + date (YYYY-MM-DD)")
+    budget_per_night: float | None = Field(
+        None,
+        gt=0,
+        description="spend envelope in cost units (the search's `cost` weights: output tokens "
+        "by default, money when the weights are per-token prices); a night takes no new "
+        "problem once the problems it started could exceed it",
+    )
+
+
+class PricesConfig(BaseModel):
+    """Money per million tokens of each kind; the run report then shows money."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy_output: float = Field(0.0, ge=0)
+    policy_input: float = Field(0.0, ge=0)
+    prm_input: float = Field(0.0, ge=0)
+    prm_output: float = Field(0.0, ge=0)
+    currency: str = "USD"
 
 
 class RunConfig(BaseModel):
@@ -60,6 +79,7 @@ class RunConfig(BaseModel):
     records: RecordsConfig = Field(default_factory=RecordsConfig)
     publish: PublishConfig = Field(default_factory=PublishConfig)
     nightly: NightlyConfig = Field(default_factory=NightlyConfig)
+    prices: PricesConfig | None = Field(None, description="per-million-token prices (report)")
     actors: int = Field(1, ge=1, description="search actors in the Ray Data pool")
     trees_per_actor: int = Field(4, ge=1, description="searches each actor runs at once")
     actor_num_cpus: float = Field(0.5, ge=0)

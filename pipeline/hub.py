@@ -94,6 +94,10 @@ class CardInfo:
     producer: str = "BG-MCTS (bgmcts-synth)"
     pretty_name: str | None = None
     license: str | None = None
+    # The run report (pipeline.run_report): its markdown goes into the card, its files
+    # (PNGs) are uploaded under reports/run=<run_id>/ and the card links them there.
+    report_markdown: str | None = None
+    report_files: Sequence[Path] = ()
 
 
 @dataclass(frozen=True)
@@ -287,9 +291,28 @@ def render_card(
             lines += ["(no rows)", ""]
         else:
             lines += ["```json", json.dumps(sample, ensure_ascii=False, indent=2), "```", ""]
+    if card_info.report_markdown:
+        lines += _report_section(card_info.report_markdown, run_id)
     body = _scrub(redact_text("\n".join(lines)), secrets)
     card = DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
     return str(card)
+
+
+_IMAGE = re.compile(r"\]\(([\w.-]+\.png)\)")
+
+
+def report_path(run_id: str, name: str) -> str:
+    return f"reports/run={run_id}/{name}"
+
+
+def _report_section(markdown: str, run_id: str) -> list[str]:
+    """The run report one heading level down, its images linked where they are uploaded."""
+    out = []
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            line = "#" + line
+        out.append(_IMAGE.sub(lambda m: f"]({report_path(run_id, m[1])})", line))
+    return ["", *out, ""]
 
 
 def _run_of(path: str) -> str | None:
@@ -346,10 +369,14 @@ def publish_run(
     try:
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         existing = api.list_repo_files(repo_id, repo_type="dataset")
-        prefixes = tuple(f"data/{name}/run={run_id}/" for name in CONFIGS)
+        prefixes = (
+            *(f"data/{name}/run={run_id}/" for name in CONFIGS),
+            report_path(run_id, ""),
+        )
         added = {
             f"data/{name}/run={run_id}/{f.name}": f for name, files in local.items() for f in files
         }
+        added.update({report_path(run_id, f.name): Path(f) for f in card_info.report_files})
         # Files re-added under the same path are overwritten, not deleted (as upload_folder does).
         deleted = sorted(p for p in existing if p.startswith(prefixes) and p not in added)
         after = (set(existing) - set(deleted)) | set(added)

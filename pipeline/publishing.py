@@ -7,11 +7,13 @@ by `python -m jobs.publish --run-dir ...` (the retry command a failed publish pr
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import RunConfig
 from pipeline.hub import CardInfo, PublishResult, publish_run
+from pipeline.run_report import REPORT_MD, prices_from_config, write_run_report
 from pipeline.summary import RunSummary, summarize_run_dir
 
 MANIFEST = "run.json"
@@ -29,7 +31,7 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def card_info(config: dict[str, Any], summary: RunSummary) -> CardInfo:
+def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path] = ()) -> CardInfo:
     """What the dataset card states, from a (redacted) config dump and the run's totals."""
 
     def model(service: str) -> str | None:
@@ -44,6 +46,10 @@ def card_info(config: dict[str, Any], summary: RunSummary) -> CardInfo:
         models=[m for m in (model("policy"), model("scorer")) if m],
         budget={"B": config.get("budget"), "algorithm": search.get("algorithm")},
         answered_precision=summary.precision,
+        report_markdown=next(
+            (p.read_text() for p in report if p.name == REPORT_MD and p.is_file()), None
+        ),
+        report_files=[p for p in report if p.suffix == ".png"],
         decontaminated=dict(summary.contaminated),
         decontamination_rule=decontamination_rule(rule),
     )
@@ -78,6 +84,7 @@ def publish_run_dir(
     run_dir = Path(run_dir)
     summary = summarize_run_dir(run_dir)
     config = read_manifest(run_dir).get("config") or {}
+    report = write_run_report(run_dir, prices_from_config(config))  # fresh, from the Parquet
     return publish_run(
         run_dir,
         repo,
@@ -85,7 +92,7 @@ def publish_run_dir(
         token_env=token_env,
         private=private,
         endpoint=endpoint,
-        card_info=card_info(config, summary),
+        card_info=card_info(config, summary, report),
     )
 
 

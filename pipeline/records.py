@@ -131,6 +131,7 @@ from pipeline.tree_paths import (
 )
 from search.answer_choice import normalize_answer
 from search.driver import SearchResult, derive_seed
+from search.protocols import FinishReason
 from search.tree import Node
 
 LabelSource = Literal["reference", "prm_threshold", "majority"]
@@ -140,6 +141,7 @@ SelfCorrection = Literal["exclude", "include", "only"]
 Row = dict[str, Any]
 
 SCHEMA_VERSION = "2"  # 2: sft prompt-completion, dpo pair types, prm/kto/tree_nodes
+_UNSCORED = (None, FinishReason.ERROR, FinishReason.CONTEXT_OVERFLOW)
 
 
 # --------------------------------------------------------------------------- config
@@ -222,6 +224,17 @@ MESSAGE_TYPE = pa.struct(
 )
 # "element" is Parquet's name for a list's item, so the schema survives a round trip unchanged
 MESSAGES_TYPE = pa.list_(pa.field("element", MESSAGE_TYPE, nullable=False))
+
+# The anytime trace of a tree: the same fields the evaluation report's curves read.
+TRACE_POINT = pa.struct(
+    [
+        pa.field("c_used", pa.float64(), nullable=False),
+        pa.field("any_answer", pa.bool_(), nullable=False),
+        pa.field("correct", pa.bool_(), nullable=False),
+        pa.field("max_depth", pa.int64(), nullable=False),
+        pa.field("max_width", pa.int64(), nullable=False),
+    ]
+)
 
 _RUN_ID = doc_field("run_id", pa.string(), "identifier of the synthesis run that wrote the row")
 _PROBLEM_ID = doc_field("problem_id", pa.string(), "identifier of the problem in its source")
@@ -330,6 +343,19 @@ TREES_SCHEMA = record_schema(
         _PRM,
         _BUDGET,
         doc_field("seed", pa.int64(), "the search's seed"),
+        doc_field(
+            "node_scores",
+            pa.list_(pa.field("element", pa.float64(), nullable=False)),
+            "PRM score Q of every scored node (root and failed nodes excluded), creation order",
+            nullable=True,
+        ),
+        doc_field(
+            "trace",
+            pa.list_(pa.field("element", TRACE_POINT, nullable=False)),
+            "state after every search step: C_used, any answer yet, chosen answer correct "
+            "(false without a reference), max depth, max width",
+            nullable=True,
+        ),
     ],
 )
 """`trees`: one row per searched problem."""
@@ -730,6 +756,21 @@ def tree_row(
         "prm_model": prm_model,
         "budget": result.budget,
         "seed": result.seed,
+        "node_scores": [
+            n.q
+            for n in result.tree.nodes
+            if n.id != 0 and n.error is None and n.finish not in _UNSCORED
+        ],
+        "trace": [
+            {
+                "c_used": float(p.c_used),
+                "any_answer": p.any_answer,
+                "correct": bool(graded.verified.get(answer_key(p.best_answer) or "", False)),
+                "max_depth": p.max_depth,
+                "max_width": p.max_width,
+            }
+            for p in result.trace
+        ],
     }
 
 

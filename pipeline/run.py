@@ -13,24 +13,27 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 import time
-from collections.abc import Callable
+import uuid
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from actors.redact import install_log_redaction
-from pipeline.cluster import start_ray
+from pipeline.cluster import quiet_ray, start_ray
 from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, OutputLocationError
 from pipeline.hub import redact_secrets
 from pipeline.lease import RunLease
+from pipeline.live import LiveProgress
 from pipeline.publishing import MANIFEST
 from pipeline.records import error_row
+from pipeline.run_report import prices_from_config, write_run_report
 from pipeline.sink import RECORD_TYPES, ParquetSink
 from pipeline.sources import ErrorRow, LoadedProblems, ProblemRow, load_problems
-from pipeline.summary import Progress, RunSummary
+from pipeline.summary import RunSummary
 
-ProgressFn = Callable[[RunSummary, int, float], None]
+ProgressTarget = TextIO | Literal["stderr"] | None
 
 
 def write_manifest(config: RunConfig, run_dir: Path, **extra: Any) -> None:
@@ -45,16 +48,18 @@ def write_manifest(config: RunConfig, run_dir: Path, **extra: Any) -> None:
 
 
 def synthesize(
-    config: RunConfig, *, progress: ProgressFn | Literal["stderr"] | None = "stderr"
+    config: RunConfig,
+    *,
+    progress: ProgressTarget = "stderr",
+    progress_every_s: float = 10.0,
+    verbose: bool = False,
 ) -> RunSummary:
     """Run the whole synthesis job for `config`; returns the summary.
 
-    `progress` is called after every committed batch: by default a `Progress`
-    line on stderr; None is silent.
+    `progress`: where the live display goes (`pipeline.live`; a terminal gets a panel
+    redrawn in place, anything else a plain line every `progress_every_s` seconds);
+    None is silent.  `verbose` keeps Ray's own progress bars and INFO logs.
     """
-    report: ProgressFn = (
-        Progress() if progress == "stderr" else (lambda *_: None) if progress is None else progress
-    )
     start = time.perf_counter()
     install_log_redaction()
     run_id = config.resolved_run_id
@@ -63,7 +68,14 @@ def synthesize(
         raise EmptySelection(f"source: the selection is empty ({_describe(config)})")
     try:
         with RunLease(Path(config.output_root).expanduser() / f"run={run_id}"):
-            return _synthesize(config, loaded, report, start)
+            return _synthesize(
+                config,
+                loaded,
+                start,
+                progress=progress,
+                progress_every_s=progress_every_s,
+                verbose=verbose,
+            )
     except OSError as exc:
         # The output root is the only place this process writes (read-only, full, no access).
         if exc.filename and str(exc.filename).startswith(str(Path(config.output_root))):
@@ -100,10 +112,17 @@ def _describe(config: RunConfig) -> str:
 
 
 def _synthesize(
-    config: RunConfig, loaded: LoadedProblems, report: ProgressFn, start: float
+    config: RunConfig,
+    loaded: LoadedProblems,
+    start: float,
+    *,
+    progress: ProgressTarget,
+    progress_every_s: float,
+    verbose: bool,
 ) -> RunSummary:
     import ray
 
+    from actors.progress import BOARD_NAME, ProgressBoard
     from actors.search_actor import SearchActor  # imports Ray Serve: only when searching
     from actors.serve import deploy_policy, deploy_scorer
 
@@ -125,16 +144,21 @@ def _synthesize(
         )
         summary.errors += len(new_errors)
     if todo:
-        start_ray(config.ray_num_cpus)
+        if not verbose:
+            quiet_ray()
+        start_ray(config.ray_num_cpus, quiet=not verbose)
         deploy_policy(config.policy)
         deploy_scorer(config.scorer)
+        # Live counters: the search actors push to this board while their trees run.
+        board_name = f"{BOARD_NAME}-{uuid.uuid4().hex[:8]}"
+        board: Any = ray.remote(num_cpus=0)(ProgressBoard).options(name=board_name).remote()
         items = [
             {"problem_id": p["problem_id"], "problem": p["problem"], "reference": p["reference"]}
             for p in todo
         ]
         dataset = ray.data.from_items(items).map_batches(
             SearchActor,
-            fn_constructor_kwargs={"run": config.model_dump(mode="json")},
+            fn_constructor_kwargs={"run": config.model_dump(mode="json"), "board": board_name},
             # One batch = trees_per_actor problems searched concurrently in one call; a
             # batch is committed when its last tree finishes.  (One problem per call with
             # concurrent calls ran the trees one at a time here: measured 4x slower.)
@@ -145,18 +169,34 @@ def _synthesize(
             # actors and retries their batches without limit, and passing them (as
             # ray_remote_args) is deprecated in Ray 2.60.
         )
-        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-            table: Any = batch
-            for text in table.column("records").to_pylist():
-                records: dict[str, list[dict[str, Any]]] = json.loads(text)
-                sink.write_batch(records)
-                summary.account(records)
-            report(summary, len(todo) + len(new_errors), start)
-        if isinstance(report, Progress):
-            report.close()
+        live = None
+        if progress is not None:
+            live = LiveProgress(
+                lambda: dict(ray.get(board.snapshot.remote(), timeout=10)),
+                total=len(todo),
+                budget=config.budget,
+                file=sys.stderr if progress == "stderr" else progress,
+                every_s=progress_every_s,
+            )
+            live.begin()
+        try:
+            for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+                table: Any = batch
+                for text in table.column("records").to_pylist():
+                    records: dict[str, list[dict[str, Any]]] = json.loads(text)
+                    sink.write_batch(records)
+                    summary.account(records)
+        finally:
+            if live is not None:
+                live.stop()
+            ray.kill(board)
     summary.rows = {kind: sink.read(kind).num_rows for kind in RECORD_TYPES}
     summary.wall_time_s = time.perf_counter() - start
     write_manifest(config, sink.run_dir, summary=_summary_fields(summary))
+    try:
+        write_run_report(sink.run_dir, prices_from_config(config.model_dump(mode="json")))
+    except Exception as exc:  # the data is written; a report failure must not lose the run
+        print(f"warning: the run report could not be written: {exc}", file=sys.stderr)
     return summary
 
 

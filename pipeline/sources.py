@@ -43,6 +43,7 @@ from typing import Annotated, Any, Literal, NamedTuple, TypedDict
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from typing_extensions import TypeIs
 
+from pipeline import arithmetic
 from pipeline.errors import InputError
 
 # ---------------------------------------------------------------------------------------
@@ -149,6 +150,16 @@ class ParquetSource(_SourceCommon):
     columns: ColumnMap = Field(default_factory=ColumnMap)
 
 
+class ArithmeticSource(_SourceCommon):
+    """Generated one- and two-step arithmetic word problems with exact answers
+    (`pipeline.arithmetic`): problems a very small model can partly solve."""
+
+    kind: Literal["arithmetic"] = "arithmetic"
+    count: int = Field(100, ge=1, le=1_000_000, description="problems to generate")
+    seed: int = Field(0, description="generator seed; the same seed gives the same problems")
+    max_steps: int = Field(2, ge=1, le=4, description="operations per problem, at most")
+
+
 class HFSource(_SourceCommon):
     """Anything `datasets.load_dataset(name, config, split=...)` loads: a Hub id or a local
     folder of parquet/json/csv files."""
@@ -162,12 +173,9 @@ class HFSource(_SourceCommon):
     columns: ColumnMap = Field(default_factory=ColumnMap)
 
 
-SourceConfig = Annotated[
-    BundledSource | JsonlSource | ParquetSource | HFSource, Field(discriminator="kind")
-]
-SOURCE_CONFIG: TypeAdapter[BundledSource | JsonlSource | ParquetSource | HFSource] = TypeAdapter(
-    SourceConfig
-)
+AnySource = BundledSource | JsonlSource | ParquetSource | HFSource | ArithmeticSource
+SourceConfig = Annotated[AnySource, Field(discriminator="kind")]
+SOURCE_CONFIG: TypeAdapter[AnySource] = TypeAdapter(SourceConfig)
 
 
 # ---------------------------------------------------------------------------------------
@@ -335,6 +343,7 @@ def _error(problem_id: str, message: str) -> ErrorRow:
 
 
 _MATH500_COLUMNS = ColumnMap(problem="problem", reference="answer", id="unique_id")
+_ARITHMETIC_COLUMNS = ColumnMap(problem="problem", reference="answer", id="id")
 
 
 _THOUSANDS = re.compile(r"-?\d{1,3}(,\d{3})+(\.\d+)?")
@@ -440,7 +449,7 @@ def select(records: Sequence[Record], cfg: _SourceCommon) -> list[Record]:
 # Entry point
 
 
-def load_records(cfg: BundledSource | JsonlSource | ParquetSource | HFSource) -> list[Record]:
+def load_records(cfg: AnySource) -> list[Record]:
     """The selected slice as one ordered list of problems and error rows."""
     raws: list[_Raw]
     columns: ColumnMap | None
@@ -451,6 +460,10 @@ def load_records(cfg: BundledSource | JsonlSource | ParquetSource | HFSource) ->
         raws, columns = list(_read_jsonl(cfg.path)), cfg.columns
     elif isinstance(cfg, ParquetSource):
         raws, columns = list(_read_parquet(cfg.path)), cfg.columns
+    elif isinstance(cfg, ArithmeticSource):
+        generated = arithmetic.generate(cfg.seed, cfg.count, cfg.max_steps)
+        raws = [_Raw(i, f"arithmetic:{i}", row) for i, row in enumerate(generated)]
+        columns = _ARITHMETIC_COLUMNS
     else:
         raws, columns = list(_read_hf(cfg)), cfg.columns
 
@@ -476,7 +489,7 @@ def load_records(cfg: BundledSource | JsonlSource | ParquetSource | HFSource) ->
     return select(mark_duplicate_ids(records, locators), cfg)
 
 
-def load_problems(cfg: BundledSource | JsonlSource | ParquetSource | HFSource) -> LoadedProblems:
+def load_problems(cfg: AnySource) -> LoadedProblems:
     """The selected slice, split into problems and error rows (both in slice order)."""
     problems: list[ProblemRow] = []
     errors: list[ErrorRow] = []
@@ -488,6 +501,6 @@ def load_problems(cfg: BundledSource | JsonlSource | ParquetSource | HFSource) -
     return LoadedProblems(problems, errors)
 
 
-def parse_source(data: Any) -> BundledSource | JsonlSource | ParquetSource | HFSource:
+def parse_source(data: Any) -> AnySource:
     """Validate a plain dict (e.g. the `source:` block of a YAML run config)."""
     return SOURCE_CONFIG.validate_python(data)

@@ -1,6 +1,6 @@
-"""What a run did: the live progress line and the final summary table.
+"""What a run did: the final summary table (and the progress-line class logs use).
 
-`RunSummary` is filled as batches stream in (for the progress line) and can be
+`RunSummary` is filled as batches stream in and can be
 rebuilt from a run folder's Parquet at any time (`summarize_run_dir`), which is
 what `report` prints (the totals of every invocation of that run, resumes included).
 """
@@ -145,16 +145,3 @@ class ProgressLine:
     def close(self) -> None:
         if self.live:
             print(file=self.file)
-
-
-class Progress(ProgressLine):
-    """The synthesis progress line: problems done/total, tokens/s, answered nodes, correct."""
-
-    def __call__(self, summary: RunSummary, total: int, start: float) -> None:
-        done = summary.searched + summary.errors
-        elapsed = max(time.perf_counter() - start, 1e-9)
-        self.show(
-            f"{done}/{total} problems | {summary.tokens / elapsed:.1f} tok/s | "
-            f"answered nodes {summary.answered_nodes} | correct {summary.correct_nodes}",
-            final=done == total,
-        )

@@ -4,21 +4,56 @@ A node is *answered* when its text matches ``answer is(.*)\\boxed\\{.*?\\}`` or
 its generation ended naturally (end of sequence, not the step boundary, not
 the length limit).  The answer is the content of the last ``\\boxed{...}``,
 read with balanced braces so nested LaTeX such as ``\\frac{1}{2}`` survives.
+
+`AnswerExtraction.LAST_NUMBER` is not from the paper: for weak models that never
+write ``\\boxed{}`` (SmolLM2-135M ends with "So the answer is 8.").  It relaxes
+Appendix A's rule by dropping the box: a node is also answered when its text says
+"answer is" followed by a number, and an answered node without a box takes the
+last number of its own text as its answer.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 
 from search.protocols import FinishReason
 
 ANSWER_PATTERN = re.compile(r"answer is(.*)\\boxed\{.*?\}")
 _BOXED = "\\boxed"
+# A whole, decimal or simple fraction number; thousands separators allowed ("1,080").
+_NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:/\d+)?")
+# "The answer is: 18", "the answer is $18$" (LAST_NUMBER mode only)
+PLAIN_ANSWER = re.compile(r"answer is\W{0,4}-?\d", re.IGNORECASE)
 
 
-def is_answered(text: str, finish: FinishReason) -> bool:
-    """Appendix A: the answer pattern matches, or the generation ended naturally."""
-    return finish is FinishReason.EOS or ANSWER_PATTERN.search(text) is not None
+class AnswerExtraction(enum.StrEnum):
+    BOXED = "boxed"  # Appendix A: the last \boxed{...}
+    LAST_NUMBER = "last_number"  # the last \boxed{...}, else the last number in the text
+
+
+def extract_answer(text: str, mode: AnswerExtraction = AnswerExtraction.BOXED) -> str | None:
+    """The answer of an answered node's own text under `mode`."""
+    boxed = extract_boxed(text)
+    if boxed is not None or mode is AnswerExtraction.BOXED:
+        return boxed
+    return extract_last_number(text)
+
+
+def extract_last_number(text: str) -> str | None:
+    """The last number in `text` ("1,080" -> "1080", "3/4" kept), else None."""
+    matches = _NUMBER.findall(text)
+    return matches[-1].replace(",", "") if matches else None
+
+
+def is_answered(text: str, finish: FinishReason, mode: AnswerExtraction | None = None) -> bool:
+    """Appendix A: the answer pattern matches, or the generation ended naturally.
+
+    With `AnswerExtraction.LAST_NUMBER`, "answer is <number>" without a box counts too.
+    """
+    if finish is FinishReason.EOS or ANSWER_PATTERN.search(text) is not None:
+        return True
+    return mode is AnswerExtraction.LAST_NUMBER and PLAIN_ANSWER.search(text) is not None
 
 
 def extract_boxed(text: str) -> str | None:

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from search.answers import AnswerExtraction
 from search.budget import CostModel
 
 CONTINUATION_PROMPT = "But wait, let me think about the problem again."
@@ -82,6 +83,8 @@ class _Common(BaseModel):
     response_prefix: str = "Step 1:"
     continuation_prompt: str = CONTINUATION_PROMPT
     answer_rule: AnswerRule = AnswerRule.HIGHEST_Q
+    # `boxed` is the paper's App. A rule; `last_number` is for models that never box.
+    answer_extraction: AnswerExtraction = AnswerExtraction.BOXED
     cost: CostWeights = CostWeights()
     max_stalled_expansions: int = Field(
         16, ge=1, description="stop after this many expansions in a row that spend nothing"

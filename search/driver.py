@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from search.algorithms import make_algorithm
 from search.algorithms.base import Expansion, SearchAlgorithm
 from search.answer_choice import AnswerTally, normalize_answer
-from search.answers import extract_boxed, is_answered
+from search.answers import extract_answer, is_answered
 from search.budget import Budget, BudgetViolation
 from search.config import NodeUnit, SearchConfig
 from search.protocols import (
@@ -273,10 +273,9 @@ class _Search:
         for index, generations in enumerate(results):
             for g in generations:
                 scored = g.finish not in _UNSCORED
-                answered = scored and is_answered(g.text, g.finish)
-                drafts.append(
-                    (index, g, answered, extract_boxed(g.text) if answered else None, scored)
-                )
+                answered = scored and is_answered(g.text, g.finish, self.config.answer_extraction)
+                answer = extract_answer(g.text, self.config.answer_extraction) if answered else None
+                drafts.append((index, g, answered, answer, scored))
         full = [plan.expansion.unit is NodeUnit.FULL for plan in plans]
         scores = await self._scorer_calls.gather(
             [

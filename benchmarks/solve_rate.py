@@ -1,0 +1,130 @@
+"""How often does the policy model solve a problem source, under each answer extraction?
+
+Samples full solutions (assistant prefix "Step 1:", no step boundary) from the real
+llama.cpp engine, in-process (no Ray), with the search's policy prompt (`--prompt paper`,
+actors/prompts.py) or the bare problem as the user turn (`--prompt plain`), and grades
+every sample against the reference with math-verify under both `answer_extraction` modes:
+
+* ``boxed``: the paper's App. A answer (the last ``\\boxed{}``);
+* ``last_number``: the last ``\\boxed{}``, else the last number of the text.
+
+Only samples that end naturally (end of sequence) count as answered here.
+Prints per-sample rates and the share of problems with at least one correct and at least
+one incorrect answered sample (what a DPO pair needs).
+
+    .venv/bin/python benchmarks/solve_rate.py --source arithmetic --problems 20 --samples 4
+    .venv/bin/python benchmarks/solve_rate.py --source gsm8k --problems 20 --samples 4
+    .venv/bin/python benchmarks/solve_rate.py --max-steps 1 --temperature 0.3
+    .venv/bin/python benchmarks/solve_rate.py --model /path/to/other.gguf
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from actors.engines.llamacpp import LlamaCppEngine
+from actors.policy import EnginePolicy
+from actors.prompts import policy_messages
+from actors.rollout import answers_match
+from pipeline.sources import parse_source
+from search.answers import AnswerExtraction, extract_answer
+from search.protocols import FinishReason, GenerationRequest
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.source == "arithmetic":
+        source = parse_source(
+            {
+                "kind": "arithmetic",
+                "count": args.problems,
+                "seed": args.seed,
+                "max_steps": args.max_steps,
+            }
+        )
+    else:
+        source = parse_source({"kind": "bundled", "dataset": args.source, "limit": args.problems})
+    from pipeline.sources import load_problems
+
+    problems = load_problems(source).problems
+    engine = LlamaCppEngine(args.model, threads=args.threads, parallel=args.parallel)
+    policy = EnginePolicy(engine)
+    if args.prompt == "plain":  # the problem alone as the user turn
+
+        async def render(problem: str, assistant_prefix: str) -> str:
+            messages = policy_messages(problem, assistant_prefix)
+            messages[0] = {"role": "user", "content": problem}
+            return await engine.render_chat(messages, continue_final=True)
+
+        policy.render = render  # type: ignore[method-assign]
+    modes = list(AnswerExtraction)
+    samples = eos = tokens = 0
+    correct = dict.fromkeys(modes, 0)
+    answered = dict.fromkeys(modes, 0)
+    both = dict.fromkeys(modes, 0)
+    solved = dict.fromkeys(modes, 0)
+    start = time.perf_counter()
+    for i, p in enumerate(problems):
+        request = GenerationRequest(
+            problem=p["problem"],
+            assistant_prefix="Step 1:",
+            n=args.samples,
+            max_tokens=args.max_tokens,
+            stop=(),
+            temperature=args.temperature,
+            seed=args.seed * 1000 + i,
+        )
+        generations = await policy.generate(request)
+        per_mode = {m: [] for m in modes}  # type: dict[AnswerExtraction, list[bool]]
+        for g in generations:
+            samples += 1
+            tokens += g.output_tokens
+            natural = g.finish is FinishReason.EOS
+            eos += natural
+            for m in modes:
+                answer = extract_answer(g.text, m) if natural else None
+                if answer is None:
+                    continue
+                ok = await answers_match(answer, str(p["reference"]))
+                answered[m] += 1
+                correct[m] += ok
+                per_mode[m].append(ok)
+        for m in modes:
+            solved[m] += any(per_mode[m])
+            both[m] += any(per_mode[m]) and not all(per_mode[m])
+        if args.show and generations:
+            print(f"--- {p['problem']} (reference {p['reference']})\n{generations[0].text}")
+    wall = time.perf_counter() - start
+    n = len(problems)
+    print(
+        f"source={args.source} prompt={args.prompt} T={args.temperature} "
+        f"max_steps={args.max_steps} problems={n} samples/problem={args.samples} "
+        f"max_tokens={args.max_tokens} threads={args.threads}: {samples} samples, "
+        f"{eos / samples:.2f} end naturally, {tokens / wall:.1f} tok/s, {wall:.0f} s"
+    )
+    for m in modes:
+        print(
+            f"  {m.value:12s} answer extracted {answered[m] / samples:.2f} of samples | "
+            f"correct {correct[m] / samples:.2f} of samples | problems solved by >= 1 sample "
+            f"{solved[m] / n:.2f} | problems with a correct and an incorrect answer "
+            f"{both[m] / n:.2f}"
+        )
+    await engine.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", choices=("arithmetic", "gsm8k"), default="arithmetic")
+    parser.add_argument("--problems", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--model", default="embedded", help="'embedded' or a GGUF path")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--max-steps", type=int, default=2, help="arithmetic: operations")
+    parser.add_argument("--prompt", choices=("paper", "plain"), default="paper")
+    parser.add_argument("--show", action="store_true", help="print one sample per problem")
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,186 @@
+"""The live progress display of a synthesis run, fed by the search actors' counters.
+
+A background thread polls the run's progress board (`actors.progress.ProgressBoard`)
+twice a second.  On a terminal it redraws a rich panel in place (2 refreshes a second);
+elsewhere (``ray job logs``, cron mail, a file) it prints one plain line every
+`every_s` seconds and a last one at the end.  What it shows:
+
+    trees done / in flight / total | nodes expanded | policy tok/s | PRM tok/s
+    | answered nodes (correct) | budget spent / envelope | elapsed | ETA
+
+Token rates are over the last 10 s.  The ETA is budget-based: a tree search spends its
+whole budget B, so the work left is the envelope (problems x B) minus what was spent,
+at the rate spent so far.  Correct nodes are known when a tree has been graded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+Snapshot = dict[str, Any]
+WINDOW_S = 10.0
+
+
+@dataclass(frozen=True)
+class View:
+    """One frame of the display, computed from a snapshot of the counters."""
+
+    total: int
+    done: int
+    in_flight: int
+    errors: int
+    nodes: int
+    answered: int
+    correct: int
+    policy_tok_s: float
+    prm_tok_s: float
+    spent: float
+    envelope: float
+    elapsed_s: float
+    eta_s: float | None
+
+    def line(self) -> str:
+        eta = "-" if self.eta_s is None else _duration(self.eta_s)
+        share = f" ({self.spent / self.envelope:.0%})" if self.envelope else ""
+        return (
+            f"trees {self.done}/{self.total} done, {self.in_flight} in flight"
+            f"{f', {self.errors} failed' if self.errors else ''} | "
+            f"nodes {self.nodes} | policy {self.policy_tok_s:.1f} tok/s | "
+            f"PRM {self.prm_tok_s:.1f} tok/s | answered {self.answered} "
+            f"(correct {self.correct}) | budget {self.spent:,.0f}/{self.envelope:,.0f}{share} | "
+            f"elapsed {_duration(self.elapsed_s)} | ETA {eta}"
+        )
+
+    def table(self) -> Table:
+        table = Table(title="synthesis", show_header=False, title_justify="left", box=None)
+        table.add_column("what", style="bold")
+        table.add_column("value")
+        table.add_row(
+            "trees",
+            f"{self.done}/{self.total} done, {self.in_flight} in flight"
+            + (f", {self.errors} failed" if self.errors else ""),
+        )
+        table.add_row("nodes expanded", str(self.nodes))
+        table.add_row("tokens/s", f"policy {self.policy_tok_s:.1f}, PRM {self.prm_tok_s:.1f}")
+        table.add_row("answered nodes", f"{self.answered} (correct {self.correct})")
+        share = f" ({self.spent / self.envelope:.0%})" if self.envelope else ""
+        table.add_row("budget spent", f"{self.spent:,.0f} of {self.envelope:,.0f}{share}")
+        eta = "-" if self.eta_s is None else _duration(self.eta_s)
+        table.add_row("elapsed / ETA", f"{_duration(self.elapsed_s)} / {eta}")
+        return table
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class LiveProgress:
+    """Polls `fetch` (a counters snapshot) on a thread and shows it; `stop()` ends it."""
+
+    def __init__(
+        self,
+        fetch: Callable[[], Snapshot],
+        *,
+        total: int,
+        budget: float,
+        file: TextIO | None = None,
+        every_s: float = 10.0,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.fetch = fetch
+        self.total = total
+        self.envelope = total * budget
+        self.file = file or sys.stderr
+        self.every_s = every_s
+        self.poll_s = poll_s
+        self.start = time.perf_counter()
+        self.frames = 0  # views drawn or printed (tests read it)
+        self._history: deque[tuple[float, int, int]] = deque()
+        self._last: Snapshot = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="live-progress", daemon=True)
+        self._terminal = self.file.isatty()
+
+    def view(self, snap: Snapshot, now: float | None = None) -> View:
+        now = time.perf_counter() if now is None else now
+        policy = int(snap.get("policy_tokens", 0))
+        prm = int(snap.get("prm_input_tokens", 0)) + int(snap.get("prm_output_tokens", 0))
+        history = self._history
+        history.append((now, policy, prm))
+        while len(history) > 2 and now - history[1][0] >= WINDOW_S:
+            history.popleft()
+        t0, policy0, prm0 = history[0]
+        span = now - t0
+        elapsed = now - self.start
+        spent = float(snap.get("spent", 0.0))
+        done = int(snap.get("trees_done", 0))
+        eta = None
+        if done >= self.total:
+            eta = 0.0
+        elif spent > 0:
+            eta = elapsed * max(self.envelope - spent, 0.0) / spent
+        return View(
+            total=self.total,
+            done=done,
+            in_flight=max(0, int(snap.get("trees_started", 0)) - done),
+            errors=int(snap.get("tree_errors", 0)),
+            nodes=int(snap.get("nodes", 0)),
+            answered=int(snap.get("answered", 0)),
+            correct=int(snap.get("correct", 0)),
+            policy_tok_s=(policy - policy0) / span if span > 0 else 0.0,
+            prm_tok_s=(prm - prm0) / span if span > 0 else 0.0,
+            spent=spent,
+            envelope=self.envelope,
+            elapsed_s=elapsed,
+            eta_s=eta,
+        )
+
+    def _snapshot(self) -> Snapshot:
+        with contextlib.suppress(Exception):  # a missed poll only delays the display
+            self._last = self.fetch()
+        return self._last
+
+    def _run(self) -> None:
+        if self._terminal:
+            console = Console(file=self.file)
+            with Live(console=console, refresh_per_second=2, transient=False) as live:
+                while not self._stop.wait(self.poll_s):
+                    live.update(self.view(self._snapshot()).table())
+                    self.frames += 1
+                live.update(self.view(self._snapshot()).table())
+            return
+        last = time.perf_counter()
+        while not self._stop.wait(self.poll_s):
+            if time.perf_counter() - last >= self.every_s:
+                last = time.perf_counter()
+                print(self.view(self._snapshot()).line(), file=self.file, flush=True)
+                self.frames += 1
+        print(self.view(self._snapshot()).line(), file=self.file, flush=True)
+
+    def begin(self) -> None:
+        self.start = time.perf_counter()
+        self._thread.start()
+
+    def __enter__(self) -> LiveProgress:
+        self.begin()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)

@@ -1,0 +1,334 @@
+"""The report of a synthesis run: `report.md`, `report.json` and PNGs in the run folder.
+
+Every number is recomputed from the run's committed Parquet (`trees` with its anytime
+traces and node scores, `nodes` with the labelled answered nodes), so the report can be
+rewritten at any time (`bgmcts report out/run=<id>`) and says the same thing as the data.
+The anytime figures and the PRM percentile table reuse the evaluation report's code
+(`pipeline.evaluation.report`): a synthesis run is read as a one-method, one-budget grid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+
+from pipeline.evaluation.report.anytime import (
+    anytime_curves,
+    budget_markers,
+    early_stopping_methods,
+)
+from pipeline.evaluation.report.curves import DPI, write_curves
+from pipeline.evaluation.report.load import RunData, flatten_trace
+from pipeline.evaluation.report.markdown import fraction, percentiles_markdown
+from pipeline.evaluation.report.tables import prm_percentiles_table
+from pipeline.sink import ParquetSink
+
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+PRM_FIGURE = "prm_scores.png"
+_TREE_COLUMNS = [
+    "problem_id",
+    "wall_time_s",
+    "n_nodes",
+    "n_answered",
+    "n_correct",
+    "max_depth",
+    "max_width",
+    "c_used",
+    "correct",
+]
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Money per million tokens of each kind (unset: no money column)."""
+
+    policy_output: float = 0.0
+    policy_input: float = 0.0
+    prm_input: float = 0.0
+    prm_output: float = 0.0
+    currency: str = "USD"
+
+
+@dataclass(frozen=True)
+class ReportNumbers:
+    trees: int
+    answered_trees: int
+    answered_tree_rate: float | None
+    answered_nodes: int
+    correct_nodes: int
+    precision: float | None
+    correct_per_tree: float | None
+    trees_with_correct: int
+    chosen_correct: int
+    chosen_graded: int
+    cost_units: float
+    policy_output_tokens: int
+    policy_input_tokens: int
+    prm_input_tokens: int
+    prm_output_tokens: int
+    cost_per_correct_node: float | None  # cost units (output tokens by default)
+    output_tokens_per_correct_node: float | None
+    money: float | None
+    money_per_correct_node: float | None
+    currency: str | None
+    scored_nodes: int
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def read_run(run_dir: Path) -> tuple[Any, Any]:
+    """The committed `trees` (as a pyarrow Table) and `nodes` (pandas) of a run folder."""
+    run_dir = Path(run_dir)
+    if not run_dir.name.startswith("run=") or not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (expected .../run=<id>)")
+    sink = ParquetSink(run_dir.parent, run_dir.name.removeprefix("run="), readonly=True)
+    return sink.read("trees"), sink.read("nodes").to_pandas()
+
+
+def report_numbers(trees: Any, nodes: Any, prices: Prices | None = None) -> ReportNumbers:
+    """The report's headline numbers from the `trees` table and the `nodes` frame."""
+    t = trees.drop_columns(["trace", "node_scores"]).to_pandas()
+    n_trees = len(t)
+    answered_trees = int((t["n_answered"] > 0).sum()) if n_trees else 0
+    answered = len(nodes)
+    correct = int(nodes["label"].astype(bool).sum()) if answered else 0
+    graded = t["correct"].dropna() if n_trees else pd.Series([], dtype=bool)
+    tokens = {
+        k: int(t[k].sum()) if n_trees else 0
+        for k in ("policy_output_tokens", "policy_input_tokens", "prm_input_tokens")
+    }
+    tokens["prm_output_tokens"] = int(t["prm_output_tokens"].sum()) if n_trees else 0
+    cost = float(t["c_used"].sum()) if n_trees else 0.0
+    money = None
+    if prices is not None:
+        money = (
+            tokens["policy_output_tokens"] * prices.policy_output
+            + tokens["policy_input_tokens"] * prices.policy_input
+            + tokens["prm_input_tokens"] * prices.prm_input
+            + tokens["prm_output_tokens"] * prices.prm_output
+        ) / 1e6
+    scores = trees.column("node_scores").to_pylist() if n_trees else []
+    return ReportNumbers(
+        trees=n_trees,
+        answered_trees=answered_trees,
+        answered_tree_rate=_ratio(answered_trees, n_trees),
+        answered_nodes=answered,
+        correct_nodes=correct,
+        precision=_ratio(correct, answered),
+        correct_per_tree=_ratio(correct, n_trees),
+        trees_with_correct=int((t["n_correct"] > 0).sum()) if n_trees else 0,
+        chosen_correct=int(graded.astype(bool).sum()),
+        chosen_graded=len(graded),
+        cost_units=cost,
+        cost_per_correct_node=_ratio(cost, correct),
+        output_tokens_per_correct_node=_ratio(tokens["policy_output_tokens"], correct),
+        money=money,
+        money_per_correct_node=None if money is None else _ratio(money, correct),
+        currency=None if prices is None else prices.currency,
+        scored_nodes=sum(len(s or ()) for s in scores),
+        **tokens,
+    )
+
+
+def _as_grid(trees: Any) -> RunData:
+    """A synthesis run as a one-method, one-budget evaluation grid (for the anytime code)."""
+    frame = trees.drop_columns(["trace", "node_scores"]).to_pandas()
+    frame = pd.DataFrame(
+        {
+            "method": frame["method"].astype(str),
+            "budget": frame["budget"].astype(float).round().astype(int),
+            "seed": 0,  # every tree is its own problem; curves average over them
+            "problem_id": frame["problem_id"],
+            "early_stopped": frame["stop_reason"] == "early_stop",
+            "c_used": frame["c_used"].astype(float),
+            "correct": frame["correct"].fillna(False).astype(bool),
+            "answered": frame["n_answered"] > 0,
+            "max_depth": frame["max_depth"],
+            "max_width": frame["max_width"],
+        }
+    )
+    trace = trees.column("trace").fill_null([])
+    scores = trees.column("node_scores").to_pylist()
+    node_rows = [
+        {
+            "method": m,
+            "budget": b,
+            "node_id": i + 1,  # not the root
+            "failed": False,
+            "q": q,
+        }
+        for m, b, s in zip(frame["method"], frame["budget"], scores, strict=True)
+        for i, q in enumerate(s or ())
+    ]
+    nodes = pd.DataFrame(node_rows, columns=["method", "budget", "node_id", "failed", "q"])
+    return RunData(trees=frame, nodes=nodes, trace=flatten_trace(trace))
+
+
+def _prm_figure(trees: Any, nodes: Any, path: Path) -> Path:
+    scores = [q for s in trees.column("node_scores").to_pylist() for q in (s or ())]
+    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=DPI)
+    bins = [i / 20 for i in range(21)]
+    ax.hist(scores, bins=bins, color="0.7", label=f"all scored nodes ({len(scores)})")
+    if len(nodes):
+        label = nodes["label"].astype(bool)
+        kinds = ((label, "correct", "tab:green"), (~label, "incorrect", "tab:red"))
+        for mask, name, color in kinds:
+            values = nodes.loc[mask, "score"].to_numpy(float)
+            ax.hist(
+                values,
+                bins=bins,
+                histtype="step",
+                linewidth=2,
+                color=color,
+                label=f"answered, {name} ({len(values)})",
+            )
+    ax.set_xlabel("PRM score Q")
+    ax.set_ylabel("nodes")
+    ax.set_title("PRM score distribution")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = [header, [":--"] + ["--:"] * (len(header) - 1), *rows]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def _extremes(trees: Any, count: int = 5) -> tuple[Any, Any]:
+    frame = trees.drop_columns(["trace", "node_scores"]).to_pandas()[_TREE_COLUMNS]
+    ordered = frame.sort_values(["wall_time_s", "problem_id"], ascending=[False, True])
+    return ordered.head(count), ordered.tail(count).iloc[::-1]
+
+
+def _tree_rows(frame: Any) -> list[list[str]]:
+    return [
+        [
+            f"`{r.problem_id}`",
+            f"{r.wall_time_s:.1f}",
+            str(r.n_nodes),
+            str(r.n_answered),
+            str(r.n_correct),
+            str(r.max_depth),
+            str(r.max_width),
+            f"{r.c_used:,.0f}",
+            "–" if r.correct is None or pd.isna(r.correct) else ("yes" if r.correct else "no"),
+        ]
+        for r in frame.itertuples()
+    ]
+
+
+def report_markdown(
+    run_id: str, numbers: ReportNumbers, figures: list[Path], trees: Any, percentiles: str
+) -> str:
+    n = numbers
+    rows = [
+        ["trees searched", str(n.trees)],
+        [
+            "answered-tree rate (trees with an answered node)",
+            f"{fraction(n.answered_tree_rate or float('nan'))} ({n.answered_trees})",
+        ],
+        ["answered nodes", str(n.answered_nodes)],
+        ["correct answered nodes", str(n.correct_nodes)],
+        [
+            "answered-node precision",
+            fraction(n.precision if n.precision is not None else float("nan")),
+        ],
+        ["correct answered nodes per tree", _num(n.correct_per_tree, 2)],
+        ["trees with a correct answered node", str(n.trees_with_correct)],
+        ["chosen answer correct", f"{n.chosen_correct} of {n.chosen_graded} graded trees"],
+        ["cost units spent (sum of C_used)", _num(n.cost_units, 0)],
+        ["policy output / input tokens", f"{n.policy_output_tokens:,} / {n.policy_input_tokens:,}"],
+        ["PRM input / output tokens", f"{n.prm_input_tokens:,} / {n.prm_output_tokens:,}"],
+        ["cost units per correct answered node", _num(n.cost_per_correct_node)],
+        ["policy output tokens per correct answered node", _num(n.output_tokens_per_correct_node)],
+    ]
+    if n.money is not None:
+        rows += [
+            [f"money spent ({n.currency})", _num(n.money, 4)],
+            [f"money per correct answered node ({n.currency})", _num(n.money_per_correct_node, 4)],
+        ]
+    longest, shortest = _extremes(trees)
+    header = [
+        "problem",
+        "wall s",
+        "nodes",
+        "answered",
+        "correct",
+        "depth",
+        "width",
+        "C_used",
+        "chosen correct",
+    ]
+    parts = [
+        f"# Run report: `{run_id}`",
+        "Recomputed from the run's committed Parquet (`trees`, `nodes`); "
+        "`bgmcts report <run folder>` rewrites it.",
+        "## Totals",
+        _md_table(["what", "value"], rows),
+        "## PRM scores",
+        f"Percentiles of Q over {n.scored_nodes} scored nodes (root and failed nodes excluded).",
+        percentiles,
+        f"![PRM score distribution]({PRM_FIGURE})",
+        "## Anytime curves",
+        "Each tree read at growing budgets (its state after the last step within the budget), "
+        "averaged over trees, plotted at the mean consumed tokens.",
+        *(f"![{f.stem.replace('_', ' ')}]({f.name})" for f in figures),
+        "## The five longest trees (wall time)",
+        _md_table(header, _tree_rows(longest)),
+        "## The five shortest trees (wall time)",
+        _md_table(header, _tree_rows(shortest)),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def write_run_report(run_dir: str | Path, prices: Prices | None = None) -> list[Path]:
+    """Write report.md, report.json and the PNGs into `run_dir`; returns the files written."""
+    run_dir = Path(run_dir)
+    trees, nodes = read_run(run_dir)
+    numbers = report_numbers(trees, nodes, prices)
+    written: list[Path] = []
+    figures: list[Path] = []
+    percentiles = "(no scored nodes)"
+    if trees.num_rows:
+        grid = _as_grid(trees)
+        curves, markers = anytime_curves(grid), budget_markers(grid)
+        figures = write_curves(
+            curves, markers, run_dir, redistributed=early_stopping_methods(grid.trees)
+        )
+        if len(grid.nodes):
+            percentiles = percentiles_markdown(prm_percentiles_table(grid.nodes))
+    written += figures
+    written.append(_prm_figure(trees, nodes, run_dir / PRM_FIGURE))
+    run_id = run_dir.name.removeprefix("run=")
+    (run_dir / REPORT_MD).write_text(report_markdown(run_id, numbers, figures, trees, percentiles))
+    (run_dir / REPORT_JSON).write_text(json.dumps(asdict(numbers), indent=2) + "\n")
+    return [*written, run_dir / REPORT_MD, run_dir / REPORT_JSON]
+
+
+def prices_from_config(config: dict[str, Any]) -> Prices | None:
+    """The `prices` block of a run config dump (run.json), if any."""
+    block = config.get("prices")
+    return None if not block else Prices(**block)

@@ -1,0 +1,215 @@
+"""Live progress while trees run, and the run report rebuilt from the Parquet.
+
+One real run on a local Ray cluster (Ray Data, search actor, Serve deployments, sink)
+against the model-free `sleep` engine (a load model: every engine call waits, so a tree
+takes seconds and its progress can be watched; it answers "$\\boxed{42}$" on every
+few steps, so some nodes are correct and, where the reference is not 42, incorrect).
+The model does not matter for what is checked here: the counters, the display and the
+report's arithmetic.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import matplotlib.image
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
+
+from pipeline.config import parse_run_config
+from pipeline.live import LiveProgress
+from pipeline.run_report import REPORT_JSON, REPORT_MD
+from tests.hub_server import HubServer
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+TOKEN = "hf_report_FAKE_token_0123456789"
+LINE = re.compile(r"trees (\d+)/(\d+) done, (\d+) in flight.*\| nodes (\d+) \|")
+
+
+def _config(root: Path, problems: Path) -> dict[str, Any]:
+    engine = {"kind": "sleep", "latency_s": 0.15, "output_tokens": 16, "answer_every": 3}
+    return {
+        "run_id": "progress",
+        "output_root": str(root),
+        "budget": 192,
+        "source": {
+            "kind": "jsonl",
+            "path": str(problems),
+            "columns": {"problem": "question", "reference": "answer", "id": "id"},
+        },
+        "search": {"algorithm": "bg_mcts", "step_max_tokens": 16},
+        "policy": {"engine": engine},
+        "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 4}},
+        "prices": {"policy_output": 2.0, "prm_input": 0.5},
+        "trees_per_actor": 3,
+        "ray_num_cpus": 2,
+    }
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    import ray
+    from ray import serve
+
+    from pipeline.run import synthesize
+
+    tmp = tmp_path_factory.mktemp("progress")
+    problems = tmp / "problems.jsonl"
+    rows = [
+        {"id": "p1", "question": "What is 40 + 2?", "answer": "42"},
+        {"id": "p2", "question": "What is 6 * 7?", "answer": "42"},
+        {"id": "p3", "question": "What is 3 + 4?", "answer": "7"},
+    ]
+    problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    log = io.StringIO()
+    try:
+        summary = synthesize(
+            parse_run_config(_config(tmp / "out", problems)), progress=log, progress_every_s=0.5
+        )
+    finally:
+        if ray.is_initialized():
+            serve.shutdown()  # type: ignore[no-untyped-call]
+            ray.shutdown()
+    assert summary.searched == 3
+    return summary.run_dir, log.getvalue()
+
+
+@pytest.mark.slow
+def test_progress_shows_nodes_while_the_batch_is_still_running(run: tuple[Path, str]) -> None:
+    _, log = run
+    views = [tuple(int(g) for g in m.groups()) for m in LINE.finditer(log)]
+    # (done, total, in flight, nodes); the three trees are one batch, returned at its end
+    running = [v for v in views if v[0] == 0 and v[2] == 3]
+    assert len(running) >= 3, log
+    nodes = [v[3] for v in running]
+    assert max(nodes) > 0 and len(set(nodes)) > 1, log  # nodes grow inside the batch
+    assert views[-1][:3] == (3, 3, 0), log  # the last line: all done
+    assert "policy" in log and "PRM" in log and "ETA" in log and "budget" in log
+
+
+def _recomputed(run_dir: Path) -> dict[str, Any]:
+    """The report's numbers, recomputed independently from the committed Parquet."""
+    trees = pq.read_table(run_dir / "trees").to_pylist()
+    nodes = pq.read_table(run_dir / "nodes").to_pylist()
+    correct = sum(bool(n["label"]) for n in nodes)
+    cost = sum(t["c_used"] for t in trees)
+    money = (
+        sum(t["policy_output_tokens"] for t in trees) * 2.0
+        + sum(t["prm_input_tokens"] for t in trees) * 0.5
+    ) / 1e6
+    return {
+        "trees": len(trees),
+        "answered_trees": sum(t["n_answered"] > 0 for t in trees),
+        "answered_nodes": len(nodes),
+        "correct_nodes": correct,
+        "precision": correct / len(nodes),
+        "trees_with_correct": sum(t["n_correct"] > 0 for t in trees),
+        "cost_units": cost,
+        "cost_per_correct_node": cost / correct,
+        "money": money,
+        "money_per_correct_node": money / correct,
+        "scored_nodes": sum(len(t["node_scores"]) for t in trees),
+    }
+
+
+@pytest.mark.slow
+def test_report_numbers_come_from_the_parquet_and_every_png_is_valid(
+    run: tuple[Path, str],
+) -> None:
+    run_dir, _ = run
+    expected = _recomputed(run_dir)
+    assert 0 < expected["correct_nodes"] < expected["answered_nodes"]  # p3's 42s are wrong
+    report = json.loads((run_dir / REPORT_JSON).read_text())
+    for key, value in expected.items():
+        assert report[key] == pytest.approx(value), key
+    markdown = (run_dir / REPORT_MD).read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", markdown)
+    assert {"prm_scores.png", "depth_vs_tokens.png", "width_vs_tokens.png"} <= set(images)
+    for name in images:
+        pixels = matplotlib.image.imread(run_dir / name)  # decodes the whole PNG
+        assert pixels.shape[0] > 100 and pixels.shape[1] > 100
+    assert f"| correct answered nodes | {expected['correct_nodes']} |" in markdown
+    assert "five longest trees" in markdown and "five shortest trees" in markdown
+
+
+@pytest.mark.slow
+def test_report_command_rewrites_the_report(run: tuple[Path, str]) -> None:
+    from jobs.cli import main
+
+    run_dir, _ = run
+    before = json.loads((run_dir / REPORT_JSON).read_text())
+    (run_dir / REPORT_MD).unlink()
+    (run_dir / "prm_scores.png").unlink()
+    assert main(["report", str(run_dir)]) == 0
+    assert (run_dir / REPORT_MD).is_file() and (run_dir / "prm_scores.png").is_file()
+    assert json.loads((run_dir / REPORT_JSON).read_text()) == before
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
+def test_the_report_is_published_with_the_card(
+    run: tuple[Path, str], hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline.publishing import publish_run_dir
+
+    run_dir, _ = run
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    publish_run_dir(run_dir, "bgmcts/report", endpoint=hub.endpoint)
+    files = hub.files("bgmcts/report")
+    pngs = {p for p in files if p.startswith("reports/run=progress/") and p.endswith(".png")}
+    assert "reports/run=progress/prm_scores.png" in pngs
+    assert len(pngs) >= 5
+    card = files["README.md"].decode()
+    assert "## Run report" in card
+    for path in pngs:
+        assert f"]({path})" in card  # every uploaded image is linked where it lies
+    assert files["reports/run=progress/prm_scores.png"] == (run_dir / "prm_scores.png").read_bytes()
+
+
+def test_live_view_rates_and_budget_eta() -> None:
+    clock = [100.0]
+    live = LiveProgress(lambda: {}, total=4, budget=100, file=io.StringIO())
+    live.start = 90.0
+    first = live.view({"policy_tokens": 0, "trees_started": 2}, now=clock[0])
+    assert first.in_flight == 2 and first.eta_s is None and first.policy_tok_s == 0
+    view = live.view(
+        {
+            "policy_tokens": 50,
+            "prm_input_tokens": 80,
+            "prm_output_tokens": 20,
+            "spent": 100.0,
+            "trees_started": 3,
+            "trees_done": 1,
+        },
+        now=110.0,
+    )
+    assert view.policy_tok_s == pytest.approx(5.0)
+    assert view.prm_tok_s == pytest.approx(10.0)
+    # 100 of 400 spent in 20 s: 300 left at 5 per second
+    assert view.eta_s == pytest.approx(60.0)
+    assert (view.done, view.in_flight) == (1, 2)
+    assert "trees 1/4 done, 2 in flight" in view.line() and "ETA 1m00s" in view.line()
+
+
+def test_live_progress_prints_plain_lines_off_a_terminal() -> None:
+    out = io.StringIO()
+    count = [0]
+
+    def fetch() -> dict[str, Any]:
+        count[0] += 1
+        return {"nodes": count[0], "trees_started": 1}
+
+    with LiveProgress(fetch, total=1, budget=10, file=out, every_s=0.1, poll_s=0.02) as live:
+        import time
+
+        time.sleep(0.5)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3 and live.frames >= 2
+    assert all(line.startswith("trees 0/1 done, 1 in flight") for line in lines)
