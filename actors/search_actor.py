@@ -144,6 +144,7 @@ class SearchActor:
                 run_id=self.run_id,
                 config=self.run.records,
                 contamination=contamination,
+                instruction=self.run.policy.prompts.policy_instruction,
                 **self.models,
             )
         except Exception as exc:  # one bad problem must not kill the run

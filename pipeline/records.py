@@ -119,7 +119,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.grading import answers_match, counting
-from actors.prompts import policy_messages
+from actors.prompts import POLICY_INSTRUCTION, policy_messages
 from pipeline.decontamination import DecontaminationConfig
 from pipeline.tree_paths import (
     Divergence,
@@ -589,6 +589,9 @@ class GradedTree:
     chosen_correct: bool | None  # null without a reference
     verified: Mapping[str, bool] = field(default_factory=dict)  # distinct answer -> verdict
     grade_timeouts: int = 0  # comparisons cut off by their limit (graded incorrect)
+    # the policy's user-turn template the search ran with (`PromptConfig`): training
+    # prompts must be the prompt the trajectories were generated from
+    instruction: str = POLICY_INSTRUCTION
 
     @property
     def pseudo(self) -> bool:
@@ -775,7 +778,7 @@ def tree_row(
 
 
 def _user_turn(graded: GradedTree) -> list[dict[str, str]]:
-    return policy_messages(graded.result.problem, "")[:1]
+    return policy_messages(graded.result.problem, "", graded.instruction)[:1]
 
 
 def _assistant(text: str) -> list[dict[str, str]]:
@@ -1061,8 +1064,12 @@ async def records_for(
     policy_model: str | None = None,
     prm_model: str | None = None,
     contamination: str | None = None,
+    instruction: str = POLICY_INSTRUCTION,
 ) -> dict[str, list[Row]]:
     """Grade one result and build every record type's rows with `config`.
+
+    `instruction` is the policy's user-turn template (its `prompts.policy_instruction`):
+    the sft/dpo/prm/kto prompts are built from it.
 
     `contamination` names the benchmark the problem overlaps
     (`pipeline.decontamination`): the tree is still recorded (`nodes`, `trees`,
@@ -1078,7 +1085,7 @@ async def records_for(
             pseudo_label=config.pseudo_label,
             threshold=config.pseudo_threshold,
         )
-    graded = replace(graded, grade_timeouts=grading.timeouts)
+    graded = replace(graded, grade_timeouts=grading.timeouts, instruction=instruction)
     models = {"policy_model": policy_model, "prm_model": prm_model}
     records: dict[str, list[Row]] = {
         "nodes": node_rows(graded, run_id=run_id, **models),

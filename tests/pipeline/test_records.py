@@ -390,6 +390,19 @@ def test_schemas_are_documented_field_by_field() -> None:
     assert {"policy_output_tokens", "prm_output_tokens", "seed"} <= set(TREES_SCHEMA.names)
 
 
+async def test_training_prompts_use_the_configured_policy_instruction() -> None:
+    """A run with its own `policy.prompts` trains on the prompt it generated from."""
+    result = (await _results())[0]
+    custom = "Solve this, step by step: {problem}"
+    records = await records_for(result, "12", problem_id="p", run_id="r", instruction=custom)
+    prompts = [row["prompt"] for kind in ("sft", "dpo", "kto") for row in records[kind]]
+    assert prompts, "the scripted search gives training rows"
+    expected = [{"role": "user", "content": custom.format(problem=result.problem)}]
+    assert all(prompt == expected for prompt in prompts)
+    # stepwise supervision (prm) takes the plain problem, whatever the instruction
+    assert all(row["prompt"] == result.problem for row in records["prm"])
+
+
 async def test_records_for_applies_the_config() -> None:
     result = (await _results())[0]
     config = RecordsConfig(min_sft_score=0.3, max_pairs_per_problem=1, pairing="random", seed=5)
