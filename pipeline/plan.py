@@ -19,6 +19,7 @@ from rich.table import Table
 from actors.config import EngineConfig
 from actors.engines.factory import check_engine
 from pipeline.config import RunConfig
+from pipeline.resume import pending
 from pipeline.sink import ParquetSink
 from pipeline.sources import load_problems
 
@@ -55,9 +56,7 @@ def plan_run(config: RunConfig, sample: int = 5) -> RunPlan:
     check_engine(config.scorer.engine)
     run_id = config.resolved_run_id
     run_dir = Path(config.output_root).expanduser() / f"run={run_id}"
-    done = ParquetSink(config.output_root, run_id, readonly=True).done_problem_ids()
-    todo = [p for p in loaded.problems if p["problem_id"] not in done]
-    bad = [e for e in loaded.errors if e["problem_id"] not in done]
+    todo, bad = pending(loaded, ParquetSink(config.output_root, run_id, readonly=True))
     return RunPlan(
         run_id=run_id,
         run_dir=run_dir,

@@ -28,9 +28,10 @@ from pipeline.lease import RunLease
 from pipeline.live import LiveProgress
 from pipeline.publishing import MANIFEST
 from pipeline.records import error_row
+from pipeline.resume import pending
 from pipeline.run_report import prices_from_config, write_run_report
 from pipeline.sink import RECORD_TYPES, ParquetSink
-from pipeline.sources import ErrorRow, LoadedProblems, ProblemRow, load_problems
+from pipeline.sources import LoadedProblems, load_problems
 from pipeline.summary import RunSummary
 
 ProgressTarget = TextIO | Literal["stderr"] | None
@@ -84,20 +85,6 @@ def synthesize(
                 f"{exc.filename}: {exc.strerror or exc}"
             ) from exc
         raise
-
-
-def pending(loaded: LoadedProblems, sink: ParquetSink) -> tuple[list[ProblemRow], list[ErrorRow]]:
-    """What this invocation still has to do: problems to search, source errors to write.
-
-    A problem is done when its tree is committed; a source error (a bad row, or a
-    duplicate under its own key) when its error row is.  A failed search's error row
-    marks nothing done: the next run searches the problem again.
-    """
-    searched = sink.searched_problem_ids()
-    final_errors = sink.final_error_keys()
-    todo = [p for p in loaded.problems if p["problem_id"] not in searched]
-    new_errors = [e for e in loaded.errors if e["problem_id"] not in final_errors]
-    return todo, new_errors
 
 
 def _describe(config: RunConfig) -> str:

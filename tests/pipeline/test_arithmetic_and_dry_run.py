@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -10,8 +11,11 @@ import pytest
 import yaml
 
 from pipeline.arithmetic import generate, make_problem
+from pipeline.records import records_for
 from pipeline.sink import ParquetSink
 from pipeline.sources import load_problems, parse_source
+from search import parse_search_config, run_search
+from search.scripted import ScriptedPolicy, ScriptedScorer
 
 _START = re.compile(r"has (\d+) (\w+)s with (\d+) \w+ in each|has (\d+) \w+\.")
 _STEP = re.compile(r"Then \w+ (gets (\d+) more|gives away (\d+)|doubles|triples)")
@@ -77,13 +81,26 @@ def test_dry_run_prints_the_plan_after_resume_without_ray(
 
     from jobs.synthesize import main
 
-    # one problem already committed by an earlier invocation of the same run
+    # one problem already searched by an earlier invocation of the same run (its tree is
+    # committed), and one whose search failed (an error row: retried, so still to do)
+    result = asyncio.run(
+        run_search(
+            "q",
+            parse_search_config({"algorithm": "bg_mcts"}),
+            ScriptedPolicy(),
+            ScriptedScorer(),
+            budget=200,
+            seed=0,
+        )
+    )
+    records = asyncio.run(records_for(result, None, problem_id="arith/0/2", run_id="dry"))
     sink = ParquetSink(tmp_path / "out", "dry")
+    sink.write_batch({"trees": records["trees"]})
     sink.write_batch(
         {
             "errors": [
                 {
-                    "problem_id": "arith/0/2",
+                    "problem_id": "arith/0/3",
                     "stage": "search",
                     "message": "x",
                     "error_type": None,

@@ -119,6 +119,7 @@ def _tree(problem_id: str, night: RunConfig, c_used: float) -> dict[str, Any]:
         "stop_reason": "early_stop",
         "iterations": 1,
         "contaminated": None,
+        "grade_timeouts": 0,
         "method": "bg_mcts",
         "policy_model": None,
         "prm_model": None,

@@ -19,7 +19,8 @@ from actors.search_outcome import EngineBreaker, failure_reason
 from jobs.synthesize import main as synth_main
 from pipeline.lease import RunFolderBusy, RunLease
 from pipeline.records import error_row
-from pipeline.run import pending, write_manifest
+from pipeline.resume import pending
+from pipeline.run import write_manifest
 from pipeline.sink import ParquetSink
 from pipeline.sources import JsonlSource, load_problems
 from search import parse_search_config, run_search
