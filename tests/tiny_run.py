@@ -4,8 +4,13 @@ BG-MCTS with short steps, the same engine for policy and GenPRM scorer."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
 
 LLAMACPP = {"kind": "llamacpp", "context_length": 2048, "parallel": 2}
 COLUMNS = {"problem": "question", "reference": "answer", "id": "id"}
@@ -35,3 +40,23 @@ def tiny_run_config(
         "trees_per_actor": 2,
         **extra,
     }
+
+
+def start_synthesize_job(
+    config: Path, *, stderr: int = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
+    """`python -m jobs.synthesize --config CONFIG` on a local Ray of its own.
+
+    Its own process group (`start_new_session`), so a test's kill of the group takes
+    its Ray down with it; RAY_ADDRESS is dropped so it never joins another cluster.
+    """
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs.synthesize", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        start_new_session=True,
+    )

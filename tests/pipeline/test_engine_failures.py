@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,24 +22,13 @@ import pytest
 import yaml
 
 from pipeline.sink import ParquetSink
-from tests.tiny_run import tiny_run_config
+from tests.tiny_run import start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def _job(config: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobs.synthesize", "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    return start_synthesize_job(config, stderr=subprocess.PIPE)
 
 
 def _config(tmp_path: Path, rows: list[dict[str, str]], **extra: Any) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,11 +19,9 @@ import pytest
 import yaml
 
 from pipeline.sink import ParquetSink
-from tests.tiny_run import tiny_run_config
+from tests.tiny_run import start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _write_config(tmp_path: Path) -> Path:
@@ -43,16 +40,7 @@ def _write_config(tmp_path: Path) -> Path:
 
 
 def _job(config: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobs.synthesize", "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: the kill takes Ray down with it
-    )
+    return start_synthesize_job(config)
 
 
 def test_killed_job_resumes_without_duplicates(tmp_path: Path) -> None:

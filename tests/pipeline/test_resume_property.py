@@ -16,7 +16,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,11 +25,10 @@ import pytest
 import yaml
 
 from pipeline.sink import ParquetSink
-from tests.tiny_run import tiny_run_config
+from tests.tiny_run import start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("RESUME_PROPERTY_SEED", "14"))
 KILLS = 3
 VALID = [f"p{i}" for i in range(8)]
@@ -52,16 +50,7 @@ def _source(tmp_path: Path) -> set[str]:
 
 
 def _job(config: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobs.synthesize", "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: the kill takes its Ray down with it
-    )
+    return start_synthesize_job(config)
 
 
 def _commits(run_dir: Path) -> int:
