@@ -32,8 +32,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pebble  # type: ignore[import-untyped, unused-ignore]
-
 # Limits of what is worth handing to sympy (a MATH/GSM8K answer is a few dozen characters).
 MAX_ANSWER_CHARS = 1_000
 MAX_LITERAL_DIGITS = 300
@@ -142,6 +140,9 @@ def _get_pool() -> Any:
             # once, clean, with math-verify preloaded, and forks warm workers from itself.
             # (Like spawn it imports the __main__ module: a script that grades must use an
             # `if __name__ == "__main__":` guard, as Ray's workers and `python -m` do.)
+            # Imported here: importing the records (e.g. to read or publish a run) needs no pool.
+            import pebble  # type: ignore[import-untyped, unused-ignore]
+
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(["actors.grading", "math_verify"])
             _pool = pebble.ProcessPool(
