@@ -22,16 +22,28 @@ def tiny_run_config(
     *,
     budget: int,
     engine: dict[str, Any] | None = None,
-    step_max_tokens: int = 16,
-    analysis_tokens: int = 4,
     **extra: Any,
 ) -> dict[str, Any]:
     """A run config (as a dict) over `rows` written to tmp_path/problems.jsonl."""
     problems = tmp_path / "problems.jsonl"
     problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return run_config(problems, tmp_path / "out", budget=budget, engine=engine, **extra)
+
+
+def run_config(
+    problems: Path,
+    output_root: Path,
+    *,
+    budget: int,
+    engine: dict[str, Any] | None = None,
+    step_max_tokens: int = 16,
+    analysis_tokens: int = 4,
+    **extra: Any,
+) -> dict[str, Any]:
+    """BG-MCTS over a JSONL problem file, one engine for policy and scorer; `extra` overrides."""
     engine = engine or LLAMACPP
     return {
-        "output_root": str(tmp_path / "out"),
+        "output_root": str(output_root),
         "budget": budget,
         "source": {"kind": "jsonl", "path": str(problems), "columns": COLUMNS},
         "search": {"algorithm": "bg_mcts", "step_max_tokens": step_max_tokens},

@@ -23,32 +23,25 @@ from pipeline.nightly import admissible, plan_night, run_night, run_spent
 from pipeline.sink import ParquetSink
 from pipeline.sources import load_problems
 from pipeline.summary import RunSummary
+from tests.tiny_run import run_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def _config(root: Path, problems: Path, envelope: float, per_night: int = 3) -> dict[str, Any]:
-    engine = {"kind": "sleep", "latency_s": 0.01, "output_tokens": 8}
-    return {
-        "output_root": str(root),
-        "budget": 200,
-        "source": {
-            "kind": "jsonl",
-            "path": str(problems),
-            "columns": {"problem": "question", "reference": "answer", "id": "id"},
-        },
-        "search": {"algorithm": "bg_mcts", "step_max_tokens": 16},
-        "policy": {"engine": engine},
-        "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 4}},
-        "nightly": {
+    return run_config(
+        problems,
+        root,
+        budget=200,
+        engine={"kind": "sleep", "latency_s": 0.01, "output_tokens": 8},
+        nightly={
             "problems_per_night": per_night,
             "run_id_prefix": "n-",
             "budget_per_night": envelope,
         },
-        "trees_per_actor": 2,
-        "ray_num_cpus": 2,
-    }
+        ray_num_cpus=2,
+    )
 
 
 def _problems(tmp_path: Path, count: int) -> Path:

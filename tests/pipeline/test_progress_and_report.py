@@ -25,6 +25,7 @@ from pipeline.config import parse_run_config
 from pipeline.live import LiveProgress
 from pipeline.run_report import REPORT_JSON, REPORT_MD
 from tests.hub_server import HubServer
+from tests.tiny_run import run_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -34,23 +35,16 @@ LINE = re.compile(r"trees (\d+)/(\d+) done, (\d+) in flight.*\| nodes (\d+) \|")
 
 
 def _config(root: Path, problems: Path) -> dict[str, Any]:
-    engine = {"kind": "sleep", "latency_s": 0.15, "output_tokens": 16, "answer_every": 3}
-    return {
-        "run_id": "progress",
-        "output_root": str(root),
-        "budget": 192,
-        "source": {
-            "kind": "jsonl",
-            "path": str(problems),
-            "columns": {"problem": "question", "reference": "answer", "id": "id"},
-        },
-        "search": {"algorithm": "bg_mcts", "step_max_tokens": 16},
-        "policy": {"engine": engine},
-        "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 4}},
-        "prices": {"policy_output": 2.0, "prm_input": 0.5},
-        "trees_per_actor": 3,
-        "ray_num_cpus": 2,
-    }
+    return run_config(
+        problems,
+        root,
+        budget=192,
+        engine={"kind": "sleep", "latency_s": 0.15, "output_tokens": 16, "answer_every": 3},
+        run_id="progress",
+        prices={"policy_output": 2.0, "prm_input": 0.5},
+        trees_per_actor=3,
+        ray_num_cpus=2,
+    )
 
 
 @pytest.fixture(scope="module")
