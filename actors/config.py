@@ -79,7 +79,24 @@ class ServiceConfig(_Strict):
     request_timeout_s: float = Field(300.0, gt=0)
     max_retries: int = Field(2, ge=0)
     retry_backoff_s: float = Field(1.0, ge=0)
+    coalesce_window_s: float = Field(
+        0.002, ge=0, le=1, description="how long a request waits for others to share its call"
+    )
+    coalesce_max_batch: int = Field(
+        64, ge=1, description="most requests in one coalesced call; 1: one call per request"
+    )
+    affinity: bool = Field(
+        True, description="with more than one replica, send every request of a tree to one"
+    )
+    affinity_fallback_replicas: int = Field(
+        2, ge=0, description="replicas tried after a tree's own when its queue is full"
+    )
     prompts: PromptConfig = Field(default_factory=PromptConfig)
+
+    @property
+    def routes_by_tree(self) -> bool:
+        """Tree affinity matters only when there is more than one replica to choose from."""
+        return self.affinity and (self.num_replicas > 1 or self.autoscaling is not None)
 
 
 class GenPRMSettings(_Strict):

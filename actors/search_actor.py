@@ -22,6 +22,7 @@ import logging
 import traceback
 from typing import Any
 
+from actors.affinity import tree_affinity
 from actors.progress import Counters, CountingPolicy, CountingScorer, Reporter
 from actors.redact import install_log_redaction, redact_text
 from actors.search_outcome import (
@@ -125,9 +126,10 @@ class SearchActor:
             index = self.decontaminator
             contamination = None if index is None else index.match(problem)
             seed = derive_seed(self.run.seed, problem_id)
-            result = await run_search(
-                problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
-            )
+            with tree_affinity(problem_id):  # every request of this tree: one replica
+                result = await run_search(
+                    problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
+                )
             reason = failure_reason(result, context_length=self.context_length)
             if reason is not None:
                 if reason.startswith("problem does not fit"):

@@ -6,19 +6,29 @@ code talks to them through `ServePolicy` / `ServeScorer`, which implement the
 search core's `Policy` / `Scorer` protocols on a deployment handle and add a
 per-request timeout and bounded retries: a request that still fails becomes a
 failed node, never an exception in the search actor.
+
+Requests leave a client coalesced (`actors.coalesce`: one `generate_many` /
+`score_many` call carries every request that arrived within
+`coalesce_window_s`, at most `coalesce_max_batch`), and the replica fans them
+out to its engine at once.  With `affinity` and more than one replica, the
+tree of each request (`actors.affinity`) is its Serve `session_id` and Serve's
+consistent-hash router keeps a tree on one replica, so its shared prefixes hit
+that replica's prefix cache.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from actors.affinity import CONSISTENT_HASH_ROUTER, current_tree
+from actors.coalesce import Coalescer, RequestFailed, fan_out
 from actors.config import ScorerConfig, ServiceConfig
 from actors.engines.factory import build_engine, check_engine
 from actors.policy import EnginePolicy
@@ -58,6 +68,22 @@ class _CountingEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
 
+    def stats(self) -> dict[str, Any]:
+        """Engine calls, plus the engine's own counters (llama.cpp: prompt tokens
+        evaluated vs served from its prefix cache) and which replica this is."""
+        stats: dict[str, Any] = {"engine_calls": self.calls, "replica": _replica_id()}
+        cache_stats = getattr(self._engine, "cache_stats", None)
+        if cache_stats is not None:
+            stats.update(cache_stats())
+        return stats
+
+
+def _replica_id() -> str:
+    try:
+        return str(serve.get_replica_context().replica_id.unique_id)
+    except Exception:  # not inside a replica (direct use in tests and benchmarks)
+        return ""
+
 
 @serve.deployment
 class PolicyServer:
@@ -72,6 +98,12 @@ class PolicyServer:
     async def generate(self, request: GenerationRequest) -> list[Generation]:
         return await self.policy.generate(request)
 
+    async def generate_many(
+        self, requests: list[GenerationRequest]
+    ) -> list[list[Generation] | RequestFailed]:
+        """A coalesced call: all at once, so the engine batches them; one failure each."""
+        return await fan_out(self.policy.generate, requests)
+
     async def count_tokens(self, text: str) -> int:
         return await self.policy.count_tokens(text)
 
@@ -79,7 +111,7 @@ class PolicyServer:
         return await self.policy.prompt_tokens(problem, assistant_prefix)
 
     async def stats(self) -> dict[str, Any]:
-        return {"name": self.policy.name, "engine_calls": self.engine.calls}
+        return {"name": self.policy.name, **self.engine.stats()}
 
 
 @serve.deployment
@@ -107,8 +139,12 @@ class ScorerServer:
     async def score(self, request: ScoreRequest) -> Score:
         return await self.scorer.score(request)
 
+    async def score_many(self, requests: list[ScoreRequest]) -> list[Score | RequestFailed]:
+        """A coalesced call (the k children of a leaf arrive together)."""
+        return await fan_out(self.scorer.score, requests)
+
     async def stats(self) -> dict[str, Any]:
-        return {"name": self.scorer.name, "engine_calls": self.engine.calls}
+        return {"name": self.scorer.name, **self.engine.stats()}
 
 
 def _bind(deployment: Any, service: ServiceConfig, name: str) -> Any:
@@ -121,6 +157,13 @@ def _bind(deployment: Any, service: ServiceConfig, name: str) -> Any:
         options["autoscaling_config"] = service.autoscaling
     else:
         options["num_replicas"] = service.num_replicas
+    if service.routes_by_tree:
+        from ray.serve.config import RequestRouterConfig
+
+        options["request_router_config"] = RequestRouterConfig(
+            request_router_class=CONSISTENT_HASH_ROUTER,  # type: ignore[arg-type]  # str is valid
+            request_router_kwargs={"num_fallback_replicas": service.affinity_fallback_replicas},
+        )
     return deployment.options(**options).bind(service.model_dump(mode="json"))
 
 
@@ -168,29 +211,90 @@ class _Resilience:
         raise AssertionError("unreachable")
 
 
-class ServePolicy:
+class _Client:
+    """What both Serve clients share: the handle, retries, coalescing and the tree key."""
+
+    def __init__(self, handle: DeploymentHandle[Any], service: ServiceConfig) -> None:
+        self.handle = handle
+        self._resilience = _Resilience(
+            service.request_timeout_s, service.max_retries, service.retry_backoff_s
+        )
+        self._window_s = service.coalesce_window_s
+        self._max_batch = service.coalesce_max_batch
+        self._by_tree = service.routes_by_tree
+        self._coalescers: dict[str, Coalescer[Any, Any]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pending futures belong to one event loop: a copy starts with none
+        return {**self.__dict__, "_coalescers": {}}
+
+    def _key(self) -> str | None:
+        return current_tree() if self._by_tree else None
+
+    def _target(self, key: Hashable) -> DeploymentHandle[Any]:
+        """The handle for one call: the tree's key as Serve's session id (routing)."""
+        return self.handle if key is None else self.handle.options(session_id=str(key))
+
+    def _coalescer(self, method: str) -> Coalescer[Any, Any]:
+        coalescer = self._coalescers.get(method)
+        if coalescer is None:
+
+            async def send(key: Hashable, requests: list[Any]) -> Sequence[Any]:
+                results: Sequence[Any] = await getattr(self._target(key), method).remote(requests)
+                return [self._check(r) for r in results]
+
+            coalescer = Coalescer(send, window_s=self._window_s, max_batch=self._max_batch)
+            self._coalescers[method] = coalescer
+        return coalescer
+
+    def _check(self, result: Any) -> Any:
+        """Turn a result worth retrying into a `RequestFailed` (default: none is)."""
+        return result
+
+    @property
+    def coalesced(self) -> bool:
+        return self._max_batch > 1
+
+    async def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self.handle.stats.remote()
+        return result
+
+
+class ServePolicy(_Client):
     """`search.Policy` through a Serve handle: picklable, so search actors can hold it."""
 
     def __init__(
         self, handle: DeploymentHandle[Any], service: ServiceConfig, name: str = ""
     ) -> None:
-        self.handle = handle
+        super().__init__(handle, service)
         self.name = name or f"serve:{service.engine.kind}"
-        self._resilience = _Resilience(
-            service.request_timeout_s, service.max_retries, service.retry_backoff_s
-        )
 
-    async def _generate_once(self, request: GenerationRequest) -> list[Generation]:
-        generations: list[Generation] = await self.handle.generate.remote(request)
+    def _check(self, result: Any) -> Any:
+        if (
+            isinstance(result, list)
+            and result
+            and all(g.finish is FinishReason.ERROR for g in result)
+        ):
+            return RequestFailed(f"{EngineFailure.__name__}: {result[0].error or 'engine error'}")
+        return result
+
+    async def _generate_once(self, request: GenerationRequest, key: str | None) -> list[Generation]:
+        """One call per request (`coalesce_max_batch: 1`): the path before coalescing."""
+        generations: list[Generation] = await self._target(key).generate.remote(request)
         if generations and all(g.finish is FinishReason.ERROR for g in generations):
             raise EngineFailure(generations[0].error or "engine error")
         return generations
 
     async def generate(self, request: GenerationRequest) -> list[Generation]:
+        key = self._key()  # read here: the caller's context holds its tree
+        make: Callable[[], Awaitable[list[Generation]]]
+        if self.coalesced:
+            coalescer = self._coalescer("generate_many")
+            make = lambda: coalescer.submit(request, key)  # noqa: E731 - a future, no task
+        else:
+            make = lambda: self._generate_once(request, key)  # noqa: E731
         try:
-            return await self._resilience.call(
-                "policy request", lambda: self._generate_once(request)
-            )
+            return await self._resilience.call("policy request", make)
         except Exception as exc:
             message = f"policy request failed after retries: {type(exc).__name__}: {exc}"
             return [Generation("", 0, FinishReason.ERROR, error=message)] * request.n
@@ -207,32 +311,26 @@ class ServePolicy:
         )
         return result
 
-    async def stats(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self.handle.stats.remote()
-        return result
 
-
-class ServeScorer:
+class ServeScorer(_Client):
     """`search.Scorer` through a Serve handle."""
 
     def __init__(
         self, handle: DeploymentHandle[Any], service: ScorerConfig, name: str = ""
     ) -> None:
-        self.handle = handle
+        super().__init__(handle, service)
         self.name = name or f"serve:{service.kind}"
-        self._resilience = _Resilience(
-            service.request_timeout_s, service.max_retries, service.retry_backoff_s
-        )
 
     async def score(self, request: ScoreRequest) -> Score:
+        key = self._key()
+        make: Callable[[], Awaitable[Score]]
+        if self.coalesced:
+            coalescer = self._coalescer("score_many")
+            make = lambda: coalescer.submit(request, key)  # noqa: E731 - a future, no task
+        else:
+            make = lambda: self._target(key).score.remote(request)  # noqa: E731
         try:
-            score: Score = await self._resilience.call(
-                "score request", lambda: self.handle.score.remote(request)
-            )
+            score: Score = await self._resilience.call("score request", make)
             return score
         except Exception as exc:
             return Score(0.0, error=f"scorer failed after retries: {type(exc).__name__}: {exc}")
-
-    async def stats(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self.handle.stats.remote()
-        return result

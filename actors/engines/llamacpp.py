@@ -55,6 +55,18 @@ class LlamaCppEngine:
         self._client = httpx.AsyncClient(
             base_url=self._server.listening_address, timeout=request_timeout_s
         )
+        # llama.cpp's own per-request timings: prompt tokens it evaluated vs reused
+        # from a slot's prefix cache (what tree-affinity routing is meant to raise)
+        self.prompt_tokens_evaluated = 0
+        self.prompt_tokens_cached = 0
+        self.tokens_generated = 0
+
+    def cache_stats(self) -> dict[str, int]:
+        return {
+            "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
+            "prompt_tokens_cached": self.prompt_tokens_cached,
+            "tokens_generated": self.tokens_generated,
+        }
 
     async def _post(self, path: str, body: Mapping[str, Any]) -> httpx.Response:
         return await self._client.post(path, json=dict(body))
@@ -102,6 +114,10 @@ class LlamaCppEngine:
 
     def _completion(self, data: Mapping[str, Any], max_tokens: int) -> Completion:
         generated = int(data.get("tokens_predicted", 0))
+        timings = data.get("timings") or {}
+        self.prompt_tokens_evaluated += int(timings.get("prompt_n", 0))
+        self.prompt_tokens_cached += int(timings.get("cache_n", 0))
+        self.tokens_generated += generated
         prompt_tokens = int(data.get("tokens_evaluated", 0))
         finish = _STOP_TYPES.get(str(data.get("stop_type")), FinishReason.LENGTH)
         if finish is FinishReason.LENGTH and generated < max_tokens:

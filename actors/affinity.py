@@ -1,0 +1,42 @@
+"""Which tree a request belongs to, without the search core knowing about routing.
+
+The search actor wraps each tree's search in `tree_affinity(key)`; `ServePolicy` and
+`ServeScorer` read `current_tree()` when a request leaves, so every request of one
+tree carries the same routing key.  A contextvar is the carrier because asyncio
+copies the current context into every task the search creates (the k children of
+a leaf, scored concurrently, still see their tree's key), and `search/` never sees
+it.
+
+The key reaches Ray Serve as the request's `session_id`; with `affinity: true`
+and more than one replica the deployment routes with Serve's own
+`ConsistentHashRouter` (a consistent-hash ring over the replicas, falling back
+to the next replicas on the ring when the owner rejects a request because its
+queue is full, and rebuilding the ring when a replica dies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+# Ray Serve's consistent-hash router (experimental in Ray 2.60; import path, so the
+# deployment resolves it in the Serve controller and the handle's router).
+CONSISTENT_HASH_ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
+
+_TREE: ContextVar[str | None] = ContextVar("bgmcts_tree", default=None)
+
+
+def current_tree() -> str | None:
+    """The routing key of the tree whose search is running here (None: no tree)."""
+    return _TREE.get()
+
+
+@contextmanager
+def tree_affinity(key: str) -> Iterator[None]:
+    """Mark every request made inside this block (and its tasks) as tree `key`'s."""
+    token = _TREE.set(key)
+    try:
+        yield
+    finally:
+        _TREE.reset(token)

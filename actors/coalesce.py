@@ -1,0 +1,132 @@
+"""Coalesced requests: many callers' requests leave a process in one call.
+
+A search actor with 64 trees sends hundreds of small requests per second to each
+deployment.  Sent one by one, each pays a Serve handle call (a router hop, an
+asyncio future and a cross-thread future in the caller, an actor task in the
+replica): that per-call cost, not the search, was most of the pipeline's CPU.
+`Coalescer` collects the requests that arrive within `window_s` (or until
+`max_batch` are waiting) and hands them to `send` as one list; each caller gets
+its own future back.
+
+Per-request semantics are kept: `send` returns one entry per request, and an
+entry that is a `RequestFailed` fails only that caller's future; a whole call
+that raises (replica died, network) fails every caller of that call, each with
+its own exception, and each caller's retry layer decides on its own.  A caller
+that gave up (its timeout cancelled the future) is skipped when the results come.
+
+Requests are grouped by a key (the tree, when routing by tree): one call holds
+requests of one key only, so the key can route the whole call.
+
+`submit` returns a plain future, not a coroutine: awaiting it under
+`asyncio.wait_for` creates no extra task.  No Ray and no I/O here; the Serve
+clients in `actors.serve` plug the deployment call in as `send`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+Req = TypeVar("Req")
+Res = TypeVar("Res")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFailed:
+    """One request of a coalesced call failed (the others did not): why, as text."""
+
+    message: str
+
+
+class CoalescedRequestError(RuntimeError):
+    """This request failed inside a coalesced call (its neighbours may have succeeded)."""
+
+
+Send = Callable[[Hashable, list[Req]], Awaitable[Sequence["Res | RequestFailed"]]]
+
+
+class Coalescer(Generic[Req, Res]):
+    """Collects requests per key for `window_s` (at most `max_batch`), sends each group once."""
+
+    def __init__(self, send: Send[Req, Res], *, window_s: float, max_batch: int) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self._send = send
+        self.window_s = window_s
+        self.max_batch = max_batch
+        self._pending: dict[Hashable, list[tuple[Req, asyncio.Future[Res]]]] = {}
+        self._in_flight: set[asyncio.Task[None]] = set()  # strong references until done
+        self.calls = 0  # coalesced calls sent (for benchmarks and tests)
+        self.requests = 0
+
+    def submit(self, request: Req, key: Hashable = None) -> asyncio.Future[Res]:
+        """Queue `request`; the future resolves to its own result (or its own error)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Res] = loop.create_future()
+        group = self._pending.get(key)
+        if group is None:
+            group = self._pending[key] = []
+            # window 0 still gathers everything submitted in this turn of the loop
+            # (the k children of a leaf are scored by one gather: one call)
+            if self.window_s > 0:
+                loop.call_later(self.window_s, self._flush, key, group)
+            else:
+                loop.call_soon(self._flush, key, group)
+        group.append((request, future))
+        if len(group) >= self.max_batch:
+            self._flush(key, group)
+        return future
+
+    def _flush(self, key: Hashable, group: list[tuple[Req, asyncio.Future[Res]]]) -> None:
+        if self._pending.get(key) is not group:
+            return  # already sent (it filled up before its window ended)
+        del self._pending[key]
+        task = asyncio.get_running_loop().create_task(self._send_group(key, group))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _send_group(
+        self, key: Hashable, group: list[tuple[Req, asyncio.Future[Res]]]
+    ) -> None:
+        live = [(r, f) for r, f in group if not f.done()]  # callers that timed out are gone
+        if not live:
+            return
+        self.calls += 1
+        self.requests += len(live)
+        try:
+            results = await self._send(key, [r for r, _ in live])
+            if len(results) != len(live):
+                raise CoalescedRequestError(
+                    f"coalesced call returned {len(results)} results for {len(live)} requests"
+                )
+        except asyncio.CancelledError:
+            for _, future in live:
+                future.cancel()
+            raise
+        except Exception as exc:
+            message = f"coalesced call failed: {type(exc).__name__}: {exc}"
+            for _, future in live:
+                if not future.done():
+                    future.set_exception(CoalescedRequestError(message))
+            return
+        for (_, future), result in zip(live, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, RequestFailed):
+                future.set_exception(CoalescedRequestError(result.message))
+            else:
+                future.set_result(result)
+
+
+async def fan_out(
+    handle_one: Callable[[Req], Awaitable[Res]], requests: Sequence[Req]
+) -> list[Res | RequestFailed]:
+    """Server side of a coalesced call: every request at once (so the engine batches
+    them), each failure reported in its own slot instead of failing the call."""
+    results = await asyncio.gather(*(handle_one(r) for r in requests), return_exceptions=True)
+    return [
+        RequestFailed(f"{type(r).__name__}: {r}") if isinstance(r, BaseException) else r
+        for r in results
+    ]
