@@ -1,0 +1,100 @@
+"""`Coalescer` on its own (pure asyncio, no Ray): grouping, limits and per-request errors.
+
+`send` here is a plain coroutine standing in for the deployment call, the one thing
+that needs Ray; the Serve path is tested in `test_coalesce_affinity.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+
+import pytest
+
+from actors.coalesce import CoalescedRequestError, Coalescer, RequestFailed, fan_out
+
+
+class _Recorder:
+    def __init__(self, fail: frozenset[int] = frozenset(), raise_call: bool = False) -> None:
+        self.calls: list[tuple[Hashable, list[int]]] = []
+        self.fail = fail
+        self.raise_call = raise_call
+
+    async def __call__(self, key: Hashable, requests: list[int]) -> list[int | RequestFailed]:
+        self.calls.append((key, list(requests)))
+        await asyncio.sleep(0)
+        if self.raise_call:
+            raise ConnectionError("replica died")
+        return [RequestFailed(f"bad {r}") if r in self.fail else r * 10 for r in requests]
+
+
+async def test_requests_in_one_window_share_one_call_and_get_their_own_results() -> None:
+    send = _Recorder()
+    batches = Coalescer(send, window_s=0.01, max_batch=64)
+    results = await asyncio.gather(*(batches.submit(i) for i in range(20)))
+    assert results == [i * 10 for i in range(20)]
+    assert send.calls == [(None, list(range(20)))]
+
+
+async def test_max_batch_splits_and_keys_never_mix() -> None:
+    send = _Recorder()
+    batches = Coalescer(send, window_s=0.01, max_batch=4)
+    futures = [batches.submit(i, key=f"tree{i % 2}") for i in range(10)]
+    assert await asyncio.gather(*futures) == [i * 10 for i in range(10)]
+    assert all(len(requests) <= 4 for _, requests in send.calls)
+    for key, requests in send.calls:
+        assert {f"tree{r % 2}" for r in requests} == {key}
+    assert sorted(r for _, requests in send.calls for r in requests) == list(range(10))
+
+
+async def test_window_zero_still_catches_what_arrives_in_the_same_turn() -> None:
+    send = _Recorder()
+    batches = Coalescer(send, window_s=0.0, max_batch=64)
+    assert await asyncio.gather(*(batches.submit(i) for i in range(3))) == [0, 10, 20]
+    assert len(send.calls) == 1
+
+
+async def test_one_failed_request_fails_only_its_own_caller() -> None:
+    batches = Coalescer(_Recorder(fail=frozenset({3})), window_s=0.01, max_batch=64)
+    results = await asyncio.gather(*(batches.submit(i) for i in range(6)), return_exceptions=True)
+    assert [r for i, r in enumerate(results) if i != 3] == [0, 10, 20, 40, 50]
+    assert isinstance(results[3], CoalescedRequestError) and "bad 3" in str(results[3])
+
+
+async def test_a_failed_call_fails_each_caller_with_its_own_exception() -> None:
+    batches = Coalescer(_Recorder(raise_call=True), window_s=0.01, max_batch=64)
+    results = await asyncio.gather(*(batches.submit(i) for i in range(3)), return_exceptions=True)
+    assert all(isinstance(r, CoalescedRequestError) for r in results)
+    assert "ConnectionError: replica died" in str(results[0])
+    assert len({id(r) for r in results}) == 3
+
+
+async def test_a_caller_that_timed_out_is_left_out_of_the_call() -> None:
+    send = _Recorder()
+    batches = Coalescer(send, window_s=0.05, max_batch=64)
+    impatient = batches.submit(1)
+    patient = batches.submit(2)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(impatient, 0.001)
+    assert await patient == 20
+    assert send.calls == [(None, [2])]
+
+
+async def test_fan_out_runs_requests_concurrently_and_reports_failures_in_place() -> None:
+    running = 0
+    peak = 0
+
+    async def handle(x: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        if x == 2:
+            raise ValueError("no")
+        return x
+
+    results = await fan_out(handle, [0, 1, 2, 3])
+    assert results[:2] == [0, 1] and results[3] == 3
+    assert results[2] == RequestFailed("ValueError: no")
+    assert peak == 4  # all at once: the engine sees them together and batches them
