@@ -1,0 +1,224 @@
+"""CPU milliseconds of our processes per engine request, one request per call vs coalesced.
+
+Model-free: the policy and the GenPRM scorer are real Serve deployments (local Ray
+cluster) of the `sleep` engine with a tiny latency (`--latency`, default 1 ms), so
+the engine's own work is about zero and what the CPU does is the pipeline: the
+search core, the Serve clients, Serve's router, the replicas, Ray's own processes.
+One benchmark actor (a Ray actor, like a search actor) keeps `--trees` BG-MCTS
+searches in flight (a new one starts when one ends) for `--seconds`, each inside
+`tree_affinity(problem_id)` as the search actor runs it.
+
+CPU is read from /proc for this driver and every process it started (GCS, raylet,
+workers: the benchmark actor, both replicas, the Serve controller): user + system
+time over the measured window, divided by the engine calls the replicas counted in
+that window.  Everything is counted, the `sleep` engine's few microseconds per call
+and Ray's idle background included (printed separately), so the number is an upper
+bound on the pipeline's cost.
+
+Two modes, same cluster, same run: `one call per request` (`coalesce_max_batch: 1`,
+the path before coalescing) and `coalesced` (the service defaults).  The last line
+is `cpu_ms_per_request=<float>` for the coalesced mode.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/coalescing_cpu.py [--trees 64] [--seconds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from collections import defaultdict
+from typing import Any
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _role(cmdline: str) -> str:
+    if "SearchBench" in cmdline:
+        return "search actor"
+    if "PolicyServer" in cmdline:
+        return "policy replica"
+    if "ScorerServer" in cmdline:
+        return "scorer replica"
+    if "ServeController" in cmdline:
+        return "Serve controller"
+    return "Ray system"  # raylet, gcs_server, agents, idle workers
+
+
+def _our_cpu_ticks() -> dict[int, tuple[str, int]]:
+    """pid -> (role, user + system ticks) for this process and all its descendants."""
+    stats: dict[int, tuple[int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            stats[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (ppid, _) in stats.items():
+        children[ppid].append(pid)
+    result: dict[int, tuple[str, int]] = {}
+    todo = [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, ()))
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        result[pid] = ("driver" if pid == os.getpid() else _role(cmd), stats[pid][1])
+    return result
+
+
+def _cpu_seconds(
+    before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]
+) -> dict[str, float]:
+    seconds: dict[str, float] = defaultdict(float)
+    for pid, (role, ticks) in after.items():
+        seconds[role] += (ticks - before.get(pid, (role, 0))[1]) / _TICK
+    return dict(seconds)
+
+
+class SearchBench:
+    """Keeps `trees` searches in flight against the shared deployments (a search actor's loop)."""
+
+    def __init__(self, policy_config: dict[str, Any], scorer_config: dict[str, Any]) -> None:
+        from ray import serve
+
+        from actors.config import ScorerConfig, ServiceConfig
+        from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
+
+        self.policy = ServePolicy(
+            serve.get_app_handle(POLICY_APP), ServiceConfig.model_validate(policy_config)
+        )
+        self.scorer = ServeScorer(
+            serve.get_app_handle(SCORER_APP), ScorerConfig.model_validate(scorer_config)
+        )
+
+    async def run(self, trees: int, seconds: float, budget: int) -> dict[str, int]:
+        from actors.affinity import tree_affinity
+        from search import parse_search_config, run_search
+
+        config = parse_search_config({"algorithm": "bg_mcts", "step_max_tokens": 16})
+        deadline = time.monotonic() + seconds
+        done = {"searches": 0, "policy_requests": 0, "scorer_requests": 0}
+        counter = iter(range(10**9))
+
+        async def one_lane() -> None:
+            while time.monotonic() < deadline:
+                i = next(counter)
+                with tree_affinity(f"problem-{i}"):
+                    result = await run_search(
+                        f"What is {i} plus {i}?", config, self.policy, self.scorer, budget, seed=i
+                    )
+                done["searches"] += 1
+                done["policy_requests"] += result.tokens.policy_requests
+                done["scorer_requests"] += result.tokens.scorer_requests
+
+        await asyncio.gather(*(one_lane() for _ in range(trees)))
+        return done
+
+
+async def _engine_calls() -> int:
+    from ray import serve
+
+    from actors.serve import POLICY_APP, SCORER_APP
+
+    policy = await serve.get_app_handle(POLICY_APP).stats.remote()
+    scorer = await serve.get_app_handle(SCORER_APP).stats.remote()
+    return int(policy["engine_calls"]) + int(scorer["engine_calls"])
+
+
+def _measure(bench: Any, args: argparse.Namespace) -> dict[str, Any]:
+    import ray
+
+    ray.get(bench.run.remote(args.trees, args.warmup, args.budget))  # warm the path up
+    calls0 = asyncio.run(_engine_calls())
+    cpu0, t0 = _our_cpu_ticks(), time.perf_counter()
+    done = ray.get(bench.run.remote(args.trees, args.seconds, args.budget))
+    cpu1, t1 = _our_cpu_ticks(), time.perf_counter()
+    calls = asyncio.run(_engine_calls()) - calls0
+    cpu = _cpu_seconds(cpu0, cpu1)
+    return {"wall": t1 - t0, "engine_calls": calls, "cpu": cpu, **done}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--trees", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--latency", type=float, default=0.001)
+    parser.add_argument("--budget", type=int, default=400)
+    args = parser.parse_args()
+
+    import ray
+
+    from actors.config import ScorerConfig, ServiceConfig, SleepConfig
+    from actors.serve import deploy_policy, deploy_scorer
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    engine = SleepConfig(latency_s=args.latency, output_tokens=8)
+    modes = {"one call per request": {"coalesce_max_batch": 1}, "coalesced": {}}
+    deploy_policy(ServiceConfig(engine=engine, max_ongoing_requests=1024))
+    deploy_scorer(
+        ScorerConfig(engine=engine, max_ongoing_requests=1024, genprm={"max_analysis_tokens": 8})
+    )
+    idle0, t0 = _our_cpu_ticks(), time.perf_counter()
+    time.sleep(3)
+    idle = sum(_cpu_seconds(idle0, _our_cpu_ticks()).values()) / (time.perf_counter() - t0)
+
+    rows = []
+    remote = ray.remote(SearchBench)
+    for mode, overrides in modes.items():
+        policy = ServiceConfig(engine=engine, **overrides)
+        scorer = ScorerConfig(engine=engine, genprm={"max_analysis_tokens": 8}, **overrides)
+        bench = remote.options(num_cpus=0).remote(
+            policy.model_dump(mode="json"), scorer.model_dump(mode="json")
+        )
+        rows.append((mode, _measure(bench, args)))
+        ray.kill(bench)
+    ray.shutdown()
+
+    print(
+        f"\n{args.trees} trees in flight in one actor, BG-MCTS B={args.budget}, sleep engine "
+        f"{args.latency * 1000:g} ms, {args.seconds:g} s measured per mode, {os.cpu_count()} CPUs "
+        f"(shared machine); Ray idle background {idle:.3f} CPU s/s (included below)\n"
+    )
+    roles = (
+        "search actor",
+        "policy replica",
+        "scorer replica",
+        "Serve controller",
+        "Ray system",
+        "driver",
+    )
+    print(
+        "| mode | engine requests | engine req/s | search requests | CPU s | "
+        + " | ".join(roles)
+        + " | CPU ms / engine request | CPU ms / search request |"
+    )
+    print("|---|" + "---:|" * (6 + len(roles)))
+    for mode, r in rows:
+        total = sum(r["cpu"].values())
+        requests = r["policy_requests"] + r["scorer_requests"]
+        per_role = " | ".join(f"{r['cpu'].get(role, 0.0):.2f}" for role in roles)
+        print(
+            f"| {mode} | {r['engine_calls']} | {r['engine_calls'] / r['wall']:.0f} | {requests} | "
+            f"{total:.2f} | {per_role} | {1000 * total / r['engine_calls']:.3f} | "
+            f"{1000 * total / requests:.3f} |"
+        )
+    before, after = (sum(r["cpu"].values()) / r["engine_calls"] for _, r in rows)
+    print(f"\nratio before / after: {before / after:.1f}x")
+    print(f"cpu_ms_per_request={1000 * after:.3f}")
+
+
+if __name__ == "__main__":
+    main()
