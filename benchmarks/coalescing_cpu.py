@@ -127,25 +127,34 @@ class SearchBench:
         return done
 
 
-async def _engine_calls() -> int:
+async def _engine_calls(replicas: int) -> int:
+    """Engine calls of every replica of both apps (session keys probe each replica)."""
     from ray import serve
 
     from actors.serve import POLICY_APP, SCORER_APP
 
-    policy = await serve.get_app_handle(POLICY_APP).stats.remote()
-    scorer = await serve.get_app_handle(SCORER_APP).stats.remote()
-    return int(policy["engine_calls"]) + int(scorer["engine_calls"])
+    total = 0
+    for app in (POLICY_APP, SCORER_APP):
+        handle = serve.get_app_handle(app)
+        seen: dict[str, int] = {}
+        for probe in range(400):
+            stats = await handle.options(session_id=f"probe-{probe}").stats.remote()
+            seen[stats["replica"]] = int(stats["engine_calls"])
+            if len(seen) == replicas:
+                break
+        total += sum(seen.values())
+    return total
 
 
-def _measure(bench: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _measure(bench: Any, args: argparse.Namespace, replicas: int) -> dict[str, Any]:
     import ray
 
     ray.get(bench.run.remote(args.trees, args.warmup, args.budget))  # warm the path up
-    calls0 = asyncio.run(_engine_calls())
+    calls0 = asyncio.run(_engine_calls(replicas))
     cpu0, t0 = _our_cpu_ticks(), time.perf_counter()
     done = ray.get(bench.run.remote(args.trees, args.seconds, args.budget))
     cpu1, t1 = _our_cpu_ticks(), time.perf_counter()
-    calls = asyncio.run(_engine_calls()) - calls0
+    calls = asyncio.run(_engine_calls(replicas)) - calls0
     cpu = _cpu_seconds(cpu0, cpu1)
     return {"wall": t1 - t0, "engine_calls": calls, "cpu": cpu, **done}
 
@@ -166,7 +175,11 @@ def main() -> None:
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     engine = SleepConfig(latency_s=args.latency, output_tokens=8)
-    modes = {"one call per request": {"coalesce_max_batch": 1}, "coalesced": {}}
+    modes: dict[str, dict[str, Any]] = {
+        "one call per request": {"coalesce_max_batch": 1},
+        "coalesced, 2 replicas routed by tree": {"num_replicas": 2},
+        "coalesced": {},
+    }
     deploy_policy(ServiceConfig(engine=engine, max_ongoing_requests=1024))
     deploy_scorer(
         ScorerConfig(engine=engine, max_ongoing_requests=1024, genprm={"max_analysis_tokens": 8})
@@ -178,12 +191,16 @@ def main() -> None:
     rows = []
     remote = ray.remote(SearchBench)
     for mode, overrides in modes.items():
-        policy = ServiceConfig(engine=engine, **overrides)
-        scorer = ScorerConfig(engine=engine, genprm={"max_analysis_tokens": 8}, **overrides)
+        policy = ServiceConfig(engine=engine, max_ongoing_requests=1024, **overrides)
+        scorer = ScorerConfig(
+            engine=engine, max_ongoing_requests=1024, genprm={"max_analysis_tokens": 8}, **overrides
+        )
+        deploy_policy(policy)  # fresh replicas per mode (1 or 2 of each)
+        deploy_scorer(scorer)
         bench = remote.options(num_cpus=0).remote(
             policy.model_dump(mode="json"), scorer.model_dump(mode="json")
         )
-        rows.append((mode, _measure(bench, args)))
+        rows.append((mode, _measure(bench, args, policy.num_replicas)))
         ray.kill(bench)
     ray.shutdown()
 
@@ -215,7 +232,7 @@ def main() -> None:
             f"{total:.2f} | {per_role} | {1000 * total / r['engine_calls']:.3f} | "
             f"{1000 * total / requests:.3f} |"
         )
-    before, after = (sum(r["cpu"].values()) / r["engine_calls"] for _, r in rows)
+    before, _, after = (sum(r["cpu"].values()) / r["engine_calls"] for _, r in rows)
     print(f"\nratio before / after: {before / after:.1f}x")
     print(f"cpu_ms_per_request={1000 * after:.3f}")
 
