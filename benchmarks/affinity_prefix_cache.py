@@ -94,15 +94,26 @@ async def _mode(affinity: bool, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _row(affinity: bool, r: dict[str, Any]) -> str:
+    total = r["evaluated"] + r["cached"]
+    split = " / ".join(map(str, r["per_replica"]))
+    return (
+        f"| {'on' if affinity else 'off'} | {r['calls']} ({split})"
+        f" | {r['evaluated']:,} | {r['cached']:,} | {r['cached'] / max(total, 1):.1%} | "
+        f"{r['tokens']:,} | {r['wall']:.1f} | {r['tokens'] / r['wall']:.1f} |"
+    )
+
+
 async def _main(args: argparse.Namespace) -> None:
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    rows = []
-    for _ in range(args.repeats):
-        for affinity in (False, True):
-            rows.append((affinity, await _mode(affinity, args)))
-    ray.shutdown()
+    for attempt in range(3):  # a loaded machine can miss Ray's 30 s node start-up limit
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            break
+        except Exception:
+            if attempt == 2:
+                raise
     print(
         f"\n{args.trees} BG-MCTS trees at once, B={args.budget}, 2 llama.cpp replicas of "
         f"SmolLM2-135M (1 thread, {args.parallel} slots each), {os.cpu_count()} CPUs "
@@ -112,15 +123,13 @@ async def _main(args: argparse.Namespace) -> None:
         "| affinity | engine calls (per replica) | prompt tokens evaluated | prompt tokens cached "
         "| cached share | generated tokens | wall s | tokens/s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for affinity, r in rows:
-        total = r["evaluated"] + r["cached"]
-        split = " / ".join(map(str, r["per_replica"]))
-        print(
-            f"| {'on' if affinity else 'off'} | {r['calls']} ({split})"
-            f" | {r['evaluated']:,} | {r['cached']:,} | {r['cached'] / max(total, 1):.1%} | "
-            f"{r['tokens']:,} | {r['wall']:.1f} | {r['tokens'] / r['wall']:.1f} |"
-        )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+    rows = []
+    for _ in range(args.repeats):
+        for affinity in (False, True):
+            rows.append((affinity, await _mode(affinity, args)))
+            print(_row(*rows[-1]), flush=True)  # each row as soon as it is measured
+    ray.shutdown()
     off = [r for a, r in rows if not a]
     on = [r for a, r in rows if a]
     evaluated = sum(r["evaluated"] for r in on) / max(sum(r["evaluated"] for r in off), 1)
