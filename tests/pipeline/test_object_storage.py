@@ -240,9 +240,9 @@ def test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_publi
     ]
     problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     root = f"s3://{BUCKET}/synth"
-    slow = {"kind": "sleep", "latency_s": 0.3, "output_tokens": 8}
+    slow = {"kind": "sleep", "latency_s": 0.15, "output_tokens": 8}
     config = run_config(
-        problems, Path("unused"), budget=96, engine=slow, run_id="killed", ray_num_cpus=2
+        problems, Path("unused"), budget=64, engine=slow, run_id="killed", ray_num_cpus=2
     )
     config["output_root"] = root
     path = tmp_path / "config.yaml"
@@ -256,11 +256,12 @@ def test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_publi
             .to_pylist()
         )
 
-    job = start_synthesize_job(path)
+    log = (tmp_path / "first.log").open("wb")
+    job = start_synthesize_job(path, stderr=log.fileno())
     try:
         deadline = time.monotonic() + 300
         while not committed_trees():
-            assert job.poll() is None, "the job ended before the first batch was committed"
+            assert job.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "no batch committed within 300 s"
             time.sleep(0.5)
     finally:
