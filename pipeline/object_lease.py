@@ -145,9 +145,13 @@ class ObjectLease:
             self._thread.join(timeout=5)
         if not self.lost:
             self._holder["released"] = True
-            self.run.write_bytes(self._body(), LEASE_FOLDER, f"{self.generation:08d}.json")
-            older = [g for g in self._generations() if g < self.generation]
-            self.run.delete_many([self.run.join(LEASE_FOLDER, f"{g:08d}.json") for g in older])
+            try:
+                self.run.write_bytes(self._body(), LEASE_FOLDER, f"{self.generation:08d}.json")
+                older = [g for g in self._generations() if g < self.generation]
+                self.run.delete_many([self.run.join(LEASE_FOLDER, f"{g:08d}.json") for g in older])
+            except Exception as exc:  # a failing bucket: the lease then simply expires
+                # (never raise here: it would hide the error that ended the run)
+                print(f"warning: the run lease could not be released: {exc}", file=sys.stderr)
         self.generation = None
 
     def __enter__(self) -> ObjectLease:

@@ -36,6 +36,7 @@ from pipeline.storage import (
     check_reachable,
     describe_os_error,
     is_remote,
+    is_storage_error,
     local_copy,
     open_store,
     store_of_run_dir,
@@ -94,6 +95,10 @@ def synthesize(
                 f"{exc.filename}: {exc.strerror or exc}"
             ) from exc
         if is_remote(str(config.output_root)):  # a bucket failing mid-run, after retries
+            raise OutputLocationError(describe_os_error(config.output_root, exc)) from exc
+        raise
+    except Exception as exc:  # botocore's own errors (an endpoint that cannot be reached)
+        if is_remote(str(config.output_root)) and is_storage_error(exc):
             raise OutputLocationError(describe_os_error(config.output_root, exc)) from exc
         raise
 

@@ -270,6 +270,24 @@ def describe_os_error(root: str | Path, exc: BaseException) -> str:
     return f"output_root {root}: {what}"
 
 
+def is_storage_error(exc: BaseException) -> bool:
+    """Is `exc` an object store failing (after its client's retries), not a bug of ours?
+
+    s3fs turns most S3 answers into `OSError`s, but a connection that cannot be made at
+    all surfaces as botocore's own `EndpointConnectionError` (not an `OSError`).
+    """
+    if isinstance(exc, OSError):
+        return True
+    try:
+        from botocore.exceptions import (  # type: ignore[import-untyped, unused-ignore]
+            BotoCoreError,
+            ClientError,
+        )
+    except ImportError:
+        return False
+    return isinstance(exc, BotoCoreError | ClientError)
+
+
 def check_reachable(store: Store) -> None:
     """Fail before any work when a bucket is missing or the credentials are refused."""
     if not store.remote:
@@ -327,6 +345,7 @@ __all__ = [
     "check_reachable",
     "describe_os_error",
     "is_remote",
+    "is_storage_error",
     "local_copy",
     "open_store",
     "store_of_run_dir",

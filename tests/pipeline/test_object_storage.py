@@ -308,3 +308,27 @@ def test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_publi
     assert any(p.startswith("data/trees/run=killed/") for p in published), published
     card = published["README.md"].decode()
     assert "moto-secret" not in card and "AKIAMOTO" not in card
+
+
+def test_a_bucket_failing_mid_run_is_one_line_and_keeps_what_was_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pipeline.storage import describe_os_error, is_storage_error
+
+    root = f"s3://{BUCKET}/dying"
+    with S3Server() as dying:
+        for key, value in {**dying.env(), "AWS_MAX_ATTEMPTS": "2"}.items():
+            monkeypatch.setenv(key, value)
+        dying.client().create_bucket(Bucket=BUCKET)
+        sink = ParquetSink(root, "r1")
+        lease = run_lease(root, "r1").acquire()
+        sink.write_batch({"errors": [_error("a")]})
+        committed = dying.keys(BUCKET)
+    # The endpoint is gone (connection refused after botocore's retries).
+    with pytest.raises(Exception) as failed:
+        sink.write_batch({"errors": [_error("b")]})
+    assert is_storage_error(failed.value)  # what synthesize() turns into OutputLocationError
+    line = describe_os_error(root, failed.value)
+    assert line.startswith(f"output_root {root}: ") and "\n" not in line
+    lease.release()  # warns, never raises: it must not hide the error that ended the run
+    assert len([k for k in committed if "/_committed/" in k]) == 1
