@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             private=not args.public,
             endpoint=args.endpoint,
         )
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, PermissionError) as exc:  # (a bucket: denied)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except HubPublishError as exc:
