@@ -20,21 +20,33 @@ from jobs import evaluate, nightly, publish, synthesize
 
 
 def _report(args: argparse.Namespace) -> int:
-    path: Path = args.folder
-    if (path / "eval_trees.parquet").is_file():
+    from pipeline.storage import is_remote
+
+    remote = is_remote(args.folder)
+    path = Path(args.folder)
+    if not remote and (path / "eval_trees.parquet").is_file():
         return evaluate.report_folder(path)
+    from pipeline.errors import OutputLocationError
     from pipeline.publishing import read_manifest
-    from pipeline.run_report import prices_from_config, write_run_report
+    from pipeline.run_report import REPORT_FILES, prices_from_config, write_run_report
+    from pipeline.storage import local_copy
     from pipeline.summary import summarize_run_dir
 
     try:
-        summarize_run_dir(path).render()
-        config = read_manifest(path).get("config") or {}
-        written = write_run_report(path, prices_from_config(config))
-    except FileNotFoundError as exc:
+        # A bucket's run (s3://.../run=<id>) is read through a local copy of its committed
+        # parts; the report files are written back next to them.
+        with local_copy(args.folder if remote else path, write_back=REPORT_FILES) as local:
+            summary = summarize_run_dir(local)
+            if remote:
+                summary.run_dir = args.folder
+            summary.render()
+            config = read_manifest(local).get("config") or {}
+            written = write_run_report(local, prices_from_config(config))
+    except (FileNotFoundError, OutputLocationError, PermissionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"report: {written[-2]} ({len(written) - 2} images)")
+    where = f"{args.folder.rstrip('/')}/{written[-2].name}" if remote else written[-2]
+    print(f"report: {where} ({len(written) - 2} images)")
     return 0
 
 
@@ -51,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         module.build_parser(sub)
         sub.set_defaults(handler=module.run)
     report = commands.add_parser("report", help="summarize a run or evaluation folder")
-    report.add_argument("folder", type=Path, help="out/run=<id> or an evaluation folder")
+    report.add_argument(
+        "folder", help="out/run=<id>, s3://bucket/prefix/run=<id> or an evaluation folder"
+    )
     report.set_defaults(handler=_report)
     return parser
 

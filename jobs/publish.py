@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run-dir", required=True, type=Path, help="the .../run=<id> folder")
+    # A string, not a Path: Path("s3://b/x") would fold the "//" of a bucket URI.
+    parser.add_argument(
+        "--run-dir", required=True, help="the .../run=<id> folder or s3://bucket/prefix/run=<id>"
+    )
     parser.add_argument("--repo", required=True, help="Hub dataset repo id, <namespace>/<name>")
     parser.add_argument("--run-id", help="run id on the Hub (default: from the folder name)")
     parser.add_argument("--token-env", default="HF_TOKEN", help="env var holding the token")
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             private=not args.public,
             endpoint=args.endpoint,
         )
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, PermissionError) as exc:  # (a bucket: denied)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except HubPublishError as exc:

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from actors.config import ScorerConfig, ServiceConfig
 from pipeline.errors import InputError
 from pipeline.records import RecordsConfig
 from pipeline.sources import SourceConfig
+from pipeline.storage import check_output_root
 from search.config import SearchConfig
 
 M = TypeVar("M", bound=BaseModel)
+
+
+# A local folder stays a Path (as always); an object-store URI (s3://bucket/prefix,
+# gs://...) stays a string (Path would fold its "//").  Credentials never go here.
+OutputRoot = Annotated[Path | str, BeforeValidator(check_output_root)]
 
 
 class ConfigError(InputError):
@@ -69,7 +75,9 @@ class RunConfig(BaseModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="output folder run=<id>: letters, digits, '.', '_', '-'; default: today",
     )
-    output_root: Path = Path("out")
+    output_root: OutputRoot = Field(
+        Path("out"), description="local folder or s3://bucket/prefix, gs://bucket/prefix"
+    )
     seed: int = 0
     budget: int = Field(10_000, ge=1, description="output-token budget B per problem")
     source: SourceConfig

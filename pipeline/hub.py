@@ -331,15 +331,22 @@ def publish_run(
     private: bool = True,
     endpoint: str | None = None,
     card_info: CardInfo,
+    source_dir: str | Path | None = None,
 ) -> PublishResult:
     """Push ``<run_dir>/<config>/*.parquet`` as run ``run_id`` of dataset repo ``repo_id``.
 
     Raises :class:`HubPublishError` (message includes :func:`retry_command`) on any failure.
-    Local files are only read.
+    Local files are only read.  `source_dir`: where the run really lives when
+    `local_run_dir` is a local copy of a bucket's run (the retry command names it).
     """
     run_dir = Path(local_run_dir)
     retry = retry_command(
-        run_dir, repo_id, run_id, token_env=token_env, endpoint=endpoint, private=private
+        source_dir or run_dir,
+        repo_id,
+        run_id,
+        token_env=token_env,
+        endpoint=endpoint,
+        private=private,
     )
 
     def fail(reason: str) -> HubPublishError:

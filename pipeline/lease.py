@@ -11,8 +11,9 @@ hold it: taking it over is the same atomic `flock` call.
 A second writer fails at once with `RunFolderBusy`, one line naming the holder.
 
 Scope: `flock` works on local disks and on NFSv4/Lustre-style shared file
-systems that implement it; object storage (s3://, gs://) has no such lock (the
-sink writes to a local or mounted path today).
+systems that implement it; object storage (s3://, gs://) has no such lock, so a
+run there holds a lease object created with a conditional put instead
+(`pipeline.object_lease`, `run_lease` picks one).
 """
 
 from __future__ import annotations
@@ -101,4 +102,24 @@ def describe_holder(run_dir: str | Path) -> str:
     return f"pid {holder.get('pid')} on {holder.get('host')} (since {holder.get('since')})"
 
 
-__all__ = ["HOLDER_FILE", "LOCK_FILE", "RunFolderBusy", "RunLease", "describe_holder"]
+def run_lease(output_root: str | Path, run_id: str) -> RunLease | Any:
+    """The writer lease of `<output_root>/run=<run_id>`: `flock` on a local folder, a
+    conditional-put lease object on a bucket (`pipeline.object_lease`)."""
+    from pipeline.storage import open_store
+
+    store = open_store(output_root).child(f"run={run_id}")
+    if not store.remote:
+        return RunLease(store.local_path)
+    from pipeline.object_lease import ObjectLease
+
+    return ObjectLease(store)
+
+
+__all__ = [
+    "HOLDER_FILE",
+    "LOCK_FILE",
+    "RunFolderBusy",
+    "RunLease",
+    "describe_holder",
+    "run_lease",
+]

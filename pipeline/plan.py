@@ -27,7 +27,7 @@ from pipeline.sources import load_problems
 @dataclass(frozen=True)
 class RunPlan:
     run_id: str
-    run_dir: Path
+    run_dir: Path | str  # a local folder, or the URI of a bucket's run
     source_rows: int  # problems + bad rows in the selected slice
     bad_rows: int  # rows that will become errors rows (not yet written)
     done: int  # problems (or bad rows) already committed by an earlier invocation
@@ -55,8 +55,9 @@ def plan_run(config: RunConfig, sample: int = 5) -> RunPlan:
     check_engine(config.policy.engine)
     check_engine(config.scorer.engine)
     run_id = config.resolved_run_id
-    run_dir = Path(config.output_root).expanduser() / f"run={run_id}"
-    todo, bad = pending(loaded, ParquetSink(config.output_root, run_id, readonly=True))
+    sink = ParquetSink(config.output_root, run_id, readonly=True)
+    run_dir = sink.run_dir
+    todo, bad = pending(loaded, sink)
     return RunPlan(
         run_id=run_id,
         run_dir=run_dir,

@@ -13,7 +13,8 @@ from typing import Any
 
 from pipeline.config import RunConfig
 from pipeline.hub import CardInfo, PublishResult, publish_run
-from pipeline.run_report import REPORT_MD, prices_from_config, write_run_report
+from pipeline.run_report import REPORT_FILES, REPORT_MD, prices_from_config, write_run_report
+from pipeline.storage import is_remote, local_copy
 from pipeline.summary import RunSummary, summarize_run_dir
 
 MANIFEST = "run.json"
@@ -80,23 +81,29 @@ def publish_run_dir(
     private: bool = True,
     endpoint: str | None = None,
 ) -> PublishResult:
-    """Push `run_dir`'s Parquet (every record type) to `repo`; raises `HubPublishError`."""
-    run_dir = Path(run_dir)
-    summary = summarize_run_dir(run_dir)
-    config = read_manifest(run_dir).get("config") or {}
-    report = write_run_report(run_dir, prices_from_config(config))  # fresh, from the Parquet
-    return publish_run(
-        run_dir,
-        repo,
-        run_id=run_id or summary.run_id,
-        token_env=token_env,
-        private=private,
-        endpoint=endpoint,
-        card_info=card_info(config, summary, report),
-    )
+    """Push `run_dir`'s Parquet (every record type) to `repo`; raises `HubPublishError`.
+
+    `run_dir` may be a bucket's run (s3://.../run=<id>): its committed parts are read
+    through a local copy, and the fresh report is written back next to them.
+    """
+    source = run_dir if is_remote(str(run_dir)) else None
+    with local_copy(str(run_dir) if source else Path(run_dir), write_back=REPORT_FILES) as local:
+        summary = summarize_run_dir(local)
+        config = read_manifest(local).get("config") or {}
+        report = write_run_report(local, prices_from_config(config))  # fresh, from the Parquet
+        return publish_run(
+            local,
+            repo,
+            run_id=run_id or summary.run_id,
+            token_env=token_env,
+            private=private,
+            endpoint=endpoint,
+            card_info=card_info(config, summary, report),
+            source_dir=source,
+        )
 
 
-def publish_configured(config: RunConfig, run_dir: Path) -> PublishResult:
+def publish_configured(config: RunConfig, run_dir: Path | str) -> PublishResult:
     """Publish a run the way its config's `publish` section says."""
     publish = config.publish
     if publish.repo is None:

@@ -24,20 +24,29 @@ from pipeline.cluster import quiet_ray, start_ray
 from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, OutputLocationError
 from pipeline.hub import redact_secrets
-from pipeline.lease import RunLease
+from pipeline.lease import run_lease
 from pipeline.live import LiveProgress
 from pipeline.publishing import MANIFEST
 from pipeline.records import error_row
 from pipeline.resume import pending
-from pipeline.run_report import prices_from_config, write_run_report
+from pipeline.run_report import REPORT_FILES, prices_from_config, write_run_report
 from pipeline.sink import RECORD_TYPES, ParquetSink
 from pipeline.sources import LoadedProblems, load_problems
+from pipeline.storage import (
+    check_reachable,
+    describe_os_error,
+    is_remote,
+    is_storage_error,
+    local_copy,
+    open_store,
+    store_of_run_dir,
+)
 from pipeline.summary import RunSummary
 
 ProgressTarget = TextIO | Literal["stderr"] | None
 
 
-def write_manifest(config: RunConfig, run_dir: Path, **extra: Any) -> None:
+def write_manifest(config: RunConfig, run_dir: Path | str, **extra: Any) -> None:
     """`run.json`: the config that produced the run (secrets redacted), for `publish` later."""
     manifest = {
         "run_id": config.resolved_run_id,
@@ -45,7 +54,7 @@ def write_manifest(config: RunConfig, run_dir: Path, **extra: Any) -> None:
         "config": redact_secrets(config.model_dump(mode="json")),
         **extra,
     }
-    (run_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    store_of_run_dir(run_dir).write_text(json.dumps(manifest, indent=2) + "\n", MANIFEST)
 
 
 def synthesize(
@@ -67,8 +76,9 @@ def synthesize(
     loaded = load_problems(config.source)
     if not loaded.problems and not loaded.errors and not config.allow_empty:
         raise EmptySelection(f"source: the selection is empty ({_describe(config)})")
+    check_reachable(open_store(config.output_root))  # a missing bucket: one line, no work
     try:
-        with RunLease(Path(config.output_root).expanduser() / f"run={run_id}"):
+        with run_lease(config.output_root, run_id):
             return _synthesize(
                 config,
                 loaded,
@@ -84,6 +94,12 @@ def synthesize(
                 f"output_root {config.output_root}: cannot write "
                 f"{exc.filename}: {exc.strerror or exc}"
             ) from exc
+        if is_remote(str(config.output_root)):  # a bucket failing mid-run, after retries
+            raise OutputLocationError(describe_os_error(config.output_root, exc)) from exc
+        raise
+    except Exception as exc:  # botocore's own errors (an endpoint that cannot be reached)
+        if is_remote(str(config.output_root)) and is_storage_error(exc):
+            raise OutputLocationError(describe_os_error(config.output_root, exc)) from exc
         raise
 
 
@@ -181,7 +197,8 @@ def _synthesize(
     summary.wall_time_s = time.perf_counter() - start
     write_manifest(config, sink.run_dir, summary=_summary_fields(summary))
     try:
-        write_run_report(sink.run_dir, prices_from_config(config.model_dump(mode="json")))
+        with local_copy(sink.run_dir, write_back=REPORT_FILES) as run_dir:
+            write_run_report(run_dir, prices_from_config(config.model_dump(mode="json")))
     except Exception as exc:  # the data is written; a report failure must not lose the run
         print(f"warning: the run report could not be written: {exc}", file=sys.stderr)
     return summary

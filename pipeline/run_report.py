@@ -36,6 +36,8 @@ from pipeline.sink import ParquetSink
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 PRM_FIGURE = "prm_scores.png"
+# What a report writes into a run folder (copied back to a bucket: `storage.local_copy`).
+REPORT_FILES = (REPORT_MD, REPORT_JSON, ".png")
 _TREE_COLUMNS = [
     "problem_id",
     "wall_time_s",

@@ -20,7 +20,7 @@ from rich.table import Table
 @dataclass
 class RunSummary:
     run_id: str
-    run_dir: Path
+    run_dir: Path | str  # a local folder, or the URI of a bucket's run
     problems: int = 0
     skipped: int = 0
     searched: int = 0
