@@ -82,7 +82,7 @@ async def main(args: argparse.Namespace) -> None:
             assistant_prefix="Step 1:",
             n=args.samples,
             max_tokens=args.max_tokens,
-            stop=(),
+            stop=("\nStep",) if args.first_step else (),
             temperature=args.temperature,
             seed=args.seed * 1000 + i,
         )
@@ -111,7 +111,8 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"source={args.source} prompt={args.instruction_file or args.prompt} T={args.temperature} "
         f"max_steps={args.max_steps} problems={n} samples/problem={args.samples} "
-        f"max_tokens={args.max_tokens} threads={args.threads}: {samples} samples, "
+        f"max_tokens={args.max_tokens} first_step={args.first_step} threads={args.threads}: "
+        f"{samples} samples, "
         f"{eos / samples:.2f} end naturally, {tokens / wall:.1f} tok/s, {wall:.0f} s"
     )
     for m in modes:
@@ -140,6 +141,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--instruction-file",
         help="with --prompt paper: this policy_instruction template ({problem}) instead",
+    )
+    parser.add_argument(
+        "--first-step",
+        action="store_true",
+        help='stop at "\\nStep" like the search\'s first node (else: full solutions)',
     )
     parser.add_argument("--show", action="store_true", help="print one sample per problem")
     asyncio.run(main(parser.parse_args()))
