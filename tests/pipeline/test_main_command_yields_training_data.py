@@ -9,9 +9,11 @@ PRM request carries a seed derived from the run's seed, and llama.cpp's sampling
 seed is reproducible (checked: `test_llamacpp_sampling_with_a_seed_is_reproducible`).
 What could still move a sample is llama.cpp batching requests of several trees together
 (floating-point sums in another order), so the slice is chosen for margin, not for one
-lucky tree: SLICE_PROBLEMS are problems SmolLM2 answers both rightly and wrongly in most
-samples (benchmarks/solve_rate.py, README table), and one correct and one incorrect
-answered node in any one of their trees is enough for a DPO pair.
+lucky tree: in the three full runs of the README's table (A, C, D), arith/0/0, 0/1 and
+0/2 had correct answered nodes every time (correct/answered: 2/5 3/6 3/5, 2/2 2/2 2/5,
+2/6 2/6 2/4), and 0/0 and 0/2 also wrong ones in the same tree every time, so each run
+has several SFT paths and DPO pairs to lose before this test fails.  Measured: 2 passed
+in 587 s at load average 30-40 (three other sessions running Ray tests).
 """
 
 from __future__ import annotations
