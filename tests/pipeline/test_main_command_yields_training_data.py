@@ -12,8 +12,8 @@ What could still move a sample is llama.cpp batching requests of several trees t
 lucky tree: in the three full runs of the README's table (A, C, D), arith/0/0, 0/1 and
 0/2 had correct answered nodes every time (correct/answered: 2/5 3/6 3/5, 2/2 2/2 2/5,
 2/6 2/6 2/4), and 0/0 and 0/2 also wrong ones in the same tree every time, so each run
-has several SFT paths and DPO pairs to lose before this test fails.  Measured: 2 passed
-in 587 s at load average 30-40 (three other sessions running Ray tests).
+has several SFT paths and DPO pairs to lose before this test fails.  Measured: passed
+twice, 587 s at load average 30-40 and 238 s at about 20 (other sessions running Ray).
 """
 
 from __future__ import annotations
