@@ -6,9 +6,11 @@ actors/prompts.py) or the bare problem as the user turn (`--prompt plain`), and 
 every sample against the reference with math-verify under both `answer_extraction` modes:
 
 * ``boxed``: the paper's App. A answer (the last ``\\boxed{}``);
-* ``last_number``: the last ``\\boxed{}``, else the last number of the text.
+* ``last_number``: the last ``\\boxed{}``, else the number after the first "answer is",
+  else the last number of the text.
 
-Only samples that end naturally (end of sequence) count as answered here.
+A sample counts as answered under the search's rule (`search.answers.is_answered`): it
+ended naturally (end of sequence) or, for each mode, states its answer in that mode's form.
 Prints per-sample rates and the share of problems with at least one correct and at least
 one incorrect answered sample (what a DPO pair needs).
 
@@ -23,13 +25,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from pathlib import Path
 
 from actors.engines.llamacpp import LlamaCppEngine
 from actors.policy import EnginePolicy
 from actors.prompts import policy_messages
 from actors.rollout import answers_match
 from pipeline.sources import parse_source
-from search.answers import AnswerExtraction, extract_answer
+from search.answers import AnswerExtraction, extract_answer, is_answered
 from search.protocols import FinishReason, GenerationRequest
 
 
@@ -58,6 +61,14 @@ async def main(args: argparse.Namespace) -> None:
             return await engine.render_chat(messages, continue_final=True)
 
         policy.render = render  # type: ignore[method-assign]
+    elif args.instruction_file:  # a policy_instruction template with a {problem} field
+        instruction = Path(args.instruction_file).read_text(encoding="utf-8")
+
+        async def render_with(problem: str, assistant_prefix: str) -> str:
+            messages = policy_messages(problem, assistant_prefix, instruction)
+            return await engine.render_chat(messages, continue_final=True)
+
+        policy.render = render_with  # type: ignore[method-assign]
     modes = list(AnswerExtraction)
     samples = eos = tokens = 0
     correct = dict.fromkeys(modes, 0)
@@ -71,7 +82,7 @@ async def main(args: argparse.Namespace) -> None:
             assistant_prefix="Step 1:",
             n=args.samples,
             max_tokens=args.max_tokens,
-            stop=(),
+            stop=("\nStep",) if args.first_step else (),
             temperature=args.temperature,
             seed=args.seed * 1000 + i,
         )
@@ -83,7 +94,7 @@ async def main(args: argparse.Namespace) -> None:
             natural = g.finish is FinishReason.EOS
             eos += natural
             for m in modes:
-                answer = extract_answer(g.text, m) if natural else None
+                answer = extract_answer(g.text, m) if is_answered(g.text, g.finish, m) else None
                 if answer is None:
                     continue
                 ok = await answers_match(answer, str(p["reference"]))
@@ -98,9 +109,10 @@ async def main(args: argparse.Namespace) -> None:
     wall = time.perf_counter() - start
     n = len(problems)
     print(
-        f"source={args.source} prompt={args.prompt} T={args.temperature} "
+        f"source={args.source} prompt={args.instruction_file or args.prompt} T={args.temperature} "
         f"max_steps={args.max_steps} problems={n} samples/problem={args.samples} "
-        f"max_tokens={args.max_tokens} threads={args.threads}: {samples} samples, "
+        f"max_tokens={args.max_tokens} first_step={args.first_step} threads={args.threads}: "
+        f"{samples} samples, "
         f"{eos / samples:.2f} end naturally, {tokens / wall:.1f} tok/s, {wall:.0f} s"
     )
     for m in modes:
@@ -126,5 +138,14 @@ if __name__ == "__main__":
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--max-steps", type=int, default=2, help="arithmetic: operations")
     parser.add_argument("--prompt", choices=("paper", "plain"), default="paper")
+    parser.add_argument(
+        "--instruction-file",
+        help="with --prompt paper: this policy_instruction template ({problem}) instead",
+    )
+    parser.add_argument(
+        "--first-step",
+        action="store_true",
+        help='stop at "\\nStep" like the search\'s first node (else: full solutions)',
+    )
     parser.add_argument("--show", action="store_true", help="print one sample per problem")
     asyncio.run(main(parser.parse_args()))

@@ -9,7 +9,9 @@ read with balanced braces so nested LaTeX such as ``\\frac{1}{2}`` survives.
 write ``\\boxed{}`` (SmolLM2-135M ends with "So the answer is 8.").  It relaxes
 Appendix A's rule by dropping the box: a node is also answered when its text says
 "answer is" followed by a number, and an answered node without a box takes the
-last number of its own text as its answer.
+number its text states after its first "answer is" as its answer (SmolLM2 often
+keeps writing after "The answer is 17.", e.g. a new made-up problem with other
+numbers), else the last number of its own text.
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ _BOXED = "\\boxed"
 _NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:/\d+)?")
 # "The answer is: 18", "the answer is $18$" (LAST_NUMBER mode only)
 PLAIN_ANSWER = re.compile(r"answer is\W{0,4}-?\d", re.IGNORECASE)
+_STATED = re.compile(r"answer is\W{0,4}(?=-?\d)", re.IGNORECASE)
+# Where a stated answer's sentence ends: a line break, or a period not inside a number.
+_SENTENCE_END = re.compile(r"\n|\.(?!\d)")
 
 
 class AnswerExtraction(enum.StrEnum):
     BOXED = "boxed"  # Appendix A: the last \boxed{...}
-    LAST_NUMBER = "last_number"  # the last \boxed{...}, else the last number in the text
+    # the last \boxed{...}, else the number after the first "answer is", else the last number
+    LAST_NUMBER = "last_number"
 
 
 def extract_answer(text: str, mode: AnswerExtraction = AnswerExtraction.BOXED) -> str | None:
@@ -37,7 +43,23 @@ def extract_answer(text: str, mode: AnswerExtraction = AnswerExtraction.BOXED) -
     boxed = extract_boxed(text)
     if boxed is not None or mode is AnswerExtraction.BOXED:
         return boxed
-    return extract_last_number(text)
+    return extract_stated_number(text)
+
+
+def extract_stated_number(text: str) -> str | None:
+    """The answer a text states: the last number of the sentence after its first "answer
+    is" (as `PLAIN_ANSWER` reads it), else the last number of `text`.
+
+    SmolLM2 often goes on after stating its answer, inventing a new problem with other
+    numbers (and other "answer is" lines), so the first statement is the node's answer:
+    "The answer is 17.\n\nProblem: ... The answer is 20." -> "17";
+    "The answer is 4 x 3 = 12 books. Then ..." -> "12".
+    """
+    stated = _STATED.search(text)
+    if stated is None:
+        return extract_last_number(text)
+    sentence = _SENTENCE_END.split(text[stated.end() :], maxsplit=1)[0]
+    return extract_last_number(sentence)
 
 
 def extract_last_number(text: str) -> str | None:

@@ -34,6 +34,24 @@ def test_boxed_wins_in_both_modes_and_boxed_mode_never_reads_numbers() -> None:
     assert extract_answer("So the answer is 8.", AnswerExtraction.LAST_NUMBER) == "8"
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # SmolLM2 goes on after its answer, inventing a problem with other numbers
+        ("Emma has 10 + 7 = 17 marbles. The answer is 17.\n\nProblem:\nMia has 3 + 2 = 5", "17"),
+        ("The answer is 16.\n\nProblem:\nInes has 16 + 2 = 20. The answer is 20.", "16"),
+        ("Grace has 4 boxes. The answer is 4 x 3 = 12 books.\nStep 2", "12"),
+        ("the answer is: $18$", "18"),
+        ("The answer is 4.5 degrees. Then 9", "4.5"),
+        ("The answer is 1,080 coins.", "1080"),
+        ("The answer is unclear, 3 + 4 = 7", "7"),  # no number stated: the last number
+        ("He has 3 + 4 = 7 coins", "7"),
+    ],
+)
+def test_last_number_mode_takes_the_first_stated_answer(text: str, expected: str) -> None:
+    assert extract_answer(text, AnswerExtraction.LAST_NUMBER) == expected
+
+
 def test_config_default_is_the_papers_rule_and_bad_values_name_the_field() -> None:
     assert parse_search_config({"algorithm": "bg_mcts"}).answer_extraction == "boxed"
     config = parse_search_config({"algorithm": "bg_mcts", "answer_extraction": "last_number"})
