@@ -110,8 +110,8 @@ def _synthesize(
     import ray
 
     from actors.progress import BOARD_NAME, ProgressBoard
-    from actors.search_actor import SearchActor  # imports Ray Serve: only when searching
     from actors.serve import deploy_policy, deploy_scorer
+    from pipeline.search_actor import SearchActor  # imports Ray Serve: only when searching
 
     run_id = config.resolved_run_id
     sink = ParquetSink(config.output_root, run_id)

@@ -1,5 +1,8 @@
 """The search actor Ray Data instantiates: many BG-MCTS trees at once per actor.
 
+It lives in `pipeline/` (not `actors/`) because it builds records with `pipeline.records`
+and reads the run config: the layers import one way, jobs -> pipeline -> actors -> search.
+
 `map_batches` hands it batches of problems; it runs up to `trees_per_actor`
 searches concurrently on one event loop against the *shared* policy and scorer
 deployments, grades each finished tree and returns its records.  A problem
