@@ -127,6 +127,8 @@ class BatcherStats:
     work_s: float = 0.0  # see EngineCurve.work_s
     busy_s: float = 0.0  # time with at least one sequence running
     max_running: int = 0
+    first_arrival: float | None = None  # time.monotonic(): comparable across processes
+    last_finish: float | None = None
 
 
 class ContinuousBatcher:
@@ -160,6 +162,8 @@ class ContinuousBatcher:
             uncached=uncached,
         )
         self.stats.requests += 1
+        if self.stats.first_arrival is None:
+            self.stats.first_arrival = loop.time()
         self.stats.prompt_tokens += len(prompt)
         self.stats.cached_prompt_tokens += len(prompt) - uncached
         self._waiting.append(sequence)
@@ -223,6 +227,7 @@ class ContinuousBatcher:
                 self.stats.finished += 1
                 self.stats.work_s += curve.work_s(sequence.decode_steps, sequence.uncached)
                 self.cache.insert(sequence.keys_after)
+                self.stats.last_finish = loop.time()
                 if not sequence.done.done():  # a cancelled caller leaves a done future
                     sequence.done.set_result(None)
 
