@@ -156,7 +156,13 @@ def _synthesize(
             )
             live.begin()
         try:
-            for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+            # prefetch_batches=0: with Ray Data's default prefetch, the iterator holds each
+            # finished tree until the next one arrives (measured: a fast tree waited for a
+            # slow one), so a tree would be committed one tree late.
+            batches = dataset.iter_batches(
+                batch_size=None, batch_format="pyarrow", prefetch_batches=0
+            )
+            for batch in batches:
                 table: Any = batch
                 for text in table.column("records").to_pylist():
                     records: dict[str, list[dict[str, Any]]] = json.loads(text)

@@ -77,9 +77,9 @@ def test_a_slow_tree_does_not_hold_back_the_others(tmp_path: Path) -> None:
     ]
     problems = tmp_path / "problems.jsonl"
     problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    # Every request of problem p1 (its prompts carry the marker) stays 60 times as many
-    # steps in the batch: a tree of 4 steps takes about 30 s instead of half a second.
-    engine = {"kind": "load_model", "output_tokens": 8, "slow_marker": SLOW, "slow_factor": 60}
+    # Every request of problem p1 (its prompts carry the marker) stays 100 times as many
+    # steps in the batch: a tree of 4 steps takes about 50 s instead of half a second.
+    engine = {"kind": "load_model", "output_tokens": 8, "slow_marker": SLOW, "slow_factor": 100}
     config = parse_run_config(
         run_config(
             problems,
@@ -87,7 +87,7 @@ def test_a_slow_tree_does_not_hold_back_the_others(tmp_path: Path) -> None:
             budget=64,
             engine=engine,
             run_id="slow-tree",
-            trees_per_actor=3,  # with a batch barrier p1 would hold back two others
+            trees_per_actor=6,  # all at once: a batch barrier would hold all five back
             records={"decontamination": {"enabled": False}},
         )
     )
