@@ -60,8 +60,41 @@ class SleepConfig(_Strict):
     seed: int = 0
 
 
+class LoadModelConfig(_Strict):
+    """No model: a continuous-batching engine's timing (actors/engines/load_model.py).
+
+    Defaults: vLLM serving a 7-8B model on one H100 80GB; the module docstring cites
+    the published benchmarks each value comes from.
+    """
+
+    kind: Literal["load_model"] = "load_model"
+    model: str = "load-model"
+    decode_base_ms: float = Field(7.4, ge=0, description="decode step time with no sequences")
+    decode_per_seq_ms: float = Field(
+        0.051, ge=0, description="extra decode step time per sequence in the batch"
+    )
+    prefill_tokens_per_s: float = Field(24_000.0, gt=0, description="uncached prompt tokens/s")
+    max_seqs: int = Field(256, ge=1, description="sequences in the batch at most; others queue")
+    cache_tokens: int = Field(400_000, ge=0, description="LRU prefix cache size in tokens")
+    block_tokens: int = Field(16, ge=1, description="prefix cache block size in tokens")
+    time_scale: float = Field(
+        1.0, gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"
+    )
+    output_tokens: int = Field(16, ge=1, description="tokens per completion (max_tokens caps)")
+    context_length: int = Field(4096, ge=256)
+    answer_every: int = Field(
+        4, ge=0, description="every n-th stopped step answers $\\boxed{42}$ instead; 0: never"
+    )
+    slow_marker: str | None = Field(
+        None, description="a prompt containing this text is slow (a deliberately slow problem)"
+    )
+    slow_factor: float = Field(1.0, ge=1, description="how many times longer a slow request runs")
+    seed: int = 0
+
+
 EngineConfig = Annotated[
-    LlamaCppConfig | VLLMConfig | OpenAIConfig | SleepConfig, Field(discriminator="kind")
+    LlamaCppConfig | VLLMConfig | OpenAIConfig | SleepConfig | LoadModelConfig,
+    Field(discriminator="kind"),
 ]
 
 

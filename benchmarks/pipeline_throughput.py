@@ -34,10 +34,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-import actors.search_actor
-from actors.search_actor import SearchActor
+import pipeline.search_actor as search_actor_module
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.run import synthesize
+from pipeline.search_actor import SearchActor
 from search.protocols import Generation, GenerationRequest, Score, ScoreRequest
 
 
@@ -217,13 +217,13 @@ def main() -> None:
             config = _config(args, Path(tmp))
             RecordingSearchActor.log_dir = tmp
             # synthesize() imports SearchActor from this module when it runs.
-            actors.search_actor.SearchActor = RecordingSearchActor  # type: ignore[misc]
+            search_actor_module.SearchActor = RecordingSearchActor  # type: ignore[misc]
             try:
                 start = time.perf_counter()
                 summary = synthesize(config)
                 e2e = time.perf_counter() - start
             finally:
-                actors.search_actor.SearchActor = SearchActor  # type: ignore[misc]
+                search_actor_module.SearchActor = SearchActor  # type: ignore[misc]
             if summary.errors:
                 raise SystemExit(f"{summary.errors} problems failed; see {summary.run_dir}")
             trees = pq.read_table(summary.run_dir / "trees").to_pylist()

@@ -2,7 +2,8 @@
 
     problems (resumed: already-written problem_ids skipped)
       -> ray.data.from_items -> map_batches(SearchActor, ActorPoolStrategy)
-      -> each finished batch committed to the Parquet sink as it streams in
+         (one problem per call, trees_per_actor calls running at once in each actor)
+      -> each finished tree committed to the Parquet sink as it streams in
 
 The policy and scorer are Serve deployments started here and shared by every
 actor.  Actors restart on failure and their tasks are retried, so a dead
@@ -126,8 +127,8 @@ def _synthesize(
     import ray
 
     from actors.progress import BOARD_NAME, ProgressBoard
-    from actors.search_actor import SearchActor  # imports Ray Serve: only when searching
     from actors.serve import deploy_policy, deploy_scorer
+    from pipeline.search_actor import SearchActor  # imports Ray Serve: only when searching
 
     run_id = config.resolved_run_id
     sink = ParquetSink(config.output_root, run_id)
@@ -159,19 +160,7 @@ def _synthesize(
             {"problem_id": p["problem_id"], "problem": p["problem"], "reference": p["reference"]}
             for p in todo
         ]
-        dataset = ray.data.from_items(items).map_batches(
-            SearchActor,
-            fn_constructor_kwargs={"run": config.model_dump(mode="json"), "board": board_name},
-            # One batch = trees_per_actor problems searched concurrently in one call; a
-            # batch is committed when its last tree finishes.  (One problem per call with
-            # concurrent calls ran the trees one at a time here: measured 4x slower.)
-            compute=ray.data.ActorPoolStrategy(size=config.actors),
-            batch_size=config.trees_per_actor,
-            num_cpus=config.actor_num_cpus,
-            # No max_restarts / max_task_retries here: Ray Data already restarts dead
-            # actors and retries their batches without limit, and passing them (as
-            # ray_remote_args) is deprecated in Ray 2.60.
-        )
+        dataset = search_stage(items, config, SearchActor, board_name)
         live = None
         if progress is not None:
             live = LiveProgress(
@@ -183,7 +172,13 @@ def _synthesize(
             )
             live.begin()
         try:
-            for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+            # prefetch_batches=0: with Ray Data's default prefetch, the iterator holds each
+            # finished tree until the next one arrives (measured: a fast tree waited for a
+            # slow one), so a tree would be committed one tree late.
+            batches = dataset.iter_batches(
+                batch_size=None, batch_format="pyarrow", prefetch_batches=0
+            )
+            for batch in batches:
                 table: Any = batch
                 for text in table.column("records").to_pylist():
                     records: dict[str, list[dict[str, Any]]] = json.loads(text)
@@ -202,6 +197,36 @@ def _synthesize(
     except Exception as exc:  # the data is written; a report failure must not lose the run
         print(f"warning: the run report could not be written: {exc}", file=sys.stderr)
     return summary
+
+
+def search_stage(items: list[dict[str, Any]], config: RunConfig, actor: type, board: str) -> Any:
+    """The Ray Data pipeline that searches `items`: one finished tree per output block.
+
+    Continuous trees: one problem per Ray Data task (one row per block, batch_size 1) and
+    up to trees_per_actor tasks running at once in each actor, so an actor starts the
+    next problem the moment a tree ends and each tree's records reach the sink (and are
+    committed) as soon as that tree is done.  The actor's async __call__ runs every call
+    on one event loop; `max_concurrent_calls_per_actor` is what lets the calls overlap
+    (Ray Data's map actors take one call at a time by default: that is why one problem
+    per call once ran the trees one after another).
+    """
+    import ray
+
+    per_actor = config.trees_per_actor
+    return ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+        actor,
+        fn_constructor_kwargs={"run": config.model_dump(mode="json"), "board": board},
+        compute=ray.data.ActorPoolStrategy(
+            size=config.actors,
+            max_tasks_in_flight_per_actor=per_actor,
+            max_concurrent_calls_per_actor=per_actor,
+        ),
+        batch_size=1,
+        num_cpus=config.actor_num_cpus,
+        # No max_restarts / max_task_retries here: Ray Data already restarts dead actors
+        # and retries their tasks without limit (a killed actor's trees are redone), and
+        # passing them (as ray_remote_args) is deprecated in Ray 2.60.
+    )
 
 
 def _summary_fields(summary: RunSummary) -> dict[str, Any]:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 
-from actors.config import EngineConfig, LlamaCppConfig, OpenAIConfig, SleepConfig, VLLMConfig
+from actors.config import (
+    EngineConfig,
+    LlamaCppConfig,
+    LoadModelConfig,
+    OpenAIConfig,
+    SleepConfig,
+    VLLMConfig,
+)
 from actors.engines.base import Engine, EngineError
 from actors.models import resolve_model_path
 
@@ -14,6 +21,7 @@ _PACKAGES: dict[str, tuple[str, str] | None] = {
     "vllm": ("vllm", "'.[gpu]'"),
     "openai": ("openai", "openai"),
     "sleep": None,
+    "load_model": None,
 }
 
 
@@ -56,6 +64,29 @@ def build_engine(config: EngineConfig) -> Engine:
             output_tokens=config.output_tokens,
             context_length=config.context_length,
             answer_every=config.answer_every,
+            seed=config.seed,
+            name=config.model,
+        )
+    if isinstance(config, LoadModelConfig):
+        from actors.engines.batching import EngineCurve
+        from actors.engines.load_model import LoadModelEngine
+
+        curve = EngineCurve(
+            decode_base_s=config.decode_base_ms / 1000,
+            decode_per_seq_s=config.decode_per_seq_ms / 1000,
+            prefill_tokens_per_s=config.prefill_tokens_per_s,
+            max_seqs=config.max_seqs,
+        )
+        return LoadModelEngine(
+            curve=curve,
+            cache_tokens=config.cache_tokens,
+            block_tokens=config.block_tokens,
+            time_scale=config.time_scale,
+            output_tokens=config.output_tokens,
+            context_length=config.context_length,
+            answer_every=config.answer_every,
+            slow_marker=config.slow_marker,
+            slow_factor=config.slow_factor,
             seed=config.seed,
             name=config.model,
         )

@@ -84,6 +84,20 @@ class SleepEngine:
     ) -> Completion:
         self.calls += 1
         await asyncio.sleep(self.latency_s)
+        return self.respond(
+            prompt, max_tokens=max_tokens, stop=stop, seed=seed, top_logprobs=top_logprobs
+        )
+
+    def respond(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: Sequence[str],
+        seed: int,
+        top_logprobs: int = 0,
+    ) -> Completion:
+        """The completion for a request, computed at once (no waiting): deterministic."""
         input_tokens = len(prompt.split())
         if input_tokens >= self.context_length:
             return Completion("", 0, FinishReason.CONTEXT_OVERFLOW, input_tokens)

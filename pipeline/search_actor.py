@@ -1,9 +1,13 @@
 """The search actor Ray Data instantiates: many BG-MCTS trees at once per actor.
 
-`map_batches` hands it batches of problems; it runs up to `trees_per_actor`
-searches concurrently on one event loop against the *shared* policy and scorer
-deployments, grades each finished tree and returns its records.  A problem
-that fails becomes an `errors` record; it never fails the batch.
+It lives in `pipeline/` (not `actors/`) because it builds records with `pipeline.records`
+and reads the run config: the layers import one way, jobs -> pipeline -> actors -> search.
+
+Ray Data calls it once per problem (a batch of one row) with up to `trees_per_actor`
+calls running at once (`pipeline.run`); every call's search runs on the actor's one
+event loop against the *shared* policy and scorer deployments, and returns that tree's
+records the moment it is graded, so the driver commits it while the other trees go on.
+A problem that fails becomes an `errors` record; it never fails the call.
 
 Only a search that produced something counts as done: one whose every request
 failed, whose problem cannot fit the context, or which spent nothing becomes a

@@ -1,0 +1,246 @@
+"""A continuous-batching engine's service time, simulated: the heart of the load model.
+
+What is modelled (as vLLM and SGLang schedule a GPU):
+
+* **Decode steps.** Every step advances each running sequence by one token; a step
+  with b sequences in flight takes ``decode_base_s + decode_per_seq_s * b``.
+* **Prefill.** A sequence admitted at a step boundary adds its *uncached* prompt tokens
+  / ``prefill_tokens_per_s`` to that step (chunked prefill: the step that carries the
+  prefill also gives the sequence its first token).
+* **Prefix cache.** An LRU cache of ``cache_tokens`` tokens in blocks of
+  ``block_tokens``, keyed by the chain of block contents (vLLM's automatic prefix
+  caching); a finished sequence leaves its prompt and its output in the cache, so a
+  child whose prompt is its parent's path pays only for the new tokens.
+* **A maximum number of sequences.** At most ``max_seqs`` run at once; the rest wait
+  in arrival order and are admitted when a sequence finishes.
+
+Not modelled: attention cost that grows with context length, KV-cache pressure on
+running sequences (the cache only holds finished prefixes here), speculative decoding.
+
+The ceiling: a full batch of ``max_seqs`` sequences gives
+``max_seqs / step_s(max_seqs)`` decode tokens per second, and a request costs the
+engine ``work_s = decode_steps * step_s(max_seqs) / max_seqs + uncached / prefill``
+seconds at that best operating point.  Summed work over a wall-clock window is the
+engine's utilisation against its own ceiling (1.0: it never ran below a full batch).
+
+Time is simulated with ``asyncio`` timers, one timer per scheduling event (an arrival
+or the next sequence to finish), not one per token, so the simulation itself costs
+little CPU.  ``time_scale`` multiplies every duration (0.1: ten times faster than the
+modelled GPU, for tests; 10: ten times slower, so a 2-core machine can keep up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineCurve:
+    """The service-time curve of one engine (seconds at ``time_scale`` 1)."""
+
+    decode_base_s: float
+    decode_per_seq_s: float
+    prefill_tokens_per_s: float
+    max_seqs: int
+
+    def step_s(self, seqs: int) -> float:
+        """Duration of one decode step with `seqs` sequences in the batch."""
+        return self.decode_base_s + self.decode_per_seq_s * seqs
+
+    @property
+    def ceiling_decode_tokens_per_s(self) -> float:
+        """Decode tokens per second with a full batch: the engine's own ceiling."""
+        return self.max_seqs / self.step_s(self.max_seqs)
+
+    def work_s(self, decode_steps: int, prefill_tokens: int) -> float:
+        """Engine seconds a request costs at the ceiling's operating point (a full batch)."""
+        return decode_steps / self.ceiling_decode_tokens_per_s + (
+            prefill_tokens / self.prefill_tokens_per_s
+        )
+
+
+class PrefixCache:
+    """LRU cache of prompt blocks, keyed by the hash chain of their contents."""
+
+    def __init__(self, capacity_tokens: int, block_tokens: int = 16) -> None:
+        if block_tokens < 1:
+            raise ValueError(f"block_tokens must be >= 1, got {block_tokens}")
+        self.block_tokens = block_tokens
+        self.capacity_blocks = capacity_tokens // block_tokens
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def keys(self, tokens: Sequence[str]) -> list[int]:
+        """One key per *full* block: the hash of the previous key and the block's tokens."""
+        keys: list[int] = []
+        previous = 0
+        size = self.block_tokens
+        for start in range(0, len(tokens) - size + 1, size):
+            previous = hash((previous, tuple(tokens[start : start + size])))
+            keys.append(previous)
+        return keys
+
+    def cached_blocks(self, keys: Sequence[int]) -> int:
+        """How many leading blocks are cached (each hit becomes the most recently used)."""
+        hits = 0
+        for key in keys:
+            if key not in self._blocks:
+                break
+            self._blocks.move_to_end(key)
+            hits += 1
+        return hits
+
+    def insert(self, keys: Sequence[int]) -> None:
+        if self.capacity_blocks == 0:
+            return
+        for key in keys:
+            self._blocks[key] = None
+            self._blocks.move_to_end(key)
+        while len(self._blocks) > self.capacity_blocks:
+            self._blocks.popitem(last=False)
+
+
+@dataclass
+class _Sequence:
+    decode_steps: int
+    keys_after: list[int]  # prompt + output blocks, cached when the sequence finishes
+    done: asyncio.Future[None]
+    uncached: int = 0
+
+
+@dataclass
+class BatcherStats:
+    """Counters since the engine started (simulated seconds, i.e. before time_scale)."""
+
+    requests: int = 0
+    finished: int = 0
+    decode_steps: int = 0  # steps the engine ran
+    decode_tokens: int = 0  # sequence-steps: one token per running sequence per step
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    prefill_tokens: int = 0
+    work_s: float = 0.0  # see EngineCurve.work_s
+    busy_s: float = 0.0  # time with at least one sequence running
+    max_running: int = 0
+    first_arrival: float | None = None  # time.monotonic(): comparable across processes
+    last_finish: float | None = None
+
+
+class ContinuousBatcher:
+    """Admits requests into a simulated batch and resolves each when its last token is out."""
+
+    def __init__(self, curve: EngineCurve, cache: PrefixCache, time_scale: float = 1.0) -> None:
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        self.curve = curve
+        self.cache = cache
+        self.time_scale = time_scale
+        self.stats = BatcherStats()
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[tuple[int, int, _Sequence]] = []  # (finish step, order, seq)
+        self._order = itertools.count()
+        self._step = 0
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def run(self, prompt: Sequence[str], output: Sequence[str], decode_steps: int) -> None:
+        """Wait until a request with this prompt and `decode_steps` tokens has been served."""
+        loop = asyncio.get_running_loop()
+        prompt_keys = self.cache.keys(prompt)
+        hit = self.cache.cached_blocks(prompt_keys) * self.cache.block_tokens
+        # Even a fully cached prompt computes its last token (that gives the first logits).
+        uncached = max(len(prompt) - hit, 1)
+        sequence = _Sequence(
+            decode_steps=max(decode_steps, 1),
+            keys_after=self.cache.keys([*prompt, *output]),
+            done=loop.create_future(),
+            uncached=uncached,
+        )
+        self.stats.requests += 1
+        if self.stats.first_arrival is None:
+            self.stats.first_arrival = loop.time()
+        self.stats.prompt_tokens += len(prompt)
+        self.stats.cached_prompt_tokens += len(prompt) - uncached
+        self._waiting.append(sequence)
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._loop())
+        assert self._wake is not None
+        self._wake.set()
+        await sequence.done
+
+    def _admit(self) -> int:
+        prefill = 0
+        while self._waiting and len(self._running) < self.curve.max_seqs:
+            sequence = self._waiting.popleft()
+            prefill += sequence.uncached
+            finish = self._step + sequence.decode_steps
+            heapq.heappush(self._running, (finish, next(self._order), sequence))
+        return prefill
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        wake = self._wake
+        assert wake is not None
+        curve, scale = self.curve, self.time_scale
+        while True:
+            if not self._running and not self._waiting:
+                wake.clear()
+                await wake.wait()
+                continue
+            prefill = self._admit()
+            batch = len(self._running)
+            self.stats.max_running = max(self.stats.max_running, batch)
+            self.stats.prefill_tokens += prefill
+            step_s = curve.step_s(batch)
+            first_s = step_s + prefill / curve.prefill_tokens_per_s
+            to_next = self._running[0][0] - self._step  # steps until a sequence finishes
+            planned = first_s + (to_next - 1) * step_s
+            started = loop.time()
+            wake.clear()
+            # An arrival can join at the next step boundary only while there is room.
+            timer = loop.call_later(planned * scale, wake.set)
+            if batch < curve.max_seqs:
+                await wake.wait()
+            else:
+                await asyncio.sleep(planned * scale)
+            timer.cancel()
+            elapsed = (loop.time() - started) / scale
+            if elapsed >= planned:
+                steps, ran_s = to_next, planned
+            else:  # woken by an arrival: finish the step in progress, then admit it
+                in_progress = 0 if elapsed < first_s else 1 + int((elapsed - first_s) / step_s)
+                steps = min(in_progress + 1, to_next)
+                ran_s = first_s + (steps - 1) * step_s
+                await asyncio.sleep(max(ran_s - elapsed, 0.0) * scale)
+            self._step += steps
+            self.stats.decode_steps += steps
+            self.stats.decode_tokens += steps * batch
+            self.stats.busy_s += ran_s
+            while self._running and self._running[0][0] <= self._step:
+                _, _, sequence = heapq.heappop(self._running)
+                self.stats.finished += 1
+                self.stats.work_s += curve.work_s(sequence.decode_steps, sequence.uncached)
+                self.cache.insert(sequence.keys_after)
+                self.stats.last_finish = loop.time()
+                if not sequence.done.done():  # a cancelled caller leaves a done future
+                    sequence.done.set_result(None)
+
+
+def decode_steps_for(tokens: int, slow_factor: float) -> int:
+    """Batch steps a sequence of `tokens` occupies (a slow request stays `slow_factor` longer)."""
+    return max(1, math.ceil(tokens * slow_factor))
+
+
+__all__ = [
+    "BatcherStats",
+    "ContinuousBatcher",
+    "EngineCurve",
+    "PrefixCache",
+    "decode_steps_for",
+]

@@ -1,0 +1,146 @@
+"""The engine-shaped load model: its timing follows the curve, the cache and the batch cap.
+
+No Ray here: the engine is driven directly on an event loop, with time scaled down so
+each check takes well under a second.  Timings are compared with what the curve
+predicts, with slack for a shared 2-core machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from actors.config import LoadModelConfig
+from actors.engines.base import Engine
+from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
+from actors.engines.factory import build_engine
+from actors.engines.load_model import LoadModelEngine
+from actors.engines.sleep import SleepEngine
+from search.protocols import FinishReason
+
+CURVE = EngineCurve(
+    decode_base_s=0.010, decode_per_seq_s=0.001, prefill_tokens_per_s=10_000, max_seqs=4
+)
+
+
+def _words(n: int, tag: str = "w") -> list[str]:
+    return [f"{tag}{i}" for i in range(n)]
+
+
+def test_curve_ceiling_and_work() -> None:
+    assert CURVE.step_s(4) == pytest.approx(0.014)
+    assert CURVE.ceiling_decode_tokens_per_s == pytest.approx(4 / 0.014)
+    # 14 decode steps at a full batch of 4 cost 14 * 0.014 / 4 s, plus 100 prefill tokens
+    assert CURVE.work_s(14, 100) == pytest.approx(14 * 0.014 / 4 + 0.01)
+    default = LoadModelConfig()
+    engine = build_engine(default)
+    assert isinstance(engine, LoadModelEngine) and isinstance(engine, Engine)
+    # the cited H100 numbers: step(10) ~ 7.9 ms, step(256) ~ 20.4 ms, ~12,550 tokens/s
+    curve = engine.batcher.curve
+    assert curve.step_s(10) == pytest.approx(0.0079, abs=2e-4)
+    assert curve.step_s(256) == pytest.approx(0.0204, abs=2e-4)
+    assert engine.ceiling()["decode_tokens_per_s"] == pytest.approx(12_550, rel=0.01)
+
+
+def test_prefix_cache_is_lru_over_block_chains() -> None:
+    cache = PrefixCache(capacity_tokens=8, block_tokens=2)  # 4 blocks
+    a = cache.keys(_words(6, "a"))  # 3 blocks
+    assert len(a) == 3 and len(cache.keys(_words(7, "a"))) == 3  # partial block not keyed
+    assert cache.cached_blocks(a) == 0
+    cache.insert(a)
+    assert cache.cached_blocks(a) == 3
+    # the same second block after a different first block is a different key (a chain)
+    other = cache.keys(["x", "y", *_words(6, "a")[2:]])
+    assert cache.cached_blocks(other) == 0
+    cache.insert(cache.keys(_words(4, "b")))  # 2 more blocks: the oldest (a's first) goes
+    assert cache.cached_blocks(a) == 0  # a's chain is broken at its first block
+    assert cache.cached_blocks(cache.keys(_words(4, "b"))) == 2
+
+
+def _run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_decode_time_grows_with_the_batch_and_prefill_with_uncached_tokens() -> None:
+    async def one(batcher: ContinuousBatcher, n: int, prompt: int) -> float:
+        start = time.perf_counter()
+        await asyncio.gather(
+            *(batcher.run(_words(prompt, f"p{i}"), [], decode_steps=20) for i in range(n))
+        )
+        return time.perf_counter() - start
+
+    scale = 2.0  # slower than the curve: timer jitter matters less
+    alone = _run(one(ContinuousBatcher(CURVE, PrefixCache(0), scale), 1, 1))
+    full = _run(one(ContinuousBatcher(CURVE, PrefixCache(0), scale), 4, 1))
+    # 20 steps: 0.011 s each alone, 0.014 s each with 4 sequences (both x scale)
+    assert alone == pytest.approx(20 * 0.011 * scale, rel=0.25)
+    assert full == pytest.approx(20 * 0.014 * scale, rel=0.25)
+    assert full > alone * 1.1
+    batcher = ContinuousBatcher(CURVE, PrefixCache(0), scale)
+    long_prompt = _run(one(batcher, 1, 2000))  # +0.2 s of prefill
+    assert long_prompt == pytest.approx((20 * 0.011 + 0.2) * scale, rel=0.25)
+    assert batcher.stats.prefill_tokens == 2000 and batcher.stats.decode_tokens == 20
+
+
+def test_cached_prefix_is_not_prefilled_again() -> None:
+    async def scenario() -> ContinuousBatcher:
+        batcher = ContinuousBatcher(CURVE, PrefixCache(10_000, block_tokens=16), 0.1)
+        parent = _words(320)
+        await batcher.run(parent, _words(32, "out"), decode_steps=32)
+        # the child's prompt is the parent's prompt and output, plus 16 new tokens
+        child = [*parent, *_words(32, "out"), *_words(16, "new")]
+        await batcher.run(child, [], decode_steps=4)
+        return batcher
+
+    stats = _run(scenario()).stats  # type: ignore[attr-defined]
+    assert stats.prompt_tokens == 320 + 368
+    assert stats.cached_prompt_tokens == 352  # the parent's 20 + 2 blocks
+    assert stats.prefill_tokens == 320 + 16
+
+
+def test_at_most_max_seqs_run_and_the_rest_queue() -> None:
+    async def scenario() -> tuple[ContinuousBatcher, float]:
+        batcher = ContinuousBatcher(CURVE, PrefixCache(0), 1.0)
+        start = time.perf_counter()
+        await asyncio.gather(*(batcher.run(["x"], [], decode_steps=10) for _ in range(8)))
+        return batcher, time.perf_counter() - start
+
+    batcher, elapsed = _run(scenario())  # type: ignore[misc]
+    assert batcher.stats.max_running == 4
+    # two full waves of 10 steps at 0.014 s, not one wave of 8
+    assert elapsed == pytest.approx(2 * 10 * 0.014, rel=0.3)
+    # a full batch all the time: the work equals the busy time (utilisation 1)
+    assert batcher.stats.work_s == pytest.approx(batcher.stats.busy_s, rel=0.05)
+
+
+def test_engine_answers_like_the_sleep_engine_and_slows_marked_prompts() -> None:
+    engine = build_engine(
+        LoadModelConfig(
+            decode_base_ms=1.0,
+            decode_per_seq_ms=0.0,
+            output_tokens=12,
+            answer_every=2,
+            slow_marker="SLOW",
+            slow_factor=20,
+        )
+    )
+    sleep = SleepEngine(latency_s=0.0, output_tokens=12, answer_every=2)
+
+    async def both(prompt: str, seed: int) -> tuple[object, object, float]:
+        kwargs = {"max_tokens": 64, "stop": ("\nStep",), "temperature": 0.8, "seed": seed}
+        start = time.perf_counter()
+        got = await engine.complete(prompt, **kwargs)  # type: ignore[arg-type]
+        took = time.perf_counter() - start
+        return got, await sleep.complete(prompt, **kwargs), took  # type: ignore[arg-type]
+
+    for seed in range(6):
+        got, expected, _ = _run(both("user: hi", seed))  # type: ignore[misc]
+        assert got == expected
+    _, _, fast = _run(both("user: quick", 0))  # type: ignore[misc]
+    _, _, slow = _run(both("user: SLOW one", 0))  # type: ignore[misc]
+    assert fast < 0.1 and slow > 0.2  # 12 steps of 1 ms vs 240 steps of 1 ms
+    overflow = _run(engine.complete("w " * 5000, max_tokens=8, stop=(), temperature=0, seed=0))
+    assert overflow.finish is FinishReason.CONTEXT_OVERFLOW  # type: ignore[attr-defined]
+    assert engine.stats()["requests"] == 8  # type: ignore[attr-defined]

@@ -1,0 +1,112 @@
+"""Continuous trees through the real pipeline, on the model-free load model.
+
+Real local Ray cluster, Ray Data, Serve deployments, GenPRM protocol, grading and
+Parquet sink; only the model is replaced by the engine-shaped load model
+(`actors/engines/load_model.py`), which is what lets one problem be made slow on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_run_config, parse_run_config
+from pipeline.run import synthesize
+from pipeline.sink import ParquetSink
+from pipeline.summary import RunSummary
+from tests.tiny_run import REPO, run_config
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+pytestmark = pytest.mark.slow
+
+SLOW = "(this one is slow)"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray_cluster() -> Iterator[None]:
+    """One local Ray for the module (synthesize() joins it), stopped at the end.
+
+    Ray gives a new node 30 s to register (hard-coded); on a shared 2-core machine under
+    heavy load that can run out, so the start is tried up to three times.
+    """
+    import ray
+    from ray import serve
+
+    for attempt in range(3):
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            break
+        except Exception as exc:  # Ray raises a bare Exception for this timeout
+            if "timed out during startup" not in str(exc) or attempt == 2:
+                raise
+            ray.shutdown()
+    yield
+
+    if ray.is_initialized():
+        serve.shutdown()  # type: ignore[no-untyped-call]
+        ray.shutdown()
+
+
+def test_smoke_config_runs_the_whole_pipeline(tmp_path: Path) -> None:
+    config = load_run_config(REPO / "configs" / "smoke-sleep.yaml", output_root=str(tmp_path))
+    config = config.model_copy(update={"source": config.source.model_copy(update={"count": 6})})
+    start = time.perf_counter()
+    summary = synthesize(config, progress=None)
+    elapsed = time.perf_counter() - start
+    assert summary.errors == 0 and summary.searched == 6
+    assert summary.rows["trees"] == 6 and summary.rows["tree_nodes"] > 6
+    assert summary.answered_nodes > 0  # the load model answers every 4th step
+    assert (summary.run_dir / "report.md").is_file()
+    print(f"smoke run of 6 problems: {elapsed:.1f}s")
+
+
+def test_a_slow_tree_does_not_hold_back_the_others(tmp_path: Path) -> None:
+    rows = [
+        {"id": f"p{i}", "question": f"What is {i} + {i}?{' ' + SLOW if i == 1 else ''}"}
+        | {"answer": str(2 * i)}
+        for i in range(6)
+    ]
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # Every request of problem p1 (its prompts carry the marker) stays 100 times as many
+    # steps in the batch: a tree of 4 steps takes about 50 s instead of half a second.
+    engine = {"kind": "load_model", "output_tokens": 8, "slow_marker": SLOW, "slow_factor": 100}
+    config = parse_run_config(
+        run_config(
+            problems,
+            tmp_path / "out",
+            budget=64,
+            engine=engine,
+            run_id="slow-tree",
+            trees_per_actor=6,  # all at once: a batch barrier would hold all five back
+            records={"decontamination": {"enabled": False}},
+        )
+    )
+    summaries: list[RunSummary] = []
+    worker = threading.Thread(target=lambda: summaries.append(synthesize(config, progress=None)))
+    worker.start()
+    fast = {f"p{i}" for i in range(6) if i != 1}
+    committed: set[str] = set()
+    deadline = time.monotonic() + 300
+    while not fast <= committed and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run_dir = tmp_path / "out" / "run=slow-tree"
+        if (run_dir / "_committed").is_dir():
+            committed = ParquetSink(
+                tmp_path / "out", "slow-tree", readonly=True
+            ).searched_problem_ids()
+    assert fast <= committed, f"the fast trees were not all committed: {sorted(committed)}"
+    assert "p1" not in committed, "the slow tree finished first: the test proves nothing"
+    worker.join(timeout=300)
+    assert summaries and summaries[0].errors == 0
+    trees = ParquetSink(tmp_path / "out", "slow-tree", readonly=True).read("trees")
+    assert Counter(trees.column("problem_id").to_pylist()) == Counter(f"p{i}" for i in range(6))
