@@ -8,6 +8,12 @@ replica): that per-call cost, not the search, was most of the pipeline's CPU.
 `max_batch` are waiting) and hands them to `send` as one list; each caller gets
 its own future back.
 
+No request waits for its neighbours: `send` may return an async iterator of
+`(index, result)` pairs that the replica yields as each request finishes
+(`fan_out_stream`), so a long completion in a call does not hold the short ones
+(a head-of-line barrier that made one slow tree slow down every tree coalesced
+with it: tests/pipeline/test_continuous_trees.py).
+
 Per-request semantics are kept: `send` returns one entry per request, and an
 entry that is a `RequestFailed` fails only that caller's future; a whole call
 that raises (replica died, network) fails every caller of that call, each with
@@ -25,9 +31,9 @@ clients in `actors.serve` plug the deployment call in as `send`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")
@@ -44,13 +50,14 @@ class CoalescedRequestError(RuntimeError):
     """This request failed inside a coalesced call (its neighbours may have succeeded)."""
 
 
-Send = Callable[[Hashable, list[Req]], Awaitable[Sequence["Res | RequestFailed"]]]
+# Either all results at once, or a stream of (index, result) as each request finishes.
+Send = Callable[[Hashable, list[Req]], Any]
 
 
 class Coalescer(Generic[Req, Res]):
     """Collects requests per key for `window_s` (at most `max_batch`), sends each group once."""
 
-    def __init__(self, send: Send[Req, Res], *, window_s: float, max_batch: int) -> None:
+    def __init__(self, send: Send[Req], *, window_s: float, max_batch: int) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self._send = send
@@ -96,7 +103,11 @@ class Coalescer(Generic[Req, Res]):
         self.calls += 1
         self.requests += len(live)
         try:
-            results = await self._send(key, [r for r, _ in live])
+            sent = self._send(key, [r for r, _ in live])
+            if hasattr(sent, "__aiter__"):
+                await self._settle_stream(sent, live)
+                return
+            results = await sent
             if len(results) != len(live):
                 raise CoalescedRequestError(
                     f"coalesced call returned {len(results)} results for {len(live)} requests"
@@ -106,18 +117,41 @@ class Coalescer(Generic[Req, Res]):
                 future.cancel()
             raise
         except Exception as exc:
-            message = f"coalesced call failed: {type(exc).__name__}: {exc}"
-            for _, future in live:
-                if not future.done():
-                    future.set_exception(CoalescedRequestError(message))
+            _fail_all(live, f"coalesced call failed: {type(exc).__name__}: {exc}")
             return
         for (_, future), result in zip(live, results, strict=True):
-            if future.done():
-                continue
-            if isinstance(result, RequestFailed):
-                future.set_exception(CoalescedRequestError(result.message))
-            else:
-                future.set_result(result)
+            _settle(future, result)
+
+    async def _settle_stream(
+        self, stream: AsyncIterator[tuple[int, Any]], live: list[tuple[Req, asyncio.Future[Res]]]
+    ) -> None:
+        """Each caller's future resolves the moment its own result arrives."""
+        try:
+            async for index, result in stream:
+                _settle(live[index][1], result)
+        except asyncio.CancelledError:
+            for _, future in live:
+                future.cancel()
+            raise
+        except Exception as exc:
+            _fail_all(live, f"coalesced call failed: {type(exc).__name__}: {exc}")
+            return
+        _fail_all(live, "coalesced call ended without a result for this request")
+
+
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
+    if future.done():  # the caller gave up (timeout) meanwhile
+        return
+    if isinstance(result, RequestFailed):
+        future.set_exception(CoalescedRequestError(result.message))
+    else:
+        future.set_result(result)
+
+
+def _fail_all(live: Sequence[tuple[Any, asyncio.Future[Any]]], message: str) -> None:
+    for _, future in live:
+        if not future.done():
+            future.set_exception(CoalescedRequestError(message))
 
 
 async def fan_out(
@@ -130,3 +164,19 @@ async def fan_out(
         RequestFailed(f"{type(r).__name__}: {r}") if isinstance(r, BaseException) else r
         for r in results
     ]
+
+
+async def fan_out_stream(
+    handle_one: Callable[[Req], Awaitable[Res]], requests: Sequence[Req]
+) -> AsyncIterator[tuple[int, Res | RequestFailed]]:
+    """`fan_out`, but each `(index, result)` is yielded the moment that request is done,
+    so a coalesced call never makes a short request wait for a long one."""
+
+    async def one(index: int, request: Req) -> tuple[int, Res | RequestFailed]:
+        try:
+            return index, await handle_one(request)
+        except Exception as exc:
+            return index, RequestFailed(f"{type(exc).__name__}: {exc}")
+
+    for done in asyncio.as_completed([one(i, r) for i, r in enumerate(requests)]):
+        yield await done

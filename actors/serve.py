@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,7 +28,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from actors.affinity import CONSISTENT_HASH_ROUTER, current_tree
-from actors.coalesce import Coalescer, RequestFailed, fan_out
+from actors.coalesce import Coalescer, RequestFailed, fan_out_stream
 from actors.config import ScorerConfig, ServiceConfig
 from actors.engines.factory import build_engine, check_engine
 from actors.policy import EnginePolicy
@@ -100,9 +100,11 @@ class PolicyServer:
 
     async def generate_many(
         self, requests: list[GenerationRequest]
-    ) -> list[list[Generation] | RequestFailed]:
-        """A coalesced call: all at once, so the engine batches them; one failure each."""
-        return await fan_out(self.policy.generate, requests)
+    ) -> AsyncIterator[tuple[int, list[Generation] | RequestFailed]]:
+        """A coalesced call: all at once, so the engine batches them; one failure each;
+        each result streamed back as soon as it is done (no head-of-line wait)."""
+        async for item in fan_out_stream(self.policy.generate, requests):
+            yield item
 
     async def count_tokens(self, text: str) -> int:
         return await self.policy.count_tokens(text)
@@ -139,9 +141,12 @@ class ScorerServer:
     async def score(self, request: ScoreRequest) -> Score:
         return await self.scorer.score(request)
 
-    async def score_many(self, requests: list[ScoreRequest]) -> list[Score | RequestFailed]:
-        """A coalesced call (the k children of a leaf arrive together)."""
-        return await fan_out(self.scorer.score, requests)
+    async def score_many(
+        self, requests: list[ScoreRequest]
+    ) -> AsyncIterator[tuple[int, Score | RequestFailed]]:
+        """A coalesced call (the k children of a leaf arrive together), streamed back."""
+        async for item in fan_out_stream(self.scorer.score, requests):
+            yield item
 
     async def stats(self) -> dict[str, Any]:
         return {"name": self.scorer.name, **self.engine.stats()}
@@ -239,9 +244,11 @@ class _Client:
         coalescer = self._coalescers.get(method)
         if coalescer is None:
 
-            async def send(key: Hashable, requests: list[Any]) -> Sequence[Any]:
-                results: Sequence[Any] = await getattr(self._target(key), method).remote(requests)
-                return [self._check(r) for r in results]
+            async def send(key: Hashable, requests: list[Any]) -> AsyncIterator[tuple[int, Any]]:
+                # stream=True: each result comes back when it is done, not with the slowest
+                target = self._target(key).options(stream=True)
+                async for index, result in getattr(target, method).remote(requests):
+                    yield index, self._check(result)
 
             coalescer = Coalescer(send, window_s=self._window_s, max_batch=self._max_batch)
             self._coalescers[method] = coalescer
