@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable
+from typing import Any
 
 import pytest
 
-from actors.coalesce import CoalescedRequestError, Coalescer, RequestFailed, fan_out
+from actors.coalesce import (
+    CoalescedRequestError,
+    Coalescer,
+    RequestFailed,
+    fan_out,
+    fan_out_stream,
+)
 
 
 class _Recorder:
@@ -98,3 +105,25 @@ async def test_fan_out_runs_requests_concurrently_and_reports_failures_in_place(
     assert results[:2] == [0, 1] and results[3] == 3
     assert results[2] == RequestFailed("ValueError: no")
     assert peak == 4  # all at once: the engine sees them together and batches them
+
+
+async def test_a_streamed_call_resolves_each_caller_when_its_own_result_arrives() -> None:
+    """A slow request in a coalesced call must not hold a fast one (head-of-line)."""
+    release_slow = asyncio.Event()
+
+    async def handle(request: str) -> str:
+        if request == "slow":
+            await release_slow.wait()
+        return request.upper()
+
+    def send(key: object, requests: list[str]) -> Any:
+        return fan_out_stream(handle, requests)
+
+    coalescer: Coalescer[str, str] = Coalescer(send, window_s=0.0, max_batch=8)
+    slow = coalescer.submit("slow")
+    fast = coalescer.submit("fast")
+    assert await asyncio.wait_for(fast, 2.0) == "FAST"
+    assert not slow.done()  # same call, still running
+    release_slow.set()
+    assert await asyncio.wait_for(slow, 2.0) == "SLOW"
+    assert coalescer.calls == 1
