@@ -154,23 +154,12 @@ def _fail_all(live: Sequence[tuple[Any, asyncio.Future[Any]]], message: str) -> 
             future.set_exception(CoalescedRequestError(message))
 
 
-async def fan_out(
-    handle_one: Callable[[Req], Awaitable[Res]], requests: Sequence[Req]
-) -> list[Res | RequestFailed]:
-    """Server side of a coalesced call: every request at once (so the engine batches
-    them), each failure reported in its own slot instead of failing the call."""
-    results = await asyncio.gather(*(handle_one(r) for r in requests), return_exceptions=True)
-    return [
-        RequestFailed(f"{type(r).__name__}: {r}") if isinstance(r, BaseException) else r
-        for r in results
-    ]
-
-
 async def fan_out_stream(
     handle_one: Callable[[Req], Awaitable[Res]], requests: Sequence[Req]
 ) -> AsyncIterator[tuple[int, Res | RequestFailed]]:
-    """`fan_out`, but each `(index, result)` is yielded the moment that request is done,
-    so a coalesced call never makes a short request wait for a long one."""
+    """Server side of a coalesced call: every request at once (so the engine batches
+    them), each `(index, result)` yielded the moment that request is done (so a short
+    request never waits for a long one), a failure reported in its own slot."""
 
     async def one(index: int, request: Req) -> tuple[int, Res | RequestFailed]:
         try:

@@ -16,7 +16,6 @@ from actors.coalesce import (
     CoalescedRequestError,
     Coalescer,
     RequestFailed,
-    fan_out,
     fan_out_stream,
 )
 
@@ -101,8 +100,8 @@ async def test_fan_out_runs_requests_concurrently_and_reports_failures_in_place(
             raise ValueError("no")
         return x
 
-    results = await fan_out(handle, [0, 1, 2, 3])
-    assert results[:2] == [0, 1] and results[3] == 3
+    results = dict([item async for item in fan_out_stream(handle, [0, 1, 2, 3])])
+    assert [results[0], results[1], results[3]] == [0, 1, 3]
     assert results[2] == RequestFailed("ValueError: no")
     assert peak == 4  # all at once: the engine sees them together and batches them
 
