@@ -164,6 +164,7 @@ async def _run_services_tasks(
     progress: ProgressFn,
     store: PartStore,
 ) -> list[dict[str, Any]]:
+    from actors.affinity import tree_affinity
     from pipeline.records import answer_key, grade_result
 
     gate = asyncio.Semaphore(env.concurrency)
@@ -175,9 +176,13 @@ async def _run_services_tasks(
         async with gate:
             try:
                 seed = derive_seed(task.seed, task.problem_id)
-                result = await run_search(
-                    task.problem, task.method.search, policy, scorer, task.budget, seed
-                )
+                # every request of this search on one replica (with several), as in the
+                # search actor; keyed by problem, so the problem's other searches (methods,
+                # budgets, seeds) find its prompt prefix in that replica's cache too
+                with tree_affinity(task.problem_id):
+                    result = await run_search(
+                        task.problem, task.method.search, policy, scorer, task.budget, seed
+                    )
                 graded = await grade_result(
                     result,
                     task.reference,
