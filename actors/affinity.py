@@ -7,7 +7,13 @@ copies the current context into every task the search creates (the k children of
 a leaf, scored concurrently, still see their tree's key), and `search/` never sees
 it.
 
-The key reaches Ray Serve as the request's `session_id`; with `affinity: true`
+The Serve clients hash the key into one of a few buckets (`bucket`: a fixed
+number per replica, the same in every process) and send the bucket as the
+call's routing key: the requests of every tree of a bucket share coalesced calls
+(one call per bucket, not per tree) and one replica, so a tree's requests still
+all reach one replica.
+
+The bucket reaches Ray Serve as the call's `session_id`; with `affinity: true`
 and more than one replica the deployment routes with Serve's own
 `ConsistentHashRouter` (a consistent-hash ring over the replicas, falling back
 to the next replicas on the ring when the owner rejects a request because its
@@ -16,6 +22,7 @@ queue is full, and rebuilding the ring when a replica dies).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -40,3 +47,9 @@ def tree_affinity(key: str) -> Iterator[None]:
         yield
     finally:
         _TREE.reset(token)
+
+
+def bucket(tree: str, buckets: int) -> str:
+    """The routing key of `tree`'s bucket: a stable hash (the same in every process and
+    run, unlike `hash`) into `buckets` buckets."""
+    return f"bucket-{zlib.crc32(tree.encode()) % buckets}"

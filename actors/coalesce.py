@@ -9,10 +9,12 @@ replica): that per-call cost, not the search, was most of the pipeline's CPU.
 its own future back.
 
 No request waits for its neighbours: `send` may return an async iterator of
-`(index, result)` pairs that the replica yields as each request finishes
-(`fan_out_stream`), so a long completion in a call does not hold the short ones
-(a head-of-line barrier that made one slow tree slow down every tree coalesced
-with it: tests/pipeline/test_continuous_trees.py).
+groups (lists) of `(index, result)` pairs that the replica yields as requests
+finish (`fan_out_stream`: each group holds what had finished by then), so a long
+completion in a call does not hold the short ones (a head-of-line barrier that
+made one slow tree slow down every tree coalesced with it:
+tests/pipeline/test_continuous_trees.py), and results that finish together share
+one stream item.
 
 Per-request semantics are kept: `send` returns one entry per request, and an
 entry that is a `RequestFailed` fails only that caller's future; a whole call
@@ -20,8 +22,9 @@ that raises (replica died, network) fails every caller of that call, each with
 its own exception, and each caller's retry layer decides on its own.  A caller
 that gave up (its timeout cancelled the future) is skipped when the results come.
 
-Requests are grouped by a key (the tree, when routing by tree): one call holds
-requests of one key only, so the key can route the whole call.
+Requests are grouped by a key (the tree's affinity bucket, when routing by tree:
+`actors.affinity.bucket`): one call holds requests of one key only, so the key can
+route the whole call.
 
 `submit` returns a plain future, not a coroutine: awaiting it under
 `asyncio.wait_for` creates no extra task.  No Ray and no I/O here; the Serve
@@ -50,7 +53,7 @@ class CoalescedRequestError(RuntimeError):
     """This request failed inside a coalesced call (its neighbours may have succeeded)."""
 
 
-# Either all results at once, or a stream of (index, result) as each request finishes.
+# Either all results at once, or a stream of [(index, result), ...] groups as requests finish.
 Send = Callable[[Hashable, list[Req]], Any]
 
 
@@ -123,12 +126,15 @@ class Coalescer(Generic[Req, Res]):
             _settle(future, result)
 
     async def _settle_stream(
-        self, stream: AsyncIterator[tuple[int, Any]], live: list[tuple[Req, asyncio.Future[Res]]]
+        self,
+        stream: AsyncIterator[Sequence[tuple[int, Any]]],
+        live: list[tuple[Req, asyncio.Future[Res]]],
     ) -> None:
-        """Each caller's future resolves the moment its own result arrives."""
+        """Each caller's future resolves the moment the group holding its result arrives."""
         try:
-            async for index, result in stream:
-                _settle(live[index][1], result)
+            async for group in stream:
+                for index, result in group:
+                    _settle(live[index][1], result)
         except asyncio.CancelledError:
             for _, future in live:
                 future.cancel()
@@ -155,17 +161,50 @@ def _fail_all(live: Sequence[tuple[Any, asyncio.Future[Any]]], message: str) -> 
 
 
 async def fan_out_stream(
-    handle_one: Callable[[Req], Awaitable[Res]], requests: Sequence[Req]
-) -> AsyncIterator[tuple[int, Res | RequestFailed]]:
+    handle_one: Callable[[Req], Awaitable[Res]],
+    requests: Sequence[Req],
+    *,
+    linger_s: float = 0.0,
+) -> AsyncIterator[list[tuple[int, Res | RequestFailed]]]:
     """Server side of a coalesced call: every request at once (so the engine batches
-    them), each `(index, result)` yielded the moment that request is done (so a short
-    request never waits for a long one), a failure reported in its own slot."""
+    them), results yielded in groups of `(index, result)`, a failure in its own slot.
 
-    async def one(index: int, request: Req) -> tuple[int, Res | RequestFailed]:
+    A group is everything that has finished when the stream is next read, so a
+    short request never waits for a long one (no head-of-line barrier), while
+    results that finish together travel as one stream item: each item costs Serve
+    (a generator step in the replica, an object and a future in the caller) about
+    as much as a whole call, so one item per request gave back most of what
+    coalescing saved.  With `linger_s` > 0 the first result of a group waits that
+    long for others (at most that long: never for a request still running after it).
+    """
+    loop = asyncio.get_running_loop()
+    finished: list[tuple[int, Res | RequestFailed]] = []
+    wake: list[asyncio.Future[None]] = []  # the reader's wake-up, while it waits
+
+    async def one(index: int, request: Req) -> None:
         try:
-            return index, await handle_one(request)
+            result: Res | RequestFailed = await handle_one(request)
         except Exception as exc:
-            return index, RequestFailed(f"{type(exc).__name__}: {exc}")
+            result = RequestFailed(f"{type(exc).__name__}: {exc}")
+        finished.append((index, result))
+        if wake and not wake[0].done():
+            wake[0].set_result(None)
 
-    for done in asyncio.as_completed([one(i, r) for i, r in enumerate(requests)]):
-        yield await done
+    tasks = [loop.create_task(one(i, r)) for i, r in enumerate(requests)]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            if not finished:
+                wake[:] = [loop.create_future()]
+                await wake[0]
+                wake.clear()
+            if linger_s > 0 and len(finished) < remaining:
+                await asyncio.sleep(linger_s)
+            group = finished[:]
+            del finished[:]
+            remaining -= len(group)
+            yield group
+    finally:  # the caller went away (cancelled, replica shutting down): stop the rest
+        for task in tasks:
+            if not task.done():
+                task.cancel()

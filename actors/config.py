@@ -118,8 +118,21 @@ class ServiceConfig(_Strict):
     coalesce_max_batch: int = Field(
         64, ge=1, description="most requests in one coalesced call; 1: one call per request"
     )
+    coalesce_linger_s: float = Field(
+        0.0,
+        ge=0,
+        le=0.1,
+        description="how long a replica holds a finished result of a coalesced call for others "
+        "finishing with it (one stream item); 0: only what finished by then",
+    )
     affinity: bool = Field(
         True, description="with more than one replica, send every request of a tree to one"
+    )
+    affinity_buckets_per_replica: int = Field(
+        8,
+        ge=1,
+        description="trees hash into this many buckets per replica; a bucket's requests share "
+        "coalesced calls and one replica",
     )
     affinity_fallback_replicas: int = Field(
         2, ge=0, description="replicas tried after a tree's own when its queue is full"
@@ -130,6 +143,14 @@ class ServiceConfig(_Strict):
     def routes_by_tree(self) -> bool:
         """Tree affinity matters only when there is more than one replica to choose from."""
         return self.affinity and (self.num_replicas > 1 or self.autoscaling is not None)
+
+    @property
+    def affinity_buckets(self) -> int:
+        """How many buckets the trees hash into (per replica, at the most replicas there can be)."""
+        replicas = self.num_replicas
+        if self.autoscaling is not None:
+            replicas = int(self.autoscaling.get("max_replicas", replicas))
+        return self.affinity_buckets_per_replica * max(replicas, 1)
 
 
 class GenPRMSettings(_Strict):

@@ -10,10 +10,12 @@ failed node, never an exception in the search actor.
 Requests leave a client coalesced (`actors.coalesce`: one `generate_many` /
 `score_many` call carries every request that arrived within
 `coalesce_window_s`, at most `coalesce_max_batch`), and the replica fans them
-out to its engine at once.  With `affinity` and more than one replica, the
-tree of each request (`actors.affinity`) is its Serve `session_id` and Serve's
-consistent-hash router keeps a tree on one replica, so its shared prefixes hit
-that replica's prefix cache.
+out to its engine at once and streams the results back in groups (whatever has
+finished, so no request waits for a slower neighbour).  With `affinity` and more
+than one replica, the tree of each request (`actors.affinity`) hashes into a
+bucket, the bucket is the call's Serve `session_id` and Serve's consistent-hash
+router keeps a bucket (so each of its trees) on one replica, so a tree's shared
+prefixes hit that replica's prefix cache.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any, TypeVar
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from actors.affinity import CONSISTENT_HASH_ROUTER, current_tree
+from actors.affinity import CONSISTENT_HASH_ROUTER, bucket, current_tree
 from actors.coalesce import Coalescer, RequestFailed, fan_out_stream
 from actors.config import ScorerConfig, ServiceConfig
 from actors.engines.factory import build_engine, check_engine
@@ -94,17 +96,18 @@ class PolicyServer:
         service = ServiceConfig.model_validate(config)
         self.engine = _CountingEngine(build_engine(service.engine))
         self.policy = EnginePolicy(self.engine, instruction=service.prompts.policy_instruction)
+        self.linger_s = service.coalesce_linger_s
 
     async def generate(self, request: GenerationRequest) -> list[Generation]:
         return await self.policy.generate(request)
 
     async def generate_many(
         self, requests: list[GenerationRequest]
-    ) -> AsyncIterator[tuple[int, list[Generation] | RequestFailed]]:
+    ) -> AsyncIterator[list[tuple[int, list[Generation] | RequestFailed]]]:
         """A coalesced call: all at once, so the engine batches them; one failure each;
-        each result streamed back as soon as it is done (no head-of-line wait)."""
-        async for item in fan_out_stream(self.policy.generate, requests):
-            yield item
+        results streamed back in groups, each as soon as it is done (no head-of-line wait)."""
+        async for group in fan_out_stream(self.policy.generate, requests, linger_s=self.linger_s):
+            yield group
 
     async def count_tokens(self, text: str) -> int:
         return await self.policy.count_tokens(text)
@@ -126,6 +129,7 @@ class ScorerServer:
         install_log_redaction()
         scorer = ScorerConfig.model_validate(config)
         self.engine = _CountingEngine(build_engine(scorer.engine))
+        self.linger_s = scorer.coalesce_linger_s
         self.scorer = GenPRMScorer(
             self.engine,
             samples=scorer.genprm.samples,
@@ -143,10 +147,10 @@ class ScorerServer:
 
     async def score_many(
         self, requests: list[ScoreRequest]
-    ) -> AsyncIterator[tuple[int, Score | RequestFailed]]:
+    ) -> AsyncIterator[list[tuple[int, Score | RequestFailed]]]:
         """A coalesced call (the k children of a leaf arrive together), streamed back."""
-        async for item in fan_out_stream(self.scorer.score, requests):
-            yield item
+        async for group in fan_out_stream(self.scorer.score, requests, linger_s=self.linger_s):
+            yield group
 
     async def stats(self) -> dict[str, Any]:
         return {"name": self.scorer.name, **self.engine.stats()}
@@ -227,28 +231,43 @@ class _Client:
         self._window_s = service.coalesce_window_s
         self._max_batch = service.coalesce_max_batch
         self._by_tree = service.routes_by_tree
+        self._buckets = service.affinity_buckets
         self._coalescers: dict[str, Coalescer[Any, Any]] = {}
+        self._streams: dict[Hashable, DeploymentHandle[Any]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # pending futures belong to one event loop: a copy starts with none
-        return {**self.__dict__, "_coalescers": {}}
+        return {**self.__dict__, "_coalescers": {}, "_streams": {}}
 
     def _key(self) -> str | None:
-        return current_tree() if self._by_tree else None
+        """The routing key of a request made here: its tree's bucket (None: any replica)."""
+        if not self._by_tree:
+            return None
+        tree = current_tree()
+        return None if tree is None else bucket(tree, self._buckets)
 
     def _target(self, key: Hashable) -> DeploymentHandle[Any]:
-        """The handle for one call: the tree's key as Serve's session id (routing)."""
+        """The handle for one call: the bucket as Serve's session id (routing)."""
         return self.handle if key is None else self.handle.options(session_id=str(key))
+
+    def _stream(self, key: Hashable) -> DeploymentHandle[Any]:
+        """The streaming handle for `key`'s coalesced calls (made once per key)."""
+        handle = self._streams.get(key)
+        if handle is None:
+            handle = self._streams[key] = self._target(key).options(stream=True)
+        return handle
 
     def _coalescer(self, method: str) -> Coalescer[Any, Any]:
         coalescer = self._coalescers.get(method)
         if coalescer is None:
 
-            async def send(key: Hashable, requests: list[Any]) -> AsyncIterator[tuple[int, Any]]:
-                # stream=True: each result comes back when it is done, not with the slowest
-                target = self._target(key).options(stream=True)
-                async for index, result in getattr(target, method).remote(requests):
-                    yield index, self._check(result)
+            async def send(
+                key: Hashable, requests: list[Any]
+            ) -> AsyncIterator[list[tuple[int, Any]]]:
+                # stream=True: results come back in groups as they finish, not with the slowest
+                check = self._check
+                async for group in getattr(self._stream(key), method).remote(requests):
+                    yield [(index, check(result)) for index, result in group]
 
             coalescer = Coalescer(send, window_s=self._window_s, max_batch=self._max_batch)
             self._coalescers[method] = coalescer

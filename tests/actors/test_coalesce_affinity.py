@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
-from actors.affinity import tree_affinity
+from actors.affinity import bucket, tree_affinity
 from actors.config import ScorerConfig, ServiceConfig, SleepConfig
 from actors.serve import ServePolicy, ServeScorer, deploy_policy, deploy_scorer
 from search import parse_search_config, run_search
@@ -200,6 +201,38 @@ async def test_one_trees_requests_go_to_one_replica_and_fall_back_when_it_dies(
     results = await _tree_requests(client, "tree-a", 6)
     assert all(g.finish is not FinishReason.ERROR for r in results for g in r)
     assert victim not in await _replica_stats(client, expect=1)
+
+
+async def test_trees_hash_into_stable_buckets_spread_over_all_of_them() -> None:
+    assert bucket("tree-a", 16) == bucket("tree-a", 16)  # not `hash`: no per-process salt
+    assert bucket("tree-a", 16) == f"bucket-{zlib.crc32(b'tree-a') % 16}"
+    assert len({bucket(f"problem-{i}", 16) for i in range(400)}) == 16
+
+
+async def test_trees_of_one_bucket_share_a_coalesced_call_on_one_replica(
+    ray_cluster: None,
+) -> None:
+    service = _service(num_replicas=2, coalesce_window_s=0.05, affinity_buckets_per_replica=2)
+    client = deploy_policy(service, app="bucket-policy")
+    assert service.affinity_buckets == 4
+    trees = [f"tree-{i}" for i in range(40)]
+    same = [t for t in trees if bucket(t, 4) == bucket(trees[0], 4)][:3]
+    other = next(t for t in trees if bucket(t, 4) != bucket(trees[0], 4))
+    assert len(same) == 3
+    await _tree_requests(client, same[0], 1)  # the coalescer exists, the replicas are up
+    coalescer = client._coalescer("generate_many")
+    before_calls = coalescer.calls
+    before = _calls(await _replica_stats(client))
+    results = await asyncio.gather(*(_tree_requests(client, t, 4) for t in same))
+    assert coalescer.calls - before_calls == 1  # 3 trees x 4 requests in one call
+    after = _calls(await _replica_stats(client))
+    grew = {r for r in after if after[r] != before.get(r, 0)}
+    assert len(grew) == 1 and sum(after.values()) - sum(before.values()) == 24, (before, after)
+    assert all(g.finish is not FinishReason.ERROR for r in results for rr in r for g in rr)
+    # a tree of another bucket: its own call (the key routes the whole call)
+    before_calls = coalescer.calls
+    await asyncio.gather(_tree_requests(client, same[0], 2), _tree_requests(client, other, 2))
+    assert coalescer.calls - before_calls == 2
 
 
 async def test_without_affinity_one_trees_requests_spread(ray_cluster: None) -> None:

@@ -100,7 +100,7 @@ async def test_fan_out_runs_requests_concurrently_and_reports_failures_in_place(
             raise ValueError("no")
         return x
 
-    results = dict([item async for item in fan_out_stream(handle, [0, 1, 2, 3])])
+    results = dict([item async for group in fan_out_stream(handle, [0, 1, 2, 3]) for item in group])
     assert [results[0], results[1], results[3]] == [0, 1, 3]
     assert results[2] == RequestFailed("ValueError: no")
     assert peak == 4  # all at once: the engine sees them together and batches them
@@ -126,3 +126,74 @@ async def test_a_streamed_call_resolves_each_caller_when_its_own_result_arrives(
     release_slow.set()
     assert await asyncio.wait_for(slow, 2.0) == "SLOW"
     assert coalescer.calls == 1
+
+
+async def test_results_that_finish_together_share_one_stream_item() -> None:
+    async def handle(x: int) -> int:
+        await asyncio.sleep(0.01 if x < 6 else 0.2)
+        return x * 10
+
+    groups = [group async for group in fan_out_stream(handle, list(range(8)))]
+    assert [sorted(groups[0]), sorted(groups[1])] == [
+        [(i, i * 10) for i in range(6)],
+        [(6, 60), (7, 70)],
+    ]
+
+
+async def test_a_grouped_stream_gives_each_caller_its_own_result_or_its_own_failure() -> None:
+    async def handle(request: int) -> int:
+        await asyncio.sleep(0.001 * (request % 4))  # several groups
+        if request == 5:
+            raise ValueError("bad five")
+        return request * 10
+
+    def send(key: object, requests: list[int]) -> Any:
+        return fan_out_stream(handle, requests)
+
+    coalescer: Coalescer[int, int] = Coalescer(send, window_s=0.01, max_batch=64)
+    futures = [coalescer.submit(i) for i in range(12)]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert coalescer.calls == 1
+    assert [r for i, r in enumerate(results) if i != 5] == [i * 10 for i in range(12) if i != 5]
+    assert isinstance(results[5], CoalescedRequestError)
+    assert "ValueError: bad five" in str(results[5])
+
+
+async def test_a_fast_caller_resolves_while_a_slow_neighbour_runs_even_with_a_linger() -> None:
+    """The linger holds a finished result at most `linger_s`, never until a slow one ends."""
+    release_slow = asyncio.Event()
+
+    async def handle(request: str) -> str:
+        if request == "slow":
+            await release_slow.wait()
+        return request.upper()
+
+    def send(key: object, requests: list[str]) -> Any:
+        return fan_out_stream(handle, requests, linger_s=0.005)
+
+    coalescer: Coalescer[str, str] = Coalescer(send, window_s=0.0, max_batch=8)
+    slow = coalescer.submit("slow")
+    fast = [coalescer.submit(f"fast{i}") for i in range(3)]
+    assert await asyncio.wait_for(asyncio.gather(*fast), 1.0) == ["FAST0", "FAST1", "FAST2"]
+    assert not slow.done()
+    release_slow.set()
+    assert await asyncio.wait_for(slow, 2.0) == "SLOW"
+    assert coalescer.calls == 1
+
+
+async def test_a_stream_closed_early_cancels_the_requests_still_running() -> None:
+    cancelled = asyncio.Event()
+
+    async def handle(request: str) -> str:
+        if request == "slow":
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+        return request
+
+    stream = fan_out_stream(handle, ["fast", "slow"])
+    assert await anext(stream) == [(0, "fast")]
+    await stream.aclose()
+    await asyncio.wait_for(cancelled.wait(), 1.0)
