@@ -119,20 +119,20 @@ class ServiceConfig(_Strict):
         64, ge=1, description="most requests in one coalesced call; 1: one call per request"
     )
     coalesce_linger_s: float = Field(
-        0.0,
+        0.0005,
         ge=0,
         le=0.1,
         description="how long a replica holds a finished result of a coalesced call for others "
-        "finishing with it (one stream item); 0: only what finished by then",
+        "finishing with it (one stream item; never longer); 0: only what finished by then",
     )
     affinity: bool = Field(
         True, description="with more than one replica, send every request of a tree to one"
     )
     affinity_buckets_per_replica: int = Field(
-        8,
+        4,
         ge=1,
         description="trees hash into this many buckets per replica; a bucket's requests share "
-        "coalesced calls and one replica",
+        "coalesced calls and one replica (more: better spread, smaller calls, more CPU)",
     )
     affinity_fallback_replicas: int = Field(
         2, ge=0, description="replicas tried after a tree's own when its queue is full"

@@ -15,11 +15,16 @@ that window.  Everything is counted, the `sleep` engine's few microseconds per c
 and Ray's idle background included (printed separately), so the number is an upper
 bound on the pipeline's cost.
 
-Two modes, same cluster, same run: `one call per request` (`coalesce_max_batch: 1`,
-the path before coalescing) and `coalesced` (the service defaults).  The last line
-is `cpu_ms_per_request=<float>` for the coalesced mode.
+Modes, same cluster, same run: `one call per request` (`coalesce_max_batch: 1`,
+the path before coalescing); coalesced on 2 replicas of each deployment routed by
+tree (trees hashed into `affinity_buckets_per_replica` buckets per replica, one
+call per bucket); coalesced with each `--linger` (the replica holding a finished
+result that long for others to share its stream item); and `coalesced` (the
+service defaults, 1 replica).  The last line is `cpu_ms_per_request=<float>` for
+the default coalesced mode.
 
     PYTHONPATH=. .venv/bin/python benchmarks/coalescing_cpu.py [--trees 64] [--seconds 15]
+        [--linger 0.0005,0.002] [--buckets 8]
 """
 
 from __future__ import annotations
@@ -123,8 +128,17 @@ class SearchBench:
                 done["policy_requests"] += result.tokens.policy_requests
                 done["scorer_requests"] += result.tokens.scorer_requests
 
+        calls0 = self._calls()
         await asyncio.gather(*(one_lane() for _ in range(trees)))
+        done["serve_calls"] = self._calls() - calls0
         return done
+
+    def _calls(self) -> int:
+        """Serve calls this actor made for engine requests (coalesced calls, or one each)."""
+        coalesced = sum(
+            c.calls for client in (self.policy, self.scorer) for c in client._coalescers.values()
+        )
+        return coalesced if self.policy.coalesced else -1
 
 
 async def _engine_calls(replicas: int) -> int:
@@ -166,6 +180,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--latency", type=float, default=0.001)
     parser.add_argument("--budget", type=int, default=400)
+    parser.add_argument(
+        "--linger", default="0.001", help="comma-separated coalesce_linger_s values to compare"
+    )
+    parser.add_argument(
+        "--buckets", default="8", help="comma-separated affinity_buckets_per_replica (2 replicas)"
+    )
     args = parser.parse_args()
 
     import ray
@@ -173,13 +193,18 @@ def main() -> None:
     from actors.config import ScorerConfig, ServiceConfig, SleepConfig
     from actors.serve import deploy_policy, deploy_scorer
 
+    load_before = os.getloadavg()[0]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     engine = SleepConfig(latency_s=args.latency, output_tokens=8)
-    modes: dict[str, dict[str, Any]] = {
-        "one call per request": {"coalesce_max_batch": 1},
-        "coalesced, 2 replicas routed by tree": {"num_replicas": 2},
-        "coalesced": {},
-    }
+    modes: dict[str, dict[str, Any]] = {"one call per request": {"coalesce_max_batch": 1}}
+    for buckets in (int(b) for b in args.buckets.split(",") if b):
+        modes[f"coalesced, 2 replicas routed by tree, {buckets} buckets per replica"] = {
+            "num_replicas": 2,
+            "affinity_buckets_per_replica": buckets,
+        }
+    for linger in (float(x) for x in args.linger.split(",") if x):
+        modes[f"coalesced, linger {linger * 1000:g} ms"] = {"coalesce_linger_s": linger}
+    modes["coalesced (defaults)"] = {}
     deploy_policy(ServiceConfig(engine=engine, max_ongoing_requests=1024))
     deploy_scorer(
         ScorerConfig(engine=engine, max_ongoing_requests=1024, genprm={"max_analysis_tokens": 8})
@@ -206,8 +231,10 @@ def main() -> None:
 
     print(
         f"\n{args.trees} trees in flight in one actor, BG-MCTS B={args.budget}, sleep engine "
-        f"{args.latency * 1000:g} ms, {args.seconds:g} s measured per mode, {os.cpu_count()} CPUs "
-        f"(shared machine); Ray idle background {idle:.3f} CPU s/s (included below)\n"
+        f"{args.latency * 1000:g} ms, {args.seconds:g} s measured per mode, {os.cpu_count()} CPUs; "
+        f"1-min load average {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after "
+        f"(above ~2.5 on 2 cores: other work shared the machine); Ray idle background "
+        f"{idle:.3f} CPU s/s (included below)\n"
     )
     roles = (
         "search actor",
@@ -220,20 +247,26 @@ def main() -> None:
     print(
         "| mode | engine requests | engine req/s | search requests | CPU s | "
         + " | ".join(roles)
-        + " | CPU ms / engine request | CPU ms / search request |"
+        + " | search requests / Serve call | CPU ms / engine request | CPU ms / search request |"
     )
-    print("|---|" + "---:|" * (6 + len(roles)))
+    print("|---|" + "---:|" * (7 + len(roles)))
     for mode, r in rows:
         total = sum(r["cpu"].values())
         requests = r["policy_requests"] + r["scorer_requests"]
         per_role = " | ".join(f"{r['cpu'].get(role, 0.0):.2f}" for role in roles)
         print(
             f"| {mode} | {r['engine_calls']} | {r['engine_calls'] / r['wall']:.0f} | {requests} | "
-            f"{total:.2f} | {per_role} | {1000 * total / r['engine_calls']:.3f} | "
+            f"{total:.2f} | {per_role} | "
+            f"{requests / r['serve_calls'] if r['serve_calls'] > 0 else 1:.1f} | "
+            f"{1000 * total / r['engine_calls']:.3f} | "
             f"{1000 * total / requests:.3f} |"
         )
-    before, _, after = (sum(r["cpu"].values()) / r["engine_calls"] for _, r in rows)
-    print(f"\nratio before / after: {before / after:.1f}x")
+    before, after = (sum(r["cpu"].values()) / r["engine_calls"] for _, r in (rows[0], rows[-1]))
+    print(
+        "\nsearch actor: the Serve clients, coalescer and search; replicas: Serve's replica "
+        "machinery, the fan-out and the sleep engine; Ray system: raylet, GCS, agents"
+    )
+    print(f"ratio one call per request / coalesced (defaults): {before / after:.1f}x")
     print(f"cpu_ms_per_request={1000 * after:.3f}")
 
 

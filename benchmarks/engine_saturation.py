@@ -19,6 +19,17 @@ first request they saw to the last they finished:
 * ratio_to_ceiling: the busier engine's utilisation, i.e. problems/s divided by the
   problems/s the bottleneck engine could give if it always ran a full batch.
 
+Where our CPU is the limit: each setting runs in its own process (its own Ray
+cluster) under `--cell-timeout-s`; the parent reads /proc for the CPU time of that
+process and everything it started (Ray's processes, actors, replicas) and prints it
+as cores used, next to the whole machine's busy share.  A setting that uses about all
+the cores (`our cores` near the core count) is CPU-limited on this machine, whatever
+its ratio; one that runs past the timeout is reported as such (with its CPU use)
+instead of holding up the grid.  A setting's problems (2 waves of trees) pass
+through an engine that at best serves about 2.5 problems/s at the defaults, so a
+setting needs at least problems / 2.5 s: cells above ~500 problems need a timeout
+above the default.
+
     PYTHONPATH=. .venv/bin/python benchmarks/engine_saturation.py --quick
     PYTHONPATH=. .venv/bin/python benchmarks/engine_saturation.py --trees 1,16,64 --actors 1,2
     ... --barrier: the same with main's batch barrier (the "before" numbers)
@@ -29,12 +40,17 @@ With --quick the last line is exactly `ratio_to_ceiling=<float>` for the quick s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +137,10 @@ class Result:
     max_running: dict[str, int]
     cache_hit: dict[str, float]
     tree_wall_s: list[float]
+    our_cores: float = 0.0  # CPU s of the setting's processes per wall s (set by the parent)
+    machine_busy: float = 0.0  # the whole machine's busy share, other users included
+    timed_out_s: float = 0.0  # > 0: did not finish within this many seconds
+    notes: list[str] = field(default_factory=list)
 
     @property
     def problems_per_s(self) -> float:
@@ -217,15 +237,115 @@ def run_setting(
     )
 
 
-def _row(r: Result) -> str:
+def _cpu_note(r: Result, cores: int) -> str:
+    limited = r.our_cores >= 0.85 * cores
+    return (
+        f"{r.our_cores:.2f} of {cores}{' (CPU-limited)' if limited else ''} | {r.machine_busy:.0%}"
+    )
+
+
+def _row(r: Result, cores: int) -> str:
+    if r.timed_out_s:
+        return (
+            f"| {r.actors} | {r.trees} | {r.problems} | did not finish in {r.timed_out_s:.0f} s "
+            f"| - | - | - | - | - | - | - | {_cpu_note(r, cores)} |"
+        )
     walls = sorted(r.tree_wall_s)
     return (
         f"| {r.actors} | {r.trees} | {r.problems} | {r.window_s:.1f} | {r.problems_per_s:.2f} "
         f"| {r.utilisation['policy']:.2f} | {r.utilisation['scorer']:.2f} "
         f"| {r.max_running['policy']}/{r.max_running['scorer']} "
         f"| {r.cache_hit['policy']:.0%}/{r.cache_hit['scorer']:.0%} "
-        f"| {statistics.median(walls):.1f}/{walls[-1]:.1f} | {r.ratio:.2f} |"
+        f"| {statistics.median(walls):.1f}/{walls[-1]:.1f} | {r.ratio:.2f} "
+        f"| {_cpu_note(r, cores)} |"
     )
+
+
+# ------------------------------------------------ one setting per process, under a timeout
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_ticks(root: int, seen: dict[int, int]) -> None:
+    """Record in `seen` the user + system CPU ticks of `root` and its live descendants
+    (a process that ended keeps the ticks it was last seen with)."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            parents[int(entry)] = int(fields[1])
+            ticks[int(entry)] = int(fields[11]) + int(fields[12])
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, ppid in parents.items():
+        children[ppid].append(pid)
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in ticks:
+            seen[pid] = ticks[pid]
+        todo.extend(children.get(pid, ()))
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def run_cell(
+    args: argparse.Namespace, actors: int, trees: int, problems: int, root: Path
+) -> Result:
+    """Run one setting in a child process; kill it (and its Ray) past the timeout."""
+    out = root / f"cell-a{actors}-t{trees}.json"
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        *args.passthrough,
+        "--cell",
+        f"{actors},{trees},{problems}",
+        "--cell-out",
+        str(out),
+    ]
+    # its own session: on a timeout the whole group (its Ray processes too) goes
+    child = subprocess.Popen(command, start_new_session=True)
+    start, (busy0, total0) = time.perf_counter(), _machine_ticks()
+    ticks: dict[int, int] = {}  # pid -> CPU ticks, for the child and all it started
+    deadline = start + args.cell_timeout_s
+    timed_out = False
+    while child.poll() is None:
+        _tree_ticks(child.pid, ticks)
+        if time.perf_counter() > deadline:
+            timed_out = True
+            child.send_signal(signal.SIGINT)  # the driver shuts its Ray down
+            try:
+                child.wait(30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            break
+        time.sleep(1)
+    wall = time.perf_counter() - start
+    # whatever of its session is left (Ray's processes share the child's group)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    busy1, total1 = _machine_ticks()
+    if not timed_out and child.returncode != 0:
+        raise SystemExit(f"setting a{actors} t{trees} failed (exit {child.returncode})")
+    if timed_out:
+        result = Result(actors, trees, problems, 0.0, wall, {}, {}, {}, [])
+        result.timed_out_s = args.cell_timeout_s
+    else:
+        result = Result(**json.loads(out.read_text()))
+    result.our_cores = sum(ticks.values()) / _TICK / wall
+    result.machine_busy = (busy1 - busy0) / max(total1 - total0, 1)
+    return result
 
 
 def _ints(text: str) -> list[int]:
@@ -238,6 +358,9 @@ def main() -> None:
     parser.add_argument("--trees", type=_ints, default=[1, 4, 16, 64, 256])
     parser.add_argument("--actors", type=_ints, default=[1, 2, 4])
     parser.add_argument("--problems", type=int, default=0, help="per setting; 0: 2 waves")
+    parser.add_argument(
+        "--cell-timeout-s", type=float, default=600.0, help="a setting still running is cut off"
+    )
     parser.add_argument("--max-seqs", type=int, default=32, help="the engines' max_seqs")
     parser.add_argument("--time-scale", type=float, default=4.0)
     parser.add_argument("--output-tokens", type=int, default=16)
@@ -247,53 +370,85 @@ def main() -> None:
     parser.add_argument(
         "--barrier", action="store_true", help="main's batch barrier instead of continuous trees"
     )
+    parser.add_argument("--cell", help=argparse.SUPPRESS)  # a,t,n: run one setting here
+    parser.add_argument("--cell-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.passthrough = [
+        f"--max-seqs={args.max_seqs}",
+        f"--time-scale={args.time_scale}",
+        f"--output-tokens={args.output_tokens}",
+        f"--steps={args.steps}",
+        f"--slow-every={args.slow_every}",
+        f"--slow-factor={args.slow_factor}",
+        *(["--barrier"] if args.barrier else []),
+    ]
+    if args.cell:
+        _run_one_cell(args)
+        return
 
-    import ray
-    from ray import serve
-
-    from pipeline.cluster import quiet_ray
-
-    quiet_ray()
-    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
-    _install_stats_deployments()
-    if args.barrier:
-        _install_batch_barrier()
+    cores = os.cpu_count() or 2
     if args.quick:
         settings = [(QUICK["actors"], QUICK["trees"], QUICK["problems"])]
     else:
         settings = [
             (a, t, args.problems or max(8, 2 * a * t)) for a in args.actors for t in args.trees
         ]
+    print(
+        f"1-min load average before the run: {os.getloadavg()[0]:.1f} on {cores} cores "
+        "(above ~2.5: other work shared the machine)",
+        flush=True,
+    )
     results = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="engine-saturation-") as tmp:
-            for actors, trees, problems in settings:
-                result = run_setting(args, actors, trees, problems, Path(tmp))
-                results.append(result)
-                print(_row(result), flush=True)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    with tempfile.TemporaryDirectory(prefix="engine-saturation-") as tmp:
+        for actors, trees, problems in settings:
+            result = run_cell(args, actors, trees, problems, Path(tmp))
+            results.append(result)
+            print(_row(result, cores), flush=True)
 
     print(
         f"\nLoad model: the cited H100 curve (step 7.4 ms + 0.051 ms per sequence, prefill "
         f"24,000 tokens/s, 400k-token prefix cache), max_seqs {args.max_seqs}, time_scale "
         f"{args.time_scale}; BG-MCTS, {args.output_tokens} tokens per completion, budget "
         f"{args.output_tokens * 2 * args.steps}; every {args.slow_every}th tree "
-        f"{args.slow_factor:g}x longer; {os.cpu_count()} CPU cores; "
-        f"{'batch barrier (main before)' if args.barrier else 'continuous trees'}.\n"
+        f"{args.slow_factor:g}x longer; {cores} CPU cores; "
+        f"{'batch barrier (main before)' if args.barrier else 'continuous trees'}; "
+        f"1-min load average after the run: {os.getloadavg()[0]:.1f}.\n"
+        "our cores: CPU s of the setting's processes (driver, Ray, actors, replicas) per wall "
+        "s, from /proc; CPU-limited: 85% or more of the cores. machine busy: every process "
+        "on the machine, other users' included.\n"
     )
     print(
         "| actors | trees/actor | problems | window s | problems/s | policy util "
         "| scorer util | max running p/s | prompt cache hit p/s | tree wall s median/max "
-        "| ratio to ceiling |"
+        "| ratio to ceiling | our cores | machine busy |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|---:|")
     for result in results:
-        print(_row(result))
+        print(_row(result, cores))
     if args.quick:
-        print(f"ratio_to_ceiling={results[0].ratio:.3f}")
+        print(f"ratio_to_ceiling={results[0].ratio if not results[0].timed_out_s else 0.0:.3f}")
+
+
+def _run_one_cell(args: argparse.Namespace) -> None:
+    """Child process: one setting on its own Ray cluster; the result as JSON."""
+    import ray
+    from ray import serve
+
+    from pipeline.cluster import quiet_ray
+
+    actors, trees, problems = _ints(args.cell)
+    quiet_ray()
+    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
+    _install_stats_deployments()
+    if args.barrier:
+        _install_batch_barrier()
+    try:
+        with tempfile.TemporaryDirectory(prefix="engine-saturation-cell-") as tmp:
+            result = run_setting(args, actors, trees, problems, Path(tmp))
+        Path(args.cell_out).write_text(json.dumps(asdict(result)))
+    finally:
+        serve.shutdown()
+        ray.shutdown()
 
 
 if __name__ == "__main__":
