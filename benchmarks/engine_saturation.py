@@ -415,7 +415,8 @@ def main() -> None:
         f"1-min load average after the run: {os.getloadavg()[0]:.1f}.\n"
         "our cores: CPU s of the setting's processes (driver, Ray, actors, replicas) per wall "
         "s, from /proc; CPU-limited: 85% or more of the cores. machine busy: every process "
-        "on the machine, other users' included.\n"
+        "on the machine, other users' included (near 100% with few cores of ours: other work "
+        "starved the setting; its numbers say little about the pipeline).\n"
     )
     print(
         "| actors | trees/actor | problems | window s | problems/s | policy util "
