@@ -187,7 +187,7 @@ def _synthesize(
             if live is not None:
                 live.stop()
             ray.kill(board)
-    summary.rows = {kind: sink.read(kind).num_rows for kind in RECORD_TYPES}
+    summary.rows = {kind: sink.count(kind) for kind in RECORD_TYPES}
     summary.wall_time_s = time.perf_counter() - start
     write_manifest(config, sink.run_dir, summary=_summary_fields(summary))
     try:
