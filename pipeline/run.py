@@ -148,7 +148,7 @@ def _synthesize(
         # Live counters: the search actors push to this board while their trees run.
         board_name = f"{BOARD_NAME}-{uuid.uuid4().hex[:8]}"
         board: Any = ray.remote(num_cpus=0)(ProgressBoard).options(name=board_name).remote()
-        problems = problem_stream(config.source, str(config.output_root), run_id)
+        problems = problem_stream(config.source, config.output_root, run_id)
         dataset = search_stage(problems, config, SearchActor, board_name)
         live = None
         if progress is not None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -37,7 +38,16 @@ from ray.data.datasource import ReadTask
 
 from pipeline.records import error_row
 from pipeline.sink import ParquetSink
-from pipeline.sources import AnySource, Record, is_error, iter_records
+from pipeline.sources import (
+    AnySource,
+    HFSource,
+    JsonlSource,
+    ParquetSource,
+    Record,
+    is_error,
+    iter_records,
+)
+from pipeline.storage import is_remote
 
 # One source record as a row: problem rows have `error` null, error rows `problem` null.
 RECORD_SCHEMA = pa.schema(
@@ -200,13 +210,30 @@ class ResumeFilter:
         return pa.Table.from_pylist(tally + problems, schema=ROW_SCHEMA)
 
 
-def problem_stream(source: AnySource, output_root: str, run_id: str) -> ray.data.Dataset:
+def for_workers(source: AnySource) -> AnySource:
+    """The source with local paths made absolute: a Ray worker's working directory need
+    not be the driver's.  (Locators keep using the file's name only.)"""
+    if isinstance(source, JsonlSource | ParquetSource):
+        return source.model_copy(update={"path": source.path.expanduser().resolve()})
+    if isinstance(source, HFSource):
+        update: dict[str, Any] = {}
+        if Path(source.name).expanduser().exists():  # a local folder, not a Hub id
+            update["name"] = str(Path(source.name).expanduser().resolve())
+        if source.cache_dir is not None:
+            update["cache_dir"] = source.cache_dir.expanduser().resolve()
+        return source.model_copy(update=update)
+    return source
+
+
+def problem_stream(source: AnySource, output_root: str | Path, run_id: str) -> ray.data.Dataset:
     """Source -> resume filter -> one row per block: what the search stage consumes."""
+    if not is_remote(output_root):
+        output_root = Path(output_root).expanduser().resolve()
     return (
-        read_records(source)
+        read_records(for_workers(source))
         .map_batches(
             ResumeFilter,
-            fn_constructor_kwargs={"output_root": output_root, "run_id": run_id},
+            fn_constructor_kwargs={"output_root": str(output_root), "run_id": run_id},
             batch_format="pyarrow",
             batch_size=None,
             compute=ray.data.ActorPoolStrategy(size=1),
