@@ -153,7 +153,8 @@ def main() -> None:
             started = time.perf_counter()
             results[rows] = _child(CHILD, json.dumps(spec))
             print(
-                f"source of {rows:,} rows: {time.perf_counter() - started:.0f} s",
+                f"source of {rows:,} rows: {time.perf_counter() - started:.0f} s "
+                f"{json.dumps(results[rows])}",
                 file=sys.stderr,
                 flush=True,
             )

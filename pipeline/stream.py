@@ -6,9 +6,9 @@
       -> map_batches(ResumeFilter)         drops problems whose tree is committed and
                                            source errors already written, reading only
                                            the sink's id columns, in its own actor
-      -> repartition(target_num_rows_per_block=1)
-                                           one problem per block: the search stage then
-                                           gets one problem per call (continuous trees)
+      -> one row per block                 (the dataset's target_max_block_size: 1 byte)
+                                           the search stage then gets one problem per
+                                           call (continuous trees)
 
 Why a `Datasource` of our own rather than `ray.data.read_json` / `read_parquet` /
 `from_huggingface`: pyarrow's JSON reader fails a whole block on one malformed line and
@@ -226,18 +226,29 @@ def for_workers(source: AnySource) -> AnySource:
 
 
 def problem_stream(source: AnySource, output_root: str | Path, run_id: str) -> ray.data.Dataset:
-    """Source -> resume filter -> one row per block: what the search stage consumes."""
+    """Source -> resume filter -> one row per block: what the search stage consumes.
+
+    One row per block comes from the dataset's own `target_max_block_size` (1 byte: every
+    block a map or read task yields is cut after each row), a public `DataContext` field
+    that a Dataset captures when it is created.  Not `repartition(target_num_rows_per_block=1)`:
+    that runs as Ray Data tasks reserving 1 CPU each (Ray Data's default for map tasks,
+    and `repartition` takes no resource arguments), so a run whose search actors reserve
+    every CPU hung (measured: 2 actors x 1 CPU on a 2-CPU cluster, no problem started).
+    Every stage here reserves no CPU.
+    """
     if not is_remote(output_root):
         output_root = Path(output_root).expanduser().resolve()
-    return (
-        read_records(for_workers(source))
-        .map_batches(
+    context = ray.data.DataContext.get_current()
+    saved = context.target_max_block_size
+    context.target_max_block_size = 1  # sealed into the datasets created below
+    try:
+        return read_records(for_workers(source)).map_batches(
             ResumeFilter,
             fn_constructor_kwargs={"output_root": str(output_root), "run_id": run_id},
             batch_format="pyarrow",
-            batch_size=None,
+            batch_size=BLOCK_ROWS,  # one resume call (and at most one tally) per 1,024 rows
             compute=ray.data.ActorPoolStrategy(size=1),
             num_cpus=0,
         )
-        .repartition(target_num_rows_per_block=1)
-    )
+    finally:
+        context.target_max_block_size = saved
