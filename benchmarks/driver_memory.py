@@ -1,7 +1,8 @@
 """Driver memory of a whole synthesis run: does it depend on the source's size?
 
     python benchmarks/driver_memory.py                  # the issue's run: 1M and 10k rows,
-                                                        # 10,000 problems each (~15-30 min)
+                                                        # 10,000 problems each (~40 min on
+                                                        # a loaded 2-core machine)
     python benchmarks/driver_memory.py --limit 2000     # what fits in a few minutes
 
 For each source (a generated JSONL file of `--rows` rows, then one of `--small-rows`
