@@ -1,54 +1,104 @@
-"""Driver memory before the search starts: how much the source's size costs the driver.
+"""Driver memory of a whole synthesis run: does it depend on the source's size?
 
-    python benchmarks/driver_memory.py [--rows 1000000] [--small-rows 10000] [--limit 10000]
+    python benchmarks/driver_memory.py                  # the issue's run: 1M and 10k rows,
+                                                        # 10,000 problems each (~40 min on
+                                                        # a loaded 2-core machine)
+    python benchmarks/driver_memory.py --limit 2000     # what fits in a few minutes
 
-Measures, in a fresh subprocess per source (RSS is the driver's resident set, from
-/proc/self/status), what today's driver does before Ray Data sees a problem:
-`load_problems` (JSONL source, `limit` problems selected) and the resume filter
-(`pending` against an empty run).  A generated source of `--rows` rows and one of
-`--small-rows` rows, same `--limit`.
+For each source (a generated JSONL file of `--rows` rows, then one of `--small-rows`
+rows) a fresh driver process runs `pipeline.run.synthesize` on a local Ray cluster with
+`configs/smoke-sleep.yaml`'s load model (its policy, scorer and engine settings; the
+model-free engine with an H100's timing), `limit` = `--limit` problems of the source.
+The driver's RSS (/proc/self/status VmRSS) is sampled when a problem is committed
+(the sink's `write_batch`, wrapped in the child process only):
 
-This is the part of issue 10's benchmark that runs without a Ray cluster: the source
-still goes through a Python list in the driver (ids are de-duplicated over the whole
-source and the seeded shuffle needs every row), so this is the growth the streaming
-source has to remove.  The end-to-end version (search actors, sleep engine, RSS after
-1,000 and 10,000 problems) is not written yet.  The last line is
-`driver_rss_growth_mb=<float>` for the large source (RSS after the resume filter minus
-RSS after imports; the peak column shows the transient cost of reading the whole source).
+* `imports`: before `synthesize` (modules imported, nothing started);
+* `start`: the first problem committed (Ray, Serve and the stream are up);
+* `1,000` and `limit`: after that many problems are committed;
+* `peak`: VmHWM over the whole run (the end-of-run report included).
+
+The last line is `driver_rss_growth_mb=<float>`: RSS after `limit` problems minus RSS
+at `start`, for the large source.  Trees are shortened to keep 10,000 problems within
+minutes on 2 cores: `--budget 32` (one expansion of 2 choices of 16 tokens; the config
+has 96) and `--trees-per-actor 32` (the config has 8); everything else is the config's.
+
+With `--shuffle-rows N` (default: `--rows`) it also measures what a seeded shuffle of
+the source costs the read task (`sources.iter_records`, run in a fresh process like a
+Ray worker): time and peak RSS over the process's baseline, for `limit` records.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
-import json, sys, tempfile
+import json, sys, time
 def rss_mb(field="VmRSS:"):
     for line in open("/proc/self/status"):
         if line.startswith(field):
             return int(line.split()[1]) / 1024
     return 0.0
-start = rss_mb()
-from pipeline.resume import pending
-from pipeline.sink import ParquetSink
-from pipeline.sources import load_problems, parse_source
-imported = rss_mb()
-src, limit = sys.argv[1], int(sys.argv[2])
-cfg = parse_source({"kind": "jsonl", "path": src, "limit": limit,
+from pipeline.config import load_run_config
+from pipeline.sources import parse_source
+import pipeline.run as run
+args = json.loads(sys.argv[1])
+marks = {1: "start", 1000: "1000", args["limit"]: "limit"}
+samples = {"series": []}
+done = [0]
+class SamplingSink(run.ParquetSink):
+    def write_batch(self, records):
+        batch = super().write_batch(records)
+        errors = records.get("errors", [])
+        if records.get("trees") or any(e.get("stage") != "source" for e in errors):
+            done[0] += 1
+            if done[0] in marks:
+                samples[marks[done[0]]] = rss_mb()
+            if done[0] % 1000 == 0:
+                samples["series"].append([done[0], round(rss_mb(), 1)])
+        return batch
+run.ParquetSink = SamplingSink
+config = load_run_config(args["config"], output_root=args["out"])
+source = {"kind": "jsonl", "path": args["source"], "limit": args["limit"],
+          "columns": {"problem": "question", "reference": "answer", "id": "id"}}
+config = config.model_copy(update={
+    "run_id": "driver-memory", "budget": args["budget"],
+    "trees_per_actor": args["trees_per_actor"],
+    "source": parse_source(source),
+})
+samples["imports"] = rss_mb()
+t0 = time.perf_counter()
+summary = run.synthesize(config, progress=None)
+print(json.dumps({**samples, "end": rss_mb(), "peak": rss_mb("VmHWM:"),
+                  "searched": summary.searched, "errors": summary.errors,
+                  "problems": summary.problems, "wall_s": time.perf_counter() - t0}))
+"""
+
+SHUFFLE_CHILD = r"""
+import json, sys, time
+def rss_mb(field="VmRSS:"):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+    return 0.0
+from pipeline.sources import iter_records, parse_source
+base = rss_mb()
+cfg = parse_source({"kind": "jsonl", "path": sys.argv[1], "limit": int(sys.argv[2]),
+                    "shuffle_seed": int(sys.argv[3]),
                     "columns": {"problem": "question", "reference": "answer", "id": "id"}})
-loaded = load_problems(cfg)
-after_load = rss_mb()
-with tempfile.TemporaryDirectory() as out:
-    todo, bad = pending(loaded, ParquetSink(out, "bench", readonly=True))
-after_resume = rss_mb()
-print(json.dumps({"start": start, "imported": imported, "after_load": after_load,
-                  "after_resume": after_resume, "peak": rss_mb("VmHWM:"),
-                  "problems": len(todo)}))
+t0 = time.perf_counter()
+n = sum(1 for _ in iter_records(cfg))
+print(json.dumps({"records": n, "seconds": time.perf_counter() - t0,
+                  "base": base, "peak": rss_mb("VmHWM:")}))
 """
 
 
@@ -59,16 +109,21 @@ def _source(path: Path, rows: int) -> None:
             handle.write(json.dumps(row) + "\n")
 
 
-def _measure(path: Path, limit: int) -> dict[str, float]:
-    repo = Path(__file__).resolve().parents[1]
+def _child(code: str, *argv: str) -> dict[str, Any]:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)  # a local cluster of its own
+    env["PYTHONPATH"] = str(REPO)
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), str(limit)],
-        cwd=repo,
+        [sys.executable, "-c", code, *argv],
+        cwd=REPO,
+        env=env,
         capture_output=True,
         text=True,
-        check=True,
     )
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"the measuring process failed (exit {done.returncode})")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -77,26 +132,63 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--small-rows", type=int, default=10_000)
     parser.add_argument("--limit", type=int, default=10_000)
+    parser.add_argument("--budget", type=int, default=32)
+    parser.add_argument("--trees-per-actor", type=int, default=32)
+    parser.add_argument("--config", default=str(REPO / "configs" / "smoke-sleep.yaml"))
+    parser.add_argument("--shuffle-rows", type=int, default=None, help="0: skip the shuffle")
     args = parser.parse_args()
+    shuffle_rows = args.rows if args.shuffle_rows is None else args.shuffle_rows
     with tempfile.TemporaryDirectory() as temp:
-        results = {}
-        for rows in (args.small_rows, args.rows):
+        results: dict[int, dict[str, Any]] = {}
+        for rows in (args.rows, args.small_rows):
             path = Path(temp) / f"source-{rows}.jsonl"
             _source(path, rows)
-            results[rows] = _measure(path, args.limit)
+            spec = {
+                "config": args.config,
+                "out": str(Path(temp) / f"out-{rows}"),
+                "source": str(path),
+                "limit": args.limit,
+                "budget": args.budget,
+                "trees_per_actor": args.trees_per_actor,
+            }
+            started = time.perf_counter()
+            results[rows] = _child(CHILD, json.dumps(spec))
+            print(
+                f"source of {rows:,} rows: {time.perf_counter() - started:.0f} s "
+                f"{json.dumps(results[rows])}",
+                file=sys.stderr,
+                flush=True,
+            )
+        shuffle = None
+        if shuffle_rows:
+            path = Path(temp) / f"source-{shuffle_rows}.jsonl"
+            if not path.exists():
+                _source(path, shuffle_rows)
+            shuffle = _child(SHUFFLE_CHILD, str(path), str(args.limit), "0")
     print(
-        "| source rows | problems | RSS after imports (MB) | after load_problems "
-        "| after resume filter | peak RSS | growth (MB) |"
+        f"| source rows | problems | RSS before run (MB) | at start | after 1,000 "
+        f"| after {args.limit:,} | growth start->{args.limit:,} | peak RSS | run (s) |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for rows, r in results.items():
-        growth = r["after_resume"] - r["imported"]
+        growth = r["limit"] - r["start"]
         print(
-            f"| {rows:,} | {int(r['problems']):,} | {r['imported']:.0f} | {r['after_load']:.0f} "
-            f"| {r['after_resume']:.0f} | {r['peak']:.0f} | {growth:.1f} |"
+            f"| {rows:,} | {int(r['problems']):,} | {r['imports']:.0f} | {r['start']:.0f} "
+            f"| {r.get('1000', float('nan')):.0f} | {r['limit']:.0f} | {growth:.1f} "
+            f"| {r['peak']:.0f} | {r['wall_s']:.0f} |"
+        )
+    for rows, r in results.items():
+        series = ", ".join(f"{n:,}: {mb:.0f}" for n, mb in r["series"])
+        print(f"RSS (MB) every 1,000 problems, {rows:,}-row source: {series}")
+    if shuffle is not None:
+        print(
+            f"seeded shuffle of {shuffle_rows:,} rows, {int(shuffle['records']):,} selected "
+            f"(read task, 3 passes): {shuffle['seconds']:.1f} s, peak RSS "
+            f"{shuffle['peak']:.0f} MB ({shuffle['peak'] - shuffle['base']:.0f} MB over "
+            "the process baseline)"
         )
     big = results[args.rows]
-    print(f"driver_rss_growth_mb={big['after_resume'] - big['imported']:.1f}")
+    print(f"driver_rss_growth_mb={big['limit'] - big['start']:.1f}")
 
 
 if __name__ == "__main__":

@@ -101,6 +101,7 @@ class LiveProgress:
     ) -> None:
         self.fetch = fetch
         self.total = total
+        self.budget = budget
         self.envelope = total * budget
         self.file = file or sys.stderr
         self.every_s = every_s
@@ -112,6 +113,12 @@ class LiveProgress:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="live-progress", daemon=True)
         self._terminal = self.file.isatty()
+
+    def set_total(self, total: int) -> None:
+        """The trees this invocation will search, once the stream has said how many of
+        the selection were done already or bad rows."""
+        self.total = max(0, total)
+        self.envelope = self.total * self.budget
 
     def view(self, snap: Snapshot, now: float | None = None) -> View:
         now = time.perf_counter() if now is None else now

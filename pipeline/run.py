@@ -1,9 +1,14 @@
 """Wires one synthesis run: source -> Ray Data -> search actors -> Parquet (-> Hub).
 
-    problems (resumed: already-written problem_ids skipped)
-      -> ray.data.from_items -> map_batches(SearchActor, ActorPoolStrategy)
+    source (a Ray Data read task streams the selection: `pipeline.stream`)
+      -> resume filter (committed problem_ids dropped, read in a Ray Data actor)
+      -> one problem per block -> map_batches(SearchActor, ActorPoolStrategy)
          (one problem per call, trees_per_actor calls running at once in each actor)
       -> each finished tree committed to the Parquet sink as it streams in
+
+The driver never holds the selection: it checks the source config and counts the
+selection (`sources.check_source`, streaming, stops after skip + limit records), then
+commits and counts what the stream hands it.
 
 The policy and scorer are Serve deployments started here and shared by every
 actor.  Actors restart on failure and their tasks are retried, so a dead
@@ -28,11 +33,9 @@ from pipeline.hub import redact_secrets
 from pipeline.lease import run_lease
 from pipeline.live import LiveProgress
 from pipeline.publishing import MANIFEST
-from pipeline.records import error_row
-from pipeline.resume import pending
 from pipeline.run_report import REPORT_FILES, prices_from_config, write_run_report
 from pipeline.sink import RECORD_TYPES, ParquetSink
-from pipeline.sources import LoadedProblems, load_problems
+from pipeline.sources import check_source
 from pipeline.storage import (
     check_reachable,
     describe_os_error,
@@ -74,15 +77,15 @@ def synthesize(
     start = time.perf_counter()
     install_log_redaction()
     run_id = config.resolved_run_id
-    loaded = load_problems(config.source)
-    if not loaded.problems and not loaded.errors and not config.allow_empty:
+    selection = check_source(config.source)  # config errors: one line, before any work
+    if not selection and not config.allow_empty:
         raise EmptySelection(f"source: the selection is empty ({_describe(config)})")
     check_reachable(open_store(config.output_root))  # a missing bucket: one line, no work
     try:
         with run_lease(config.output_root, run_id):
             return _synthesize(
                 config,
-                loaded,
+                selection,
                 start,
                 progress=progress,
                 progress_every_s=progress_every_s,
@@ -117,7 +120,7 @@ def _describe(config: RunConfig) -> str:
 
 def _synthesize(
     config: RunConfig,
-    loaded: LoadedProblems,
+    selection: int,
     start: float,
     *,
     progress: ProgressTarget,
@@ -129,25 +132,14 @@ def _synthesize(
     from actors.progress import BOARD_NAME, ProgressBoard
     from actors.serve import deploy_policy, deploy_scorer
     from pipeline.search_actor import SearchActor  # imports Ray Serve: only when searching
+    from pipeline.stream import problem_stream
 
     run_id = config.resolved_run_id
     sink = ParquetSink(config.output_root, run_id)
     summary = RunSummary(run_id, sink.run_dir)
     write_manifest(config, sink.run_dir)
-    todo, new_errors = pending(loaded, sink)
-    summary.problems = len(loaded.problems) + len(loaded.errors)
-    summary.skipped = summary.problems - len(todo) - len(new_errors)
-    if new_errors:
-        sink.write_batch(
-            {
-                "errors": [
-                    error_row(e["problem_id"], e["stage"], e["message"], run_id=run_id)
-                    for e in new_errors
-                ]
-            }
-        )
-        summary.errors += len(new_errors)
-    if todo:
+    summary.problems = selection
+    if selection:
         if not verbose:
             quiet_ray()
         start_ray(config.ray_num_cpus, quiet=not verbose)
@@ -156,16 +148,13 @@ def _synthesize(
         # Live counters: the search actors push to this board while their trees run.
         board_name = f"{BOARD_NAME}-{uuid.uuid4().hex[:8]}"
         board: Any = ray.remote(num_cpus=0)(ProgressBoard).options(name=board_name).remote()
-        items = [
-            {"problem_id": p["problem_id"], "problem": p["problem"], "reference": p["reference"]}
-            for p in todo
-        ]
-        dataset = search_stage(items, config, SearchActor, board_name)
+        problems = problem_stream(config.source, config.output_root, run_id)
+        dataset = search_stage(problems, config, SearchActor, board_name)
         live = None
         if progress is not None:
             live = LiveProgress(
                 lambda: dict(ray.get(board.snapshot.remote(), timeout=10)),
-                total=len(todo),
+                total=selection,
                 budget=config.budget,
                 file=sys.stderr if progress == "stderr" else progress,
                 every_s=progress_every_s,
@@ -180,15 +169,25 @@ def _synthesize(
             )
             for batch in batches:
                 table: Any = batch
-                for text in table.column("records").to_pylist():
-                    records: dict[str, list[dict[str, Any]]] = json.loads(text)
-                    sink.write_batch(records)
-                    summary.account(records)
+                for row in table.select(["kind", "records", "skipped"]).to_pylist():
+                    records: dict[str, list[dict[str, Any]]] = json.loads(row["records"])
+                    if row["kind"] == "problem":
+                        sink.write_batch(records)
+                        summary.account(records)
+                        continue
+                    # A tally: source errors to commit once, problems done earlier.
+                    errors = records.get("errors", [])
+                    if errors:
+                        sink.write_batch(records)
+                    summary.errors += len(errors)
+                    summary.skipped += int(row["skipped"])
+                    if live is not None:
+                        live.set_total(live.total - len(errors) - int(row["skipped"]))
         finally:
             if live is not None:
                 live.stop()
             ray.kill(board)
-    summary.rows = {kind: sink.read(kind).num_rows for kind in RECORD_TYPES}
+    summary.rows = {kind: sink.count(kind) for kind in RECORD_TYPES}
     summary.wall_time_s = time.perf_counter() - start
     write_manifest(config, sink.run_dir, summary=_summary_fields(summary))
     try:
@@ -199,8 +198,9 @@ def _synthesize(
     return summary
 
 
-def search_stage(items: list[dict[str, Any]], config: RunConfig, actor: type, board: str) -> Any:
-    """The Ray Data pipeline that searches `items`: one finished tree per output block.
+def search_stage(problems: Any, config: RunConfig, actor: type, board: str) -> Any:
+    """The Ray Data stage that searches `problems` (`pipeline.stream.problem_stream`: one
+    row per block): one finished tree per output block.
 
     Continuous trees: one problem per Ray Data task (one row per block, batch_size 1) and
     up to trees_per_actor tasks running at once in each actor, so an actor starts the
@@ -213,7 +213,7 @@ def search_stage(items: list[dict[str, Any]], config: RunConfig, actor: type, bo
     import ray
 
     per_actor = config.trees_per_actor
-    return ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+    return problems.map_batches(
         actor,
         fn_constructor_kwargs={"run": config.model_dump(mode="json"), "board": board},
         compute=ray.data.ActorPoolStrategy(

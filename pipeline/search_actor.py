@@ -4,7 +4,9 @@ It lives in `pipeline/` (not `actors/`) because it builds records with `pipeline
 and reads the run config: the layers import one way, jobs -> pipeline -> actors -> search.
 
 Ray Data calls it once per problem (a batch of one row) with up to `trees_per_actor`
-calls running at once (`pipeline.run`); every call's search runs on the actor's one
+calls running at once (`pipeline.run`); a row that is no problem (a "tally" of source
+errors and skipped problems, `pipeline.stream`) is passed through for the driver to
+count and commit.  Every call's search runs on the actor's one
 event loop against the *shared* policy and scorer deployments, and returns that tree's
 records the moment it is graded, so the driver commits it while the other trees go on.
 A problem that fails becomes an `errors` record; it never fails the call.
@@ -90,17 +92,37 @@ class SearchActor:
         )
 
     async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        ids = [str(x) for x in batch["problem_id"]]
-        problems = [str(x) for x in batch["problem"]]
-        references = [None if x is None else str(x) for x in batch["reference"]]
-        if self.reporter is not None:
-            self.reporter.start()
-        outputs = await asyncio.gather(
-            *(self.solve(i, p, r) for i, p, r in zip(ids, problems, references, strict=True))
-        )
-        if self.reporter is not None:
-            self.reporter.flush()
-        return {"problem_id": ids, "records": [json.dumps(o) for o in outputs]}
+        """Search every "problem" row; a "tally" row (`pipeline.stream`: source errors to
+        commit, already-done problems skipped) passes through untouched."""
+        n = len(batch["problem_id"])
+        kinds = [str(k) for k in batch["kind"]] if "kind" in batch else ["problem"] * n
+        todo = [i for i in range(n) if kinds[i] == "problem"]
+        records = [""] * n
+        skipped = [0] * n
+        for i in range(n):
+            if kinds[i] != "problem":
+                text = batch["records"][i]
+                records[i] = "{}" if text is None else str(text)
+                skipped[i] = int(batch["skipped"][i])
+        if todo:
+            if self.reporter is not None:
+                self.reporter.start()
+            outputs = await asyncio.gather(
+                *(
+                    self.solve(
+                        str(batch["problem_id"][i]),
+                        str(batch["problem"][i]),
+                        None if batch["reference"][i] is None else str(batch["reference"][i]),
+                    )
+                    for i in todo
+                )
+            )
+            if self.reporter is not None:
+                self.reporter.flush()
+            for i, output in zip(todo, outputs, strict=True):
+                records[i] = json.dumps(output)
+        ids = [None if x is None else str(x) for x in batch["problem_id"]]
+        return {"problem_id": ids, "records": records, "kind": kinds, "skipped": skipped}
 
     def _error(self, problem_id: str, stage: str, error: BaseException | str) -> dict[str, Any]:
         row = dict(error_row(problem_id, stage, error, run_id=self.run_id))

@@ -174,6 +174,13 @@ class ParquetSink:
             self.store.write_bytes(buffer.getvalue(), kind, f"part-{batch}.parquet")
         self.store.write_bytes(b"", _MARKERS, batch)
 
+    def count(self, kind: str) -> int:
+        """Committed rows of one record type, from the Parquet footers (no data read)."""
+        return sum(
+            _parquet().read_metadata(part, filesystem=self.store.fs).num_rows
+            for part in self.parts(kind)
+        )
+
     def read(self, kind: str) -> Any:
         """All committed rows of one record type as a pyarrow Table (schema kept when empty)."""
         parts = self.parts(kind)

@@ -30,13 +30,14 @@ be loaded raises `SourceConfigError`, whose message starts with the config field
 
 from __future__ import annotations
 
+import array
 import hashlib
 import importlib
 import importlib.util
 import json
 import random
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, TypedDict
 
@@ -229,15 +230,27 @@ def _read_jsonl(path: Path) -> Iterator[_Raw]:
 
 
 def _read_parquet(path: Path) -> Iterator[_Raw]:
+    """Rows of a parquet file, one record batch at a time (never the whole table)."""
     if not path.is_file():
         raise SourceConfigError(f"source.path: file not found: {path}")
     pq = importlib.import_module("pyarrow.parquet")
     try:
-        rows: list[dict[str, Any]] = pq.read_table(path).to_pylist()
+        handle = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises several types for a corrupt file
         raise SourceConfigError(f"source.path: cannot read parquet {path}: {e}") from e
-    for index, row in enumerate(rows):
-        yield _Raw(index, f"{path.name}:row {index}", row)
+    index = 0
+    with handle:
+        batches = handle.iter_batches(batch_size=1024)
+        while True:
+            try:
+                batch = next(batches, None)
+            except Exception as e:  # a corrupt row group part-way through the file
+                raise SourceConfigError(f"source.path: cannot read parquet {path}: {e}") from e
+            if batch is None:
+                return
+            for row in batch.to_pylist():
+                yield _Raw(index, f"{path.name}:row {index}", row)
+                index += 1
 
 
 def _read_hf(cfg: HFSource) -> Iterator[_Raw]:
@@ -405,6 +418,13 @@ def _check_columns(cfg: _SourceCommon, columns: ColumnMap | None, seen: set[str]
             )
 
 
+def _duplicate(problem_id: str, where: str, first: str, key: str) -> ErrorRow:
+    return _error(
+        key,
+        f"{where}: duplicate problem_id {problem_id!r} (first at {first}); only the first is kept",
+    )
+
+
 def mark_duplicate_ids(
     records: Iterable[Record], locators: Sequence[str] | None = None
 ) -> list[Record]:
@@ -424,11 +444,7 @@ def mark_duplicate_ids(
             where = f"record {position}" if locators is None else locators[position]
             first = f"record {seen[pid]}" if locators is None else locators[seen[pid]]
             out.append(
-                _error(
-                    f"{pid} ({where})" if locators is None else where,
-                    f"{where}: duplicate problem_id {pid!r} (first at {first}); "
-                    "only the first is kept",
-                )
+                _duplicate(pid, where, first, f"{pid} ({where})" if locators is None else where)
             )
         else:
             seen[pid] = position
@@ -446,26 +462,63 @@ def select(records: Sequence[Record], cfg: _SourceCommon) -> list[Record]:
 
 
 # ---------------------------------------------------------------------------------------
-# Entry point
+# Entry points
+
+
+def _reader(cfg: AnySource) -> tuple[Callable[[], Iterator[_Raw]], ColumnMap | None]:
+    """A function that reads the source from the start (each call a new pass), and the
+    column map (None: bundled GSM8K, whose rows have their own rule)."""
+    if isinstance(cfg, BundledSource):
+        path = bundled_path(cfg.dataset, cfg.split)
+        columns = _MATH500_COLUMNS if cfg.dataset == "math500" else None
+        return lambda: _read_jsonl(path), columns
+    if isinstance(cfg, JsonlSource):
+        return lambda: _read_jsonl(cfg.path), cfg.columns
+    if isinstance(cfg, ParquetSource):
+        return lambda: _read_parquet(cfg.path), cfg.columns
+    if isinstance(cfg, ArithmeticSource):
+
+        def generated() -> Iterator[_Raw]:
+            for i in range(cfg.count):
+                row = arithmetic.make_problem(cfg.seed, i, cfg.max_steps)
+                yield _Raw(i, f"arithmetic:{i}", row)
+
+        return generated, _ARITHMETIC_COLUMNS
+    return lambda: _read_hf(cfg), cfg.columns
+
+
+def _kept(raw: _Raw, cfg: _SourceCommon) -> bool:
+    """Does the row survive `filters`?  A line that could not be parsed always does."""
+    return raw.row is None or all(_matches(raw.row.get(k), v) for k, v in cfg.filters.items())
+
+
+def _record(raw: _Raw, cfg: AnySource, columns: ColumnMap | None) -> Record:
+    """One kept row -> its record (before duplicate marking)."""
+    if raw.row is None:
+        return _error(raw.locator, raw.error or f"{raw.locator}: unreadable")
+    if columns is None:  # bundled GSM8K: ids by line index, reference after '####'
+        assert isinstance(cfg, BundledSource)
+        return _gsm8k_record(raw, cfg.split)
+    return _to_record(raw, columns)
+
+
+def _records(cfg: AnySource) -> Iterator[tuple[str, Record]]:
+    """One pass over the source: (locator, record) per kept row, in source order."""
+    read, columns = _reader(cfg)
+    for raw in read():
+        if _kept(raw, cfg):
+            yield raw.locator, _record(raw, cfg, columns)
 
 
 def load_records(cfg: AnySource) -> list[Record]:
-    """The selected slice as one ordered list of problems and error rows."""
-    raws: list[_Raw]
-    columns: ColumnMap | None
-    if isinstance(cfg, BundledSource):
-        raws = list(_read_jsonl(bundled_path(cfg.dataset, cfg.split)))
-        columns = _MATH500_COLUMNS if cfg.dataset == "math500" else None
-    elif isinstance(cfg, JsonlSource):
-        raws, columns = list(_read_jsonl(cfg.path)), cfg.columns
-    elif isinstance(cfg, ParquetSource):
-        raws, columns = list(_read_parquet(cfg.path)), cfg.columns
-    elif isinstance(cfg, ArithmeticSource):
-        generated = arithmetic.generate(cfg.seed, cfg.count, cfg.max_steps)
-        raws = [_Raw(i, f"arithmetic:{i}", row) for i, row in enumerate(generated)]
-        columns = _ARITHMETIC_COLUMNS
-    else:
-        raws, columns = list(_read_hf(cfg)), cfg.columns
+    """The selected slice as one ordered list of problems and error rows.
+
+    Reads the whole source into memory: the reference semantics, used for small
+    selections (`--dry-run`, evaluation).  A synthesis run streams the same records
+    through Ray Data instead (`iter_records`, `pipeline.stream`).
+    """
+    read, columns = _reader(cfg)
+    raws = list(read())
 
     seen: set[str] = set()
     for raw in raws:
@@ -476,17 +529,113 @@ def load_records(cfg: AnySource) -> list[Record]:
     records: list[Record] = []
     locators: list[str] = []
     for raw in raws:
-        if raw.row is None:
-            records.append(_error(raw.locator, raw.error or f"{raw.locator}: unreadable"))
-        elif not all(_matches(raw.row.get(k), v) for k, v in cfg.filters.items()):
+        if not _kept(raw, cfg):
             continue
-        elif columns is None:  # bundled GSM8K: ids by line index, reference after '####'
-            assert isinstance(cfg, BundledSource)
-            records.append(_gsm8k_record(raw, cfg.split))
-        else:
-            records.append(_to_record(raw, columns))
+        records.append(_record(raw, cfg, columns))
         locators.append(raw.locator)
     return select(mark_duplicate_ids(records, locators), cfg)
+
+
+def check_source(cfg: AnySource) -> int:
+    """Validate a source cheaply and return the size of its selection (records in the
+    slice, bad rows included), without holding the source in memory.
+
+    Raises the same `SourceConfigError`s as `load_records` (missing file, a column in
+    `columns` or `filters` that no row has).  It reads rows until every configured
+    column has been seen and `skip + limit` records are counted: one row and the slice
+    for a good config with a limit; the whole source (counting only) without a limit
+    or when a column is missing (then the error lists every column of the source).
+    """
+    read, columns = _reader(cfg)
+    needed = set(cfg.filters)
+    if columns is not None:
+        needed |= {c for c in (columns.problem, columns.reference, columns.id) if c is not None}
+    seen: set[str] = set()
+    checked = not needed
+    stop = None if cfg.limit is None else cfg.skip + cfg.limit
+    count = 0
+    for raw in read():
+        if not checked and raw.row is not None:
+            seen.update(raw.row)
+            checked = needed <= seen
+        if stop is None or count < stop:
+            count += _kept(raw, cfg)
+        elif checked:
+            break
+    if not checked:
+        _check_columns(cfg, columns, seen)
+    return max(0, count - cfg.skip)
+
+
+def iter_records(cfg: AnySource) -> Iterator[Record]:
+    """The records of `load_records(cfg)`, same order, same ids, same error rows, streamed
+    from the source with memory bounded by the slice (what a Ray Data read task runs).
+
+    Without `shuffle_seed`: one pass that stops after `skip + limit` records; the ids
+    read so far are kept to mark duplicates (memory: those ids).  With `shuffle_seed`:
+    `random.Random(seed).shuffle` of n items is a permutation that depends only on n, so
+    pass 1 counts the records, the permutation of positions (n int64s) picks the slice,
+    pass 2 keeps the selected records, pass 3 finds, for the selected problem ids only,
+    where each first occurs (duplicates are decided in source order, as `load_records`
+    does).  Expects a config that `check_source` accepted.
+    """
+    if cfg.limit == 0:
+        return
+    if cfg.shuffle_seed is None:
+        yield from _in_order(cfg)
+    else:
+        yield from _shuffled(cfg, cfg.shuffle_seed)
+
+
+def _in_order(cfg: AnySource) -> Iterator[Record]:
+    stop = None if cfg.limit is None else cfg.skip + cfg.limit
+    first: dict[str, str] = {}  # problem id -> locator of its first row
+    for position, (locator, record) in enumerate(_records(cfg)):
+        if stop is not None and position >= stop:
+            return
+        if not is_error(record):
+            pid = record["problem_id"]
+            if pid in first:
+                record = _duplicate(pid, locator, first[pid], locator)
+            else:
+                first[pid] = locator
+        if position >= cfg.skip:
+            yield record
+
+
+def _shuffled(cfg: AnySource, seed: int) -> Iterator[Record]:
+    n = sum(1 for _ in _records(cfg))  # pass 1: how many records
+    order = array.array("q", range(n))
+    random.Random(seed).shuffle(order)  # the same permutation as shuffling n records
+    end = n if cfg.limit is None else min(n, cfg.skip + cfg.limit)
+    wanted = {position: slot for slot, position in enumerate(order[cfg.skip : end])}
+    del order
+    if not wanted:
+        return
+    last = max(wanted)
+    chosen: list[tuple[int, str, Record] | None] = [None] * len(wanted)
+    for position, (locator, record) in enumerate(_records(cfg)):  # pass 2: the slice
+        if position in wanted:
+            chosen[wanted[position]] = (position, locator, record)
+        if position >= last:
+            break
+    ids = {c[2]["problem_id"] for c in chosen if c is not None and not is_error(c[2])}
+    first: dict[str, tuple[int, str]] = {}
+    for position, (locator, record) in enumerate(_records(cfg)):  # pass 3: first places
+        if position >= last:
+            break
+        pid = record["problem_id"]
+        if pid in ids and pid not in first and not is_error(record):
+            first[pid] = (position, locator)
+    for entry in chosen:
+        assert entry is not None
+        position, locator, record = entry
+        if not is_error(record):
+            pid = record["problem_id"]
+            where = first.get(pid)
+            if where is not None and where[0] < position:
+                record = _duplicate(pid, locator, where[1], locator)
+        yield record
 
 
 def load_problems(cfg: AnySource) -> LoadedProblems:
