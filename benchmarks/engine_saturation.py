@@ -100,10 +100,9 @@ def _install_batch_barrier() -> None:
 
     import pipeline.run
 
-    def barrier_stage(
-        items: list[dict[str, Any]], config: RunConfig, actor: type, board: str
-    ) -> Any:
-        return ray.data.from_items(items).map_batches(
+    def barrier_stage(problems: Any, config: RunConfig, actor: type, board: str) -> Any:
+        # the stream has one row per block; batch_size bundles trees_per_actor of them
+        return problems.map_batches(
             actor,
             fn_constructor_kwargs={"run": config.model_dump(mode="json"), "board": board},
             compute=ray.data.ActorPoolStrategy(size=config.actors),
