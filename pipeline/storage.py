@@ -99,7 +99,13 @@ def _filesystem(scheme: str) -> Any:
         return s3fs.S3FileSystem(client_kwargs=client_kwargs, skip_instance_cache=True)
     import fsspec  # type: ignore[import-untyped, unused-ignore]
 
-    return fsspec.filesystem("gcs" if scheme == "gs" else scheme)
+    try:
+        return fsspec.filesystem("gcs" if scheme == "gs" else scheme)
+    except ImportError:  # gcsfs is not a dependency (untested here): say what to do
+        raise OutputLocationError(
+            f"output_root {scheme}://...: needs the gcsfs package, which is not installed "
+            "(pip install gcsfs, matching the installed fsspec)"
+        ) from None
 
 
 @dataclass(frozen=True)

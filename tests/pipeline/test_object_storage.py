@@ -332,3 +332,16 @@ def test_a_bucket_failing_mid_run_is_one_line_and_keeps_what_was_committed(
     assert line.startswith(f"output_root {root}: ") and "\n" not in line
     lease.release()  # warns, never raises: it must not hide the error that ended the run
     assert len([k for k in committed if "/_committed/" in k]) == 1
+
+
+def test_gs_without_gcsfs_is_one_clear_error() -> None:
+    """gs:// needs gcsfs, which the project does not install: the user is told so."""
+    import importlib.util
+
+    if importlib.util.find_spec("gcsfs") is not None:
+        pytest.skip("gcsfs is installed here")
+    from pipeline.errors import OutputLocationError
+    from pipeline.storage import open_store
+
+    with pytest.raises(OutputLocationError, match=r"gs://.*needs the gcsfs package"):
+        open_store("gs://some-bucket/prefix")
