@@ -36,6 +36,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from benchmarks.procstat import descendants, proc_table
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -56,30 +58,15 @@ def _role(cmdline: str) -> str:
 
 def _our_cpu_ticks() -> dict[int, tuple[str, int]]:
     """pid -> (role, user + system ticks) for this process and all its descendants."""
-    stats: dict[int, tuple[int, int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            stats[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-    children: dict[int, list[int]] = defaultdict(list)
-    for pid, (ppid, _) in stats.items():
-        children[ppid].append(pid)
+    table = proc_table()
     result: dict[int, tuple[str, int]] = {}
-    todo = [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, ()))
+    for pid in descendants(os.getpid(), table):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        result[pid] = ("driver" if pid == os.getpid() else _role(cmd), stats[pid][1])
+        result[pid] = ("driver" if pid == os.getpid() else _role(cmd), table[pid][1])
     return result
 
 

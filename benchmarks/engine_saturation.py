@@ -49,7 +49,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +58,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+from benchmarks.procstat import descendants, machine_ticks, proc_table
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.run import synthesize
 
@@ -264,40 +264,6 @@ def _row(r: Result, cores: int) -> str:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _tree_ticks(root: int, seen: dict[int, int]) -> None:
-    """Record in `seen` the user + system CPU ticks of `root` and its live descendants
-    (a process that ended keeps the ticks it was last seen with)."""
-    parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            parents[int(entry)] = int(fields[1])
-            ticks[int(entry)] = int(fields[11]) + int(fields[12])
-    children: dict[int, list[int]] = defaultdict(list)
-    for pid, ppid in parents.items():
-        children[ppid].append(pid)
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        if pid in ticks:
-            seen[pid] = ticks[pid]
-        todo.extend(children.get(pid, ()))
-
-
-def _machine_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine, from /proc/stat."""
-    with open("/proc/stat") as f:
-        values = [int(x) for x in f.readline().split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    return sum(values) - idle, sum(values)
-
-
 def run_cell(
     args: argparse.Namespace, actors: int, trees: int, problems: int, root: Path
 ) -> Result:
@@ -314,12 +280,13 @@ def run_cell(
     ]
     # its own session: on a timeout the whole group (its Ray processes too) goes
     child = subprocess.Popen(command, start_new_session=True)
-    start, (busy0, total0) = time.perf_counter(), _machine_ticks()
+    start, (busy0, total0) = time.perf_counter(), machine_ticks()
     ticks: dict[int, int] = {}  # pid -> CPU ticks, for the child and all it started
     deadline = start + args.cell_timeout_s
     timed_out = False
     while child.poll() is None:
-        _tree_ticks(child.pid, ticks)
+        table = proc_table()
+        ticks.update((pid, table[pid][1]) for pid in descendants(child.pid, table))
         if time.perf_counter() > deadline:
             timed_out = True
             child.send_signal(signal.SIGINT)  # the driver shuts its Ray down
@@ -334,7 +301,7 @@ def run_cell(
     # whatever of its session is left (Ray's processes share the child's group)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signal.SIGKILL)
-    busy1, total1 = _machine_ticks()
+    busy1, total1 = machine_ticks()
     if not timed_out and child.returncode != 0:
         raise SystemExit(f"setting a{actors} t{trees} failed (exit {child.returncode})")
     if timed_out:

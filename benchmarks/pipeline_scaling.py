@@ -38,6 +38,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+from benchmarks.procstat import descendants, machine_ticks, proc_table
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.run import synthesize
 
@@ -56,29 +57,6 @@ def _role(cmdline: str) -> str:
     if "ServeController" in cmdline or "ProxyActor" in cmdline:
         return "Serve controller"
     return "Ray system"  # raylet, gcs_server, idle workers, agents, Ray Data coordinator
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (ppid, utime + stime ticks) for every readable process."""
-    table: dict[int, tuple[int, int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        table[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-    return table
-
-
-def _machine_busy_ticks() -> tuple[int, int]:
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + values[4]
-    return sum(values) - idle, sum(values)
 
 
 @dataclass
@@ -116,15 +94,8 @@ class Monitor:
         return int(policy["engine_calls"]), int(scorer["engine_calls"])
 
     def _sample(self) -> None:
-        table = _proc_table()
-        children: dict[int, list[int]] = defaultdict(list)
-        for pid, (ppid, _) in table.items():
-            children[ppid].append(pid)
-        todo, mine = [os.getpid()], []
-        while todo:
-            pid = todo.pop()
-            mine.append(pid)
-            todo.extend(children.get(pid, ()))
+        table = proc_table()
+        mine = descendants(os.getpid(), table)
         for pid in mine:
             # Ray retitles an idle worker when it becomes an actor: re-read until specific.
             if self.roles.get(pid, "Ray system") == "Ray system":
@@ -141,7 +112,7 @@ class Monitor:
                 t0,
                 time.perf_counter(),
                 {pid: table[pid][1] for pid in mine},
-                _machine_busy_ticks(),
+                machine_ticks(),
                 policy,
                 scorer,
             )
