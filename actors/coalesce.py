@@ -130,18 +130,11 @@ class Coalescer(Generic[Req, Res]):
         stream: AsyncIterator[Sequence[tuple[int, Any]]],
         live: list[tuple[Req, asyncio.Future[Res]]],
     ) -> None:
-        """Each caller's future resolves the moment the group holding its result arrives."""
-        try:
-            async for group in stream:
-                for index, result in group:
-                    _settle(live[index][1], result)
-        except asyncio.CancelledError:
-            for _, future in live:
-                future.cancel()
-            raise
-        except Exception as exc:
-            _fail_all(live, f"coalesced call failed: {type(exc).__name__}: {exc}")
-            return
+        """Each caller's future resolves the moment the group holding its result arrives
+        (a stream that fails or is cancelled is handled by `_send_group`, like a call)."""
+        async for group in stream:
+            for index, result in group:
+                _settle(live[index][1], result)
         _fail_all(live, "coalesced call ended without a result for this request")
 
 
