@@ -6,7 +6,7 @@
     python benchmarks/driver_memory.py --limit 2000     # what fits in a few minutes
 
 For each source (a generated JSONL file of `--rows` rows, then one of `--small-rows`
-rows) a fresh driver process runs `pipeline.run.synthesize` on a local Ray cluster with
+rows) a fresh driver process runs `pipeline.run.synthesis.synthesize` on a local Ray cluster with
 `configs/smoke-sleep.yaml`'s load model (its policy, scorer and engine settings; the
 model-free engine with an H100's timing), `limit` = `--limit` problems of the source.
 The driver's RSS (/proc/self/status VmRSS) is sampled when a problem is committed
@@ -49,8 +49,8 @@ def rss_mb(field="VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
 from pipeline.config import load_run_config
-from pipeline.sources import parse_source
-import pipeline.run as run
+from pipeline.problems.sources import parse_source
+import pipeline.run.synthesis as run
 args = json.loads(sys.argv[1])
 marks = {1: "start", 1000: "1000", args["limit"]: "limit"}
 samples = {"series": []}
@@ -90,7 +90,7 @@ def rss_mb(field="VmRSS:"):
         if line.startswith(field):
             return int(line.split()[1]) / 1024
     return 0.0
-from pipeline.sources import iter_records, parse_source
+from pipeline.problems.sources import iter_records, parse_source
 base = rss_mb()
 cfg = parse_source({"kind": "jsonl", "path": sys.argv[1], "limit": int(sys.argv[2]),
                     "shuffle_seed": int(sys.argv[3]),

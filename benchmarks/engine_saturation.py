@@ -4,7 +4,7 @@ The policy and the GenPRM scorer are Serve deployments of the model-free
 `load_model` engine (`actors/engines/load_model.py`): a continuous-batching engine's
 timing (decode steps slowing as the batch grows, prefill of uncached tokens, an LRU
 prefix cache, at most `max_seqs` sequences).  Everything else is the real pipeline
-(`pipeline.run.synthesize`): a JSONL source, Ray Data, search actors, Serve handles,
+(`pipeline.run.synthesis.synthesize`): a JSONL source, Ray Data, search actors, Serve handles,
 GenPRM, grading, records, the Parquet sink.
 
 Trees have varied length: every `--slow-every`-th problem carries a marker that makes
@@ -60,7 +60,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from benchmarks.procstat import descendants, machine_ticks, proc_table
 from pipeline.config import RunConfig, parse_run_config
-from pipeline.run import synthesize
+from pipeline.run.synthesis import synthesize
 
 SLOW_MARKER = "(a long one)"
 QUICK = {"actors": 1, "trees": 48, "problems": 96}
@@ -94,11 +94,11 @@ def _install_batch_barrier() -> None:
     """Main's search stage before continuous trees, for the "before" numbers (--barrier).
 
     Each actor call took `trees_per_actor` problems and returned when its slowest tree
-    ended; one call ran at a time per actor.  Copied from pipeline/run.py as it was.
+    ended; one call ran at a time per actor.  Copied from pipeline/run/synthesis.py as it was.
     """
     import ray
 
-    import pipeline.run
+    import pipeline.run.synthesis
 
     def barrier_stage(problems: Any, config: RunConfig, actor: type, board: str) -> Any:
         # the stream has one row per block; batch_size bundles trees_per_actor of them
@@ -110,7 +110,7 @@ def _install_batch_barrier() -> None:
             num_cpus=config.actor_num_cpus,
         )
 
-    pipeline.run.search_stage = barrier_stage  # type: ignore[assignment]
+    pipeline.run.synthesis.search_stage = barrier_stage  # type: ignore[assignment]
 
 
 def _engine_stats() -> dict[str, dict[str, Any]]:
@@ -401,7 +401,7 @@ def _run_one_cell(args: argparse.Namespace) -> None:
     import ray
     from ray import serve
 
-    from pipeline.cluster import quiet_ray
+    from pipeline.run.cluster import quiet_ray
 
     actors, trees, problems = _ints(args.cell)
     quiet_ray()

@@ -60,7 +60,7 @@ async def _worst(limit: float) -> None:
 
 
 async def _math500(limit: float) -> None:
-    from pipeline.sources import BundledSource, load_problems
+    from pipeline.problems.sources import BundledSource, load_problems
 
     problems = load_problems(BundledSource(dataset="math500")).problems
     times, verdicts = [], []

@@ -6,7 +6,7 @@ seconds and returns `--output-tokens` tokens, so a BG-MCTS step (one policy
 request with n=2, then the two children scored concurrently, each two sequential
 GenPRM calls: analysis, judgement) costs 3 x latency of waiting, and a tree
 whose budget allows S steps costs about 3 x S x latency.  Everything else is the
-real pipeline (`pipeline.run.synthesize`): the bundled GSM8K source, Ray Data,
+real pipeline (`pipeline.run.synthesis.synthesize`): the bundled GSM8K source, Ray Data,
 one search actor, Serve handles, math-verify grading, records, the Parquet sink.
 
 With 1 actor and trees_per_actor = T, an ideal pipeline finishes
@@ -40,7 +40,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from benchmarks.procstat import descendants, machine_ticks, proc_table
 from pipeline.config import RunConfig, parse_run_config
-from pipeline.run import synthesize
+from pipeline.run.synthesis import synthesize
 
 _TICK = os.sysconf("SC_CLK_TCK")
 ROLES = ("search actor", "policy replica", "scorer replica", "Serve controller", "Ray system")
@@ -289,8 +289,8 @@ def profile_searches(args: argparse.Namespace, trees: int, root: Path) -> Profil
     from ray import serve
 
     from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
+    from pipeline.problems.sources import load_problems
     from pipeline.records import records_for
-    from pipeline.sources import load_problems
     from search import derive_seed, run_search
 
     config = _config(args, trees, trees, root)

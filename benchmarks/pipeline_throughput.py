@@ -1,6 +1,6 @@
 """Policy tokens per second: the real pipeline vs. the same requests replayed all at once.
 
-1. The real pipeline (`pipeline.run.synthesize`) runs BG-MCTS on a few bundled
+1. The real pipeline (`pipeline.run.synthesis.synthesize`) runs BG-MCTS on a few bundled
    GSM8K problems with a small budget against the embedded llama.cpp
    deployments (SmolLM2-135M, as in configs/local.yaml).  The search actor is a
    subclass of `SearchActor` defined here that wraps its `ServePolicy` /
@@ -34,10 +34,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-import pipeline.search_actor as search_actor_module
+import pipeline.run.search_actor as search_actor_module
 from pipeline.config import RunConfig, parse_run_config
-from pipeline.run import synthesize
-from pipeline.search_actor import SearchActor
+from pipeline.run.search_actor import SearchActor
+from pipeline.run.synthesis import synthesize
 from search.protocols import Generation, GenerationRequest, Score, ScoreRequest
 
 

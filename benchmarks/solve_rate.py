@@ -31,7 +31,7 @@ from actors.engines.llamacpp import LlamaCppEngine
 from actors.policy import EnginePolicy
 from actors.prompts import policy_messages
 from actors.rollout import answers_match
-from pipeline.sources import parse_source
+from pipeline.problems.sources import parse_source
 from search.answers import AnswerExtraction, extract_answer, is_answered
 from search.protocols import FinishReason, GenerationRequest
 
@@ -48,7 +48,7 @@ async def main(args: argparse.Namespace) -> None:
         )
     else:
         source = parse_source({"kind": "bundled", "dataset": args.source, "limit": args.problems})
-    from pipeline.sources import load_problems
+    from pipeline.problems.sources import load_problems
 
     problems = load_problems(source).problems
     engine = LlamaCppEngine(args.model, threads=args.threads, parallel=args.parallel)

@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pipeline.decontamination import DecontaminationConfig, build_decontaminator
+from pipeline.problems.decontamination import DecontaminationConfig, build_decontaminator
 from pipeline.records import (
     SCHEMAS,
     dpo_rows,

@@ -20,17 +20,17 @@ from jobs import evaluate, nightly, publish, synthesize
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pipeline.storage import is_remote
+    from pipeline.store.filesystem import is_remote
 
     remote = is_remote(args.folder)
     path = Path(args.folder)
     if not remote and (path / "eval_trees.parquet").is_file():
         return evaluate.report_folder(path)
     from pipeline.errors import OutputLocationError
-    from pipeline.publishing import read_manifest
-    from pipeline.run_report import REPORT_FILES, prices_from_config, write_run_report
-    from pipeline.storage import local_copy
-    from pipeline.summary import summarize_run_dir
+    from pipeline.publish.publish_run import read_manifest
+    from pipeline.report.run_report import REPORT_FILES, prices_from_config, write_run_report
+    from pipeline.run.summary import summarize_run_dir
+    from pipeline.store.filesystem import local_copy
 
     try:
         # A bucket's run (s3://.../run=<id>) is read through a local copy of its committed

@@ -28,7 +28,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 def report_folder(folder: Path, *, rewrite: bool = True) -> int:
     """(Re)write the report of an evaluation folder and print its accuracy table."""
-    from pipeline.evaluation.report import accuracy_table, read_trees, write_report
+    from pipeline.report import accuracy_table, read_trees, write_report
 
     if rewrite:
         write_report(folder)
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
                 config, lambda done, total: bar.update(task, completed=done, total=total)
             )
     else:  # logs (ray job logs, nohup): one plain line at most every 10 s
-        from pipeline.summary import ProgressLine
+        from pipeline.run.summary import ProgressLine
 
         line, start = ProgressLine(), time.monotonic()
         folder = run_evaluation(

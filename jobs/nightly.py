@@ -39,10 +39,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from actors.redact import redact_text
     from pipeline.errors import InputError
-    from pipeline.hub import HubPublishError
-    from pipeline.nightly import night_config, plan_night, run_night, run_spent
-    from pipeline.publishing import publish_configured
-    from pipeline.run import synthesize
+    from pipeline.publish.hub import HubPublishError
+    from pipeline.publish.publish_run import publish_configured
+    from pipeline.run.nightly import night_config, plan_night, run_night, run_spent
+    from pipeline.run.synthesis import synthesize
 
     ledger, night = plan_night(config, date)
     for old in ledger.unfinished(before=night.date):

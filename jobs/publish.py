@@ -29,8 +29,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.hub import HubPublishError
-    from pipeline.publishing import publish_run_dir
+    from pipeline.publish.hub import HubPublishError
+    from pipeline.publish.publish_run import publish_run_dir
 
     try:
         result = publish_run_dir(

@@ -46,9 +46,9 @@ def _run(args: argparse.Namespace) -> int:
     config = load_run_config(args.config, output_root=args.output_root, run_id=args.run_id)
     if args.dry_run:
         return dry_run(config)
-    from pipeline.hub import HubPublishError
-    from pipeline.publishing import publish_configured
-    from pipeline.run import synthesize
+    from pipeline.publish.hub import HubPublishError
+    from pipeline.publish.publish_run import publish_configured
+    from pipeline.run.synthesis import synthesize
 
     summary = synthesize(config, verbose=args.verbose)
     summary.render()
@@ -70,8 +70,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def dry_run(config: RunConfig) -> int:
     from actors.engines.base import EngineError
-    from pipeline.plan import plan_run, render_plan
-    from pipeline.sources import SourceConfigError
+    from pipeline.problems.sources import SourceConfigError
+    from pipeline.run.plan import plan_run, render_plan
 
     try:
         plan = plan_run(config)

@@ -11,9 +11,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from actors.config import ScorerConfig, ServiceConfig
 from pipeline.errors import InputError
+from pipeline.problems.sources import SourceConfig
 from pipeline.records import RecordsConfig
-from pipeline.sources import SourceConfig
-from pipeline.storage import check_output_root
+from pipeline.store.filesystem import check_output_root
 from search.config import SearchConfig
 
 M = TypeVar("M", bound=BaseModel)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from actors.config import ScorerConfig, ServiceConfig
-from pipeline.sources import SourceConfig
+from pipeline.problems.sources import SourceConfig
 from search.config import SearchConfig
 
 

@@ -27,7 +27,6 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from pipeline.cluster import start_ray
 from pipeline.evaluation.config import (
     EvalConfig,
     Method,
@@ -37,6 +36,7 @@ from pipeline.evaluation.config import (
 from pipeline.evaluation.parts import Key, PartStore
 from pipeline.evaluation.rows import tree_rows
 from pipeline.evaluation.schema import EVAL_NODES_SCHEMA, EVAL_TREES_SCHEMA
+from pipeline.run.cluster import start_ray
 from search import derive_seed, run_search
 from search.protocols import Policy, Scorer
 
@@ -239,7 +239,7 @@ def run_services(
         deploy_policy,
         deploy_scorer,
     )
-    from pipeline.sources import load_problems
+    from pipeline.problems.sources import load_problems
 
     loaded = load_problems(env.source)
     problems = [dict(p) for p in loaded.problems]
@@ -269,7 +269,7 @@ def run_services(
 # ------------------------------------------------------------------ entry point
 def run_evaluation(config: EvalConfig, progress: ProgressFn | None = None) -> Path:
     """Run the grid, write the Parquet and meta.json, then the report; returns the folder."""
-    from pipeline.evaluation.report import write_report
+    from pipeline.report import write_report
 
     report = progress or (lambda done, total: None)
     run_dir = config.run_dir

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import parse_run_config
-from pipeline.run import synthesize
-from pipeline.sink import ParquetSink
-from pipeline.summary import RunSummary
+from pipeline.run.summary import RunSummary
+from pipeline.run.synthesis import synthesize
+from pipeline.store.sink import ParquetSink
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.arithmetic import generate, make_problem
+from pipeline.problems.arithmetic import generate, make_problem
+from pipeline.problems.sources import load_problems, parse_source
 from pipeline.records import records_for
-from pipeline.sink import ParquetSink
-from pipeline.sources import load_problems, parse_source
+from pipeline.store.sink import ParquetSink
 from search import parse_search_config, run_search
 from search.scripted import ScriptedPolicy, ScriptedScorer
 

@@ -20,17 +20,17 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from pipeline.evaluation.report import (
+from pipeline.evaluation.rows import tree_rows
+from pipeline.evaluation.schema import EVAL_NODES_SCHEMA, EVAL_TREES_SCHEMA
+from pipeline.records import to_table
+from pipeline.report import (
     ReportFiles,
     load_run,
     tree_layout,
     write_report,
 )
-from pipeline.evaluation.report.anytime import adjusted_budgets, anytime_curves, budget_markers
-from pipeline.evaluation.report.markdown import fraction, scientific
-from pipeline.evaluation.rows import tree_rows
-from pipeline.evaluation.schema import EVAL_NODES_SCHEMA, EVAL_TREES_SCHEMA
-from pipeline.records import to_table
+from pipeline.report.anytime import adjusted_budgets, anytime_curves, budget_markers
+from pipeline.report.markdown import fraction, scientific
 from search import derive_seed, parse_search_config, run_search
 from search.answer_choice import normalize_answer
 from search.scripted import ScriptedPolicy, ScriptedScorer

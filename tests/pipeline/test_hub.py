@@ -1,4 +1,4 @@
-"""pipeline.hub.publish_run against a local Hub server (tests/hub_server.py).
+"""pipeline.publish.hub.publish_run against a local Hub server (tests/hub_server.py).
 
 The round trip uses the real huggingface_hub upload path (preupload, LFS batch + PUT, commit)
 and the real ``datasets.load_dataset`` reading the Parquet back through the card's configs.
@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pipeline.hub import CardInfo, HubPublishError, publish_run, retry_command
+from pipeline.publish.hub import CardInfo, HubPublishError, publish_run, retry_command
 from tests.hub_server import HubServer
 
 TOKEN = "hf_FAKE_token_must_never_leak_0123456789"
@@ -256,8 +256,8 @@ async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
     """A real run folder: scripted searches -> records -> the streaming sink -> run.json."""
     from pipeline.config import parse_run_config
     from pipeline.records import RecordsConfig, records_for
-    from pipeline.run import write_manifest
-    from pipeline.sink import ParquetSink
+    from pipeline.run.synthesis import write_manifest
+    from pipeline.store.sink import ParquetSink
     from search import parse_search_config, run_search
     from search.scripted import ScriptedPolicy, ScriptedScorer
 
@@ -296,7 +296,7 @@ async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
 
 async def test_configured_publish_pushes_the_run(env: HubServer, tmp_path: Path) -> None:
     """`publish.repo` in the run config publishes the run's sft/dpo; card facts from Parquet."""
-    from pipeline.publishing import publish_configured
+    from pipeline.publish.publish_run import publish_configured
 
     run_dir, config = await _sink_run(tmp_path, "cfg")
     config = config.model_copy(
@@ -344,7 +344,7 @@ async def test_report_command_totals_a_run_folder(
 ) -> None:
     """`bgmcts report out/run=<id>` rebuilds the run's totals from its committed Parquet."""
     from jobs.cli import main
-    from pipeline.summary import summarize_run_dir
+    from pipeline.run.summary import summarize_run_dir
 
     run_dir, _ = await _sink_run(tmp_path, "rep")
     (run_dir / "trees" / "part-uncommitted.parquet").write_bytes(b"in flight")  # ignored

@@ -27,7 +27,7 @@ import yaml
 
 from actors.grading import answers_match
 from pipeline.config import parse_run_config
-from pipeline.run import synthesize
+from pipeline.run.synthesis import synthesize
 from tests.tiny_run import REPO
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -37,6 +37,7 @@ SLICE_PROBLEMS = 3  # the first problems of the default source (arith/0/0..2)
 
 
 def test_llamacpp_sampling_with_a_seed_is_reproducible() -> None:
+    from actors.engines.base import Sampling
     from actors.engines.llamacpp import LlamaCppEngine
 
     async def sample() -> list[str]:
@@ -46,7 +47,9 @@ def test_llamacpp_sampling_with_a_seed_is_reproducible() -> None:
             runs = [
                 await asyncio.gather(
                     *(
-                        engine.complete(prompt, max_tokens=12, stop=(), temperature=0.7, seed=s)
+                        engine.complete(
+                            prompt, Sampling(max_tokens=12, stop=(), temperature=0.7, seed=s)
+                        )
                         for s in (1, 2)
                     )
                 )

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from pipeline.config import parse_run_config
-from pipeline.nightly import Ledger, night_config, plan_night
+from pipeline.run.nightly import Ledger, night_config, plan_night
 from tests.hub_server import HubServer
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

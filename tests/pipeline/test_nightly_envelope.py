@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from pipeline.config import RunConfig, parse_run_config
-from pipeline.nightly import admissible, plan_night, run_night, run_spent
-from pipeline.sink import ParquetSink
-from pipeline.sources import load_problems
-from pipeline.summary import RunSummary
+from pipeline.problems.sources import load_problems
+from pipeline.run.nightly import admissible, plan_night, run_night, run_spent
+from pipeline.run.summary import RunSummary
+from pipeline.store.sink import ParquetSink
 from tests.tiny_run import run_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -26,12 +26,12 @@ import pytest
 import yaml
 
 from pipeline.errors import OutputLocationError
-from pipeline.lease import RunFolderBusy, run_lease
-from pipeline.nightly import Ledger, ObjectLedger
-from pipeline.object_lease import LEASE_FOLDER, ObjectLease
 from pipeline.records import error_row
-from pipeline.sink import ParquetSink
-from pipeline.storage import check_reachable, open_store
+from pipeline.run.nightly import Ledger, ObjectLedger
+from pipeline.store.filesystem import check_reachable, open_store
+from pipeline.store.lease import RunFolderBusy, run_lease
+from pipeline.store.object_lease import LEASE_FOLDER, ObjectLease
+from pipeline.store.sink import ParquetSink
 from tests.hub_server import HubServer
 from tests.s3_server import S3Server
 from tests.tiny_run import REPO, run_config, start_synthesize_job
@@ -313,7 +313,7 @@ def test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_publi
 def test_a_bucket_failing_mid_run_is_one_line_and_keeps_what_was_committed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pipeline.storage import describe_os_error, is_storage_error
+    from pipeline.store.filesystem import describe_os_error, is_storage_error
 
     root = f"s3://{BUCKET}/dying"
     with S3Server() as dying:
@@ -341,7 +341,7 @@ def test_gs_without_gcsfs_is_one_clear_error() -> None:
     if importlib.util.find_spec("gcsfs") is not None:
         pytest.skip("gcsfs is installed here")
     from pipeline.errors import OutputLocationError
-    from pipeline.storage import open_store
+    from pipeline.store.filesystem import open_store
 
     with pytest.raises(OutputLocationError, match=r"gs://.*needs the gcsfs package"):
         open_store("gs://some-bucket/prefix")

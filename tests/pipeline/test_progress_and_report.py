@@ -22,8 +22,8 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from pipeline.config import parse_run_config
-from pipeline.live import LiveProgress
-from pipeline.run_report import REPORT_JSON, REPORT_MD
+from pipeline.report.run_report import REPORT_JSON, REPORT_MD
+from pipeline.run.live import LiveProgress
 from tests.hub_server import HubServer
 from tests.tiny_run import run_config
 
@@ -52,7 +52,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     import ray
     from ray import serve
 
-    from pipeline.run import synthesize
+    from pipeline.run.synthesis import synthesize
 
     tmp = tmp_path_factory.mktemp("progress")
     problems = tmp / "problems.jsonl"
@@ -151,7 +151,7 @@ def test_report_command_rewrites_the_report(run: tuple[Path, str]) -> None:
 def test_the_report_is_published_with_the_card(
     run: tuple[Path, str], hub: HubServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipeline.publishing import publish_run_dir
+    from pipeline.publish.publish_run import publish_run_dir
 
     run_dir, _ = run
     monkeypatch.setenv("HF_TOKEN", TOKEN)

@@ -106,7 +106,7 @@ async def _graded(reference: str | None = "12", **kwargs: Any) -> list[GradedTre
 
 
 def _path_ids(graded: GradedTree, node_id: int) -> list[int]:
-    """Root-to-node ids by walking parent ids (independent of pipeline.tree_paths)."""
+    """Root-to-node ids by walking parent ids (independent of pipeline.records.tree_paths)."""
     tree = graded.result.tree
     ids = []
     current: int | None = node_id

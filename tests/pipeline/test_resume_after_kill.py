@@ -18,7 +18,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from pipeline.sink import ParquetSink
+from pipeline.store.sink import ParquetSink
 from tests.tiny_run import start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from pipeline.config import parse_run_config
 from pipeline.records import SCHEMAS
-from pipeline.run import synthesize
+from pipeline.run.synthesis import synthesize
 from tests.tiny_run import tiny_run_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

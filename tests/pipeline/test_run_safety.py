@@ -17,12 +17,12 @@ import yaml
 
 from actors.search_outcome import EngineBreaker, failure_reason
 from jobs.synthesize import main as synth_main
-from pipeline.lease import RunFolderBusy, RunLease
+from pipeline.problems.sources import JsonlSource, load_problems
 from pipeline.records import error_row
-from pipeline.resume import pending
-from pipeline.run import write_manifest
-from pipeline.sink import ParquetSink
-from pipeline.sources import JsonlSource, load_problems
+from pipeline.run.synthesis import write_manifest
+from pipeline.store.lease import RunFolderBusy, RunLease
+from pipeline.store.resume import pending
+from pipeline.store.sink import ParquetSink
 from search import parse_search_config, run_search
 from search.protocols import FinishReason, Generation
 from search.scripted import ScriptedPolicy, ScriptedScorer
@@ -110,7 +110,8 @@ def test_the_breaker_opens_after_n_failed_requests_in_a_row() -> None:
 
 
 # ------------------------------------------------------------------ one writer (finding 3)
-_HOLD = "import sys, time; from pipeline.lease import RunLease; RunLease(sys.argv[1]).acquire(); "
+_HOLD = "import sys, time; from pipeline.store.lease import RunLease; "
+_HOLD += "RunLease(sys.argv[1]).acquire(); "
 _HOLD += "print('held', flush=True); time.sleep(120)"
 
 
@@ -207,7 +208,7 @@ def test_an_empty_selection_the_config_allows_exits_0(
 
 # ------------------------------------------------------------------ publishing (finding 5)
 def test_retry_command_reproduces_endpoint_token_variable_and_privacy() -> None:
-    from pipeline.hub import retry_command
+    from pipeline.publish.hub import retry_command
 
     cmd = retry_command(
         "/r/run=x", "org/ds", "x", token_env="MY_TOKEN", endpoint="https://hub.corp", private=False
@@ -233,7 +234,7 @@ def test_secrets_inside_values_never_reach_run_json(tmp_path: Path) -> None:
 
 
 def test_only_committed_parts_are_published(tmp_path: Path) -> None:
-    from pipeline.hub import _local_files
+    from pipeline.publish.hub import _local_files
 
     sink = ParquetSink(tmp_path, "r")
     row = {
@@ -268,6 +269,7 @@ def test_the_lease_outlives_nothing(tmp_path: Path) -> None:
 async def test_engine_errors_never_quote_credentials_from_the_endpoint_url(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from actors.engines.base import Sampling
     from actors.engines.openai_compat import OpenAIEngine
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -276,7 +278,7 @@ async def test_engine_errors_never_quote_credentials_from_the_endpoint_url(
         url, "m", api_key_env=None, max_retries=0, request_timeout_s=2, chat_template="none"
     )
     completion = await engine.complete(
-        "hi", max_tokens=1, stop=(), temperature=0.0, seed=0, top_logprobs=0
+        "hi", Sampling(max_tokens=1, stop=(), temperature=0.0, seed=0, top_logprobs=0)
     )
     assert completion.finish is FinishReason.ERROR and completion.error
     assert "canary" not in completion.error and "canary" not in repr(engine)

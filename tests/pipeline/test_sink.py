@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.records import error_row
-from pipeline.sink import ParquetSink
+from pipeline.store.sink import ParquetSink
 
 
 def _error(problem_id: str, stage: str = "search") -> dict[str, object]:

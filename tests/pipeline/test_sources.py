@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from pipeline.sources import (
+from pipeline.problems.sources import (
     BundledSource,
     ErrorRow,
     HFSource,

@@ -1,6 +1,6 @@
 """The streamed selection equals `load_records`: every source kind, bad rows, duplicates,
 filters, seeded shuffle + skip + limit; then the same through Ray Data's read path
-(`pipeline.stream`, a real local Ray) and the resume filter against a real Parquet sink.
+(`pipeline.run.stream`, a real local Ray) and the resume filter against a real Parquet sink.
 
 No fakes: real files, the bundled MATH500/GSM8K data, a local folder loaded by
 `datasets.load_dataset`, a real Ray cluster.
@@ -19,9 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.records import error_row
-from pipeline.sink import ParquetSink
-from pipeline.sources import (
+from pipeline.problems.sources import (
     AnySource,
     ArithmeticSource,
     BundledSource,
@@ -34,6 +32,8 @@ from pipeline.sources import (
     iter_records,
     load_records,
 )
+from pipeline.records import error_row
+from pipeline.store.sink import ParquetSink
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -203,7 +203,7 @@ def ray_cluster() -> Iterator[None]:
 
 @pytest.mark.slow
 def test_ray_read_path_and_resume_filter(ray_cluster: None, tmp_path: Path) -> None:
-    from pipeline.stream import problem_stream, read_records, row_to_record
+    from pipeline.run.stream import problem_stream, read_records, row_to_record
 
     configs = _configs(tmp_path)
     picked = [configs[0], configs[5], configs[1], configs[-5], configs[-1], configs[-7]]

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline.config import ConfigError, parse_run_config
-from pipeline.decontamination import (
+from pipeline.problems.decontamination import (
     DecontaminationConfig,
     Decontaminator,
     build_decontaminator,
@@ -244,7 +244,7 @@ async def test_contaminated_problems_keep_their_tree_but_give_no_training_rows()
 
 
 async def test_run_summary_counts_decontaminated_problems(tmp_path: Path) -> None:
-    from pipeline.summary import RunSummary
+    from pipeline.run.summary import RunSummary
 
     summary = RunSummary("r", tmp_path)
     result = await _search(0)

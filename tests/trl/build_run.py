@@ -20,9 +20,9 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.decontamination import DecontaminationConfig, build_decontaminator
+from pipeline.problems.decontamination import DecontaminationConfig, build_decontaminator
 from pipeline.records import RecordsConfig, records_for
-from pipeline.sink import ParquetSink
+from pipeline.store.sink import ParquetSink
 from search import parse_search_config, run_search
 from search.scripted import ScriptedPolicy, ScriptedScorer
 
@@ -39,7 +39,7 @@ PROBLEMS = [
 
 
 def math500_problem() -> str:
-    from pipeline.decontamination import bundled_benchmark
+    from pipeline.problems.decontamination import bundled_benchmark
 
     return bundled_benchmark("math500")[0]
 

@@ -7,7 +7,7 @@ the real records code and sink (scripted searches: see its docstring).
 
 * every record type is read twice, from the local Parquet files
   (``load_dataset("parquet", data_files=...)``) and from the Hub layout
-  (`pipeline.hub.publish_run` to the local Hub server, then
+  (`pipeline.publish.hub.publish_run` to the local Hub server, then
   ``load_dataset(repo, config)``), and the two must agree row for row; the trainers
   then read the Hub layout;
 * `SFTTrainer`, `DPOTrainer` and `KTOTrainer` train 2 steps on a tiny randomly
@@ -52,7 +52,7 @@ def run_dir() -> Path:
 @pytest.fixture(scope="session")
 def published(run_dir: Path, hub_endpoint: str) -> str:
     """Publish the run to the local Hub (started by conftest) the way `bgmcts publish` does."""
-    from pipeline.hub import CardInfo, publish_run
+    from pipeline.publish.hub import CardInfo, publish_run
 
     manifest = json.loads((run_dir / "run.json").read_text())
     result = publish_run(

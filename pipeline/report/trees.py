@@ -24,7 +24,7 @@ from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from pipeline.evaluation.report.load import RunData
+from pipeline.report.load import RunData
 
 DPI = 120
 MAX_DRAWN_NODES = 1500  # beyond this a picture is unreadable; the first-created nodes are drawn

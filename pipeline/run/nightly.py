@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pipeline.config import RunConfig
-from pipeline.storage import is_remote, open_store
-from pipeline.summary import RunSummary
+from pipeline.run.summary import RunSummary
+from pipeline.store.filesystem import is_remote, open_store
 
 LEDGER = "nightly-ledger.json"
 Status = Literal["running", "done", "failed"]
@@ -235,7 +235,7 @@ def plan_night(config: RunConfig, date: dt.date) -> tuple[Ledger, NightSlice]:
 
 def run_spent(config: RunConfig, run_id: str) -> float:
     """Cost units spent by a run so far: the sum of C_used over its committed trees."""
-    from pipeline.sink import ParquetSink
+    from pipeline.store.sink import ParquetSink
 
     trees = ParquetSink(config.output_root, run_id, readonly=True).read("trees")
     return float(sum(trees.column("c_used").to_pylist()))

@@ -4,8 +4,8 @@ It lives in `pipeline/` (not `actors/`) because it builds records with `pipeline
 and reads the run config: the layers import one way, jobs -> pipeline -> actors -> search.
 
 Ray Data calls it once per problem (a batch of one row) with up to `trees_per_actor`
-calls running at once (`pipeline.run`); a row that is no problem (a "tally" of source
-errors and skipped problems, `pipeline.stream`) is passed through for the driver to
+calls running at once (`pipeline.run.synthesis`); a row that is no problem (a "tally" of source
+errors and skipped problems, `pipeline.run.stream`) is passed through for the driver to
 count and commit.  Every call's search runs on the actor's one
 event loop against the *shared* policy and scorer deployments, and returns that tree's
 records the moment it is graded, so the driver commits it while the other trees go on.
@@ -40,7 +40,7 @@ from actors.search_outcome import (
 )
 from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
 from pipeline.config import RunConfig
-from pipeline.decontamination import build_decontaminator
+from pipeline.problems.decontamination import build_decontaminator
 from pipeline.records import error_row, records_for
 from search import derive_seed, run_search
 
@@ -92,7 +92,7 @@ class SearchActor:
         )
 
     async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        """Search every "problem" row; a "tally" row (`pipeline.stream`: source errors to
+        """Search every "problem" row; a "tally" row (`pipeline.run.stream`: source errors to
         commit, already-done problems skipped) passes through untouched."""
         n = len(batch["problem_id"])
         kinds = [str(k) for k in batch["kind"]] if "kind" in batch else ["problem"] * n

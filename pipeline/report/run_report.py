@@ -4,7 +4,7 @@ Every number is recomputed from the run's committed Parquet (`trees` with its an
 traces and node scores, `nodes` with the labelled answered nodes), so the report can be
 rewritten at any time (`bgmcts report out/run=<id>`) and says the same thing as the data.
 The anytime figures and the PRM percentile table reuse the evaluation report's code
-(`pipeline.evaluation.report`): a synthesis run is read as a one-method, one-budget grid.
+(`pipeline.report`): a synthesis run is read as a one-method, one-budget grid.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
-from pipeline.evaluation.report.anytime import (
+from pipeline.report.anytime import (
     anytime_curves,
     budget_markers,
     early_stopping_methods,
 )
-from pipeline.evaluation.report.curves import DPI, write_curves
-from pipeline.evaluation.report.load import RunData, flatten_trace
-from pipeline.evaluation.report.markdown import fraction, percentiles_markdown
-from pipeline.evaluation.report.tables import prm_percentiles_table
-from pipeline.sink import ParquetSink
+from pipeline.report.curves import DPI, write_curves
+from pipeline.report.load import RunData, flatten_trace
+from pipeline.report.markdown import fraction, percentiles_markdown
+from pipeline.report.tables import prm_percentiles_table
+from pipeline.store.sink import ParquetSink
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"

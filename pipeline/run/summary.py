@@ -59,7 +59,7 @@ class RunSummary:
             self.grade_timeouts += int(tree.get("grade_timeouts") or 0)
 
     def count_contamination(self, tree: dict[str, Any]) -> None:
-        """Count a `trees` row whose problem overlaps a benchmark (pipeline.decontamination)."""
+        """Count a `trees` row whose problem overlaps a benchmark (`problems.decontamination`)."""
         if tree.get("contaminated"):
             name = str(tree["contaminated"])
             self.contaminated[name] = self.contaminated.get(name, 0) + 1
@@ -99,7 +99,7 @@ class RunSummary:
 
 def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     """Rebuild the totals of everything committed in `run_dir` (``<root>/run=<id>``)."""
-    from pipeline.sink import RECORD_TYPES, ParquetSink
+    from pipeline.store.sink import RECORD_TYPES, ParquetSink
 
     run_dir = Path(run_dir)
     name = run_dir.name

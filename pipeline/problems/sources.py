@@ -44,8 +44,8 @@ from typing import Annotated, Any, Literal, NamedTuple, TypedDict
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from typing_extensions import TypeIs
 
-from pipeline import arithmetic
 from pipeline.errors import InputError
+from pipeline.problems import arithmetic
 
 # ---------------------------------------------------------------------------------------
 # Records
@@ -153,7 +153,7 @@ class ParquetSource(_SourceCommon):
 
 class ArithmeticSource(_SourceCommon):
     """Generated one- and two-step arithmetic word problems with exact answers
-    (`pipeline.arithmetic`): problems a very small model can partly solve."""
+    (`pipeline.problems.arithmetic`): problems a very small model can partly solve."""
 
     kind: Literal["arithmetic"] = "arithmetic"
     count: int = Field(100, ge=1, le=1_000_000, description="problems to generate")
@@ -515,7 +515,7 @@ def load_records(cfg: AnySource) -> list[Record]:
 
     Reads the whole source into memory: the reference semantics, used for small
     selections (`--dry-run`, evaluation).  A synthesis run streams the same records
-    through Ray Data instead (`iter_records`, `pipeline.stream`).
+    through Ray Data instead (`iter_records`, `pipeline.run.stream`).
     """
     read, columns = _reader(cfg)
     raws = list(read())

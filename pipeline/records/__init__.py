@@ -57,7 +57,7 @@ DPO pairs (`dpo_rows`)
     (rejected), both deduplicated first (the best-Q copy of a correct one, the
     worst-Q copy of an incorrect one; at most `PAIR_POOL` of each).  Every
     candidate pair gets a type from where the two paths part in the tree
-    (`pipeline.tree_paths.divergence`): ``siblings`` (children of one node),
+    (`pipeline.records.tree_paths.divergence`): ``siblings`` (children of one node),
     ``cousins`` (they part at a non-root node, one or both deeper below it),
     ``root`` (no generated step in common) or ``prefix`` (one trajectory
     extends the other: the rejected one answered past the chosen one, or the
@@ -99,7 +99,7 @@ KTO rows (`kto_rows`)
 
 Decontamination
     `records_for` takes the benchmark a problem overlaps (found by
-    `pipeline.decontamination`): such a problem keeps its nodes, trees and
+    `pipeline.problems.decontamination`): such a problem keeps its nodes, trees and
     tree_nodes rows (``trees.contaminated`` names the benchmark) and gives no
     sft, dpo, prm or kto rows.
 
@@ -120,8 +120,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.grading import answers_match, counting
 from actors.prompts import POLICY_INSTRUCTION, policy_messages
-from pipeline.decontamination import DecontaminationConfig
-from pipeline.tree_paths import (
+from pipeline.problems.decontamination import DecontaminationConfig
+from pipeline.records.tree_paths import (
     Divergence,
     PairType,
     answers_on_path,
@@ -328,7 +328,7 @@ TREES_SCHEMA = record_schema(
         doc_field(
             "contaminated",
             pa.string(),
-            "the benchmark the problem overlaps (pipeline.decontamination); such a problem "
+            "the benchmark the problem overlaps (see decontamination); such a problem "
             "gives no sft, dpo, prm or kto rows; null when clean or not checked",
             nullable=True,
         ),
@@ -1072,7 +1072,7 @@ async def records_for(
     the sft/dpo/prm/kto prompts are built from it.
 
     `contamination` names the benchmark the problem overlaps
-    (`pipeline.decontamination`): the tree is still recorded (`nodes`, `trees`,
+    (`pipeline.problems.decontamination`): the tree is still recorded (`nodes`, `trees`,
     `tree_nodes`), but it gives no training rows (`sft`, `dpo`, `prm`, `kto`).
     """
     config = config or RecordsConfig()

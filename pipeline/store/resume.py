@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.sink import ParquetSink
-from pipeline.sources import ErrorRow, LoadedProblems, ProblemRow
+from pipeline.problems.sources import ErrorRow, LoadedProblems, ProblemRow
+from pipeline.store.sink import ParquetSink
 
 
 def pending(loaded: LoadedProblems, sink: ParquetSink) -> tuple[list[ProblemRow], list[ErrorRow]]:

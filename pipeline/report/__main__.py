@@ -1,12 +1,12 @@
-"""`python -m pipeline.evaluation.report RUN_DIR [--out DIR] [--tree-pictures N]`."""
+"""`python -m pipeline.report RUN_DIR [--out DIR] [--tree-pictures N]`."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from pipeline.evaluation.report.load import load_run
-from pipeline.evaluation.report.write import report_tables, write_report
+from pipeline.report.grid import report_tables, write_report
+from pipeline.report.load import load_run
 
 
 def main(argv: list[str] | None = None) -> int:

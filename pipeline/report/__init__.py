@@ -7,15 +7,15 @@
 The table functions return pandas DataFrames, for tests and the CLI.
 """
 
-from pipeline.evaluation.report.anytime import anytime_curves, budget_markers
-from pipeline.evaluation.report.load import RunData, load_run, read_trees
-from pipeline.evaluation.report.tables import (
+from pipeline.report.anytime import anytime_curves, budget_markers
+from pipeline.report.grid import ReportFiles, report_tables, write_report
+from pipeline.report.load import RunData, load_run, read_trees
+from pipeline.report.tables import (
     accuracy_table,
     answered_nodes_table,
     prm_percentiles_table,
 )
-from pipeline.evaluation.report.trees import tree_layout
-from pipeline.evaluation.report.write import ReportFiles, report_tables, write_report
+from pipeline.report.trees import tree_layout
 
 __all__ = [
     "ReportFiles",

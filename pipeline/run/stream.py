@@ -15,7 +15,7 @@ Why a `Datasource` of our own rather than `ray.data.read_json` / `read_parquet` 
 knows no line numbers, Ray's readers give no row locators for error messages, and
 duplicate ids, filters and the seeded shuffle + skip/limit slice must give exactly the
 records `load_records` gives (stable problem ids, nightly slices).  The read task runs
-the same per-row code as `load_records` (`pipeline.sources`), in a worker.
+the same per-row code as `load_records` (`pipeline.problems.sources`), in a worker.
 
 Rows out of the resume filter (`ROW_SCHEMA`): `kind` "problem" (to search) or "tally"
 (one per input batch that had anything else: `records` holds the new source error rows
@@ -36,9 +36,7 @@ from ray.data import Datasource
 from ray.data.block import BlockMetadata
 from ray.data.datasource import ReadTask
 
-from pipeline.records import error_row
-from pipeline.sink import ParquetSink
-from pipeline.sources import (
+from pipeline.problems.sources import (
     AnySource,
     HFSource,
     JsonlSource,
@@ -47,7 +45,9 @@ from pipeline.sources import (
     is_error,
     iter_records,
 )
-from pipeline.storage import is_remote
+from pipeline.records import error_row
+from pipeline.store.filesystem import is_remote
+from pipeline.store.sink import ParquetSink
 
 # One source record as a row: problem rows have `error` null, error rows `problem` null.
 RECORD_SCHEMA = pa.schema(

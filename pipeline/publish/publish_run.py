@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import RunConfig
-from pipeline.hub import CardInfo, PublishResult, publish_run
-from pipeline.run_report import REPORT_FILES, REPORT_MD, prices_from_config, write_run_report
-from pipeline.storage import is_remote, local_copy
-from pipeline.summary import RunSummary, summarize_run_dir
+from pipeline.publish.hub import CardInfo, PublishResult, publish_run
+from pipeline.report.run_report import REPORT_FILES, REPORT_MD, prices_from_config, write_run_report
+from pipeline.run.summary import RunSummary, summarize_run_dir
+from pipeline.store.filesystem import is_remote, local_copy
 
 MANIFEST = "run.json"
 

@@ -36,7 +36,7 @@ from huggingface_hub import (
 )
 
 from actors.redact import redact_text
-from pipeline.sink import committed_parts
+from pipeline.store.sink import committed_parts
 
 __all__ = [
     "CONFIGS",
@@ -52,7 +52,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Every record type (pipeline.sink.RECORD_TYPES), training data first.
+# Every record type (pipeline.store.sink.RECORD_TYPES), training data first.
 CONFIGS: tuple[str, ...] = ("sft", "dpo", "prm", "kto", "nodes", "trees", "tree_nodes", "errors")
 CONFIG_DOCS: Mapping[str, str] = {
     "sft": "TRL prompt-completion rows (`prompt`, `completion`): correct, clean trajectories",
@@ -87,14 +87,14 @@ class CardInfo:
     models: Sequence[str] = ()
     budget: Mapping[str, Any] = field(default_factory=dict)
     answered_precision: float | None = None
-    # benchmark -> problems kept out of the training configs (pipeline.decontamination)
+    # benchmark -> problems kept out of the training configs (pipeline.problems.decontamination)
     decontaminated: Mapping[str, int] = field(default_factory=dict)
     decontamination_rule: str | None = None
     paper_title: str = PAPER_TITLE
     producer: str = "BG-MCTS (bgmcts-synth)"
     pretty_name: str | None = None
     license: str | None = None
-    # The run report (pipeline.run_report): its markdown goes into the card, its files
+    # The run report (pipeline.report.run_report): its markdown goes into the card, its files
     # (PNGs) are uploaded under reports/run=<run_id>/ and the card links them there.
     report_markdown: str | None = None
     report_files: Sequence[Path] = ()

@@ -11,7 +11,7 @@ What differs between a disk and a bucket, and how each operation copes:
 * **No atomic rename on object stores.**  A rename there is copy + delete.  A single
   PUT, however, is atomic (a reader sees the whole object or none), so on a bucket a
   part is written straight to its final name and the batch's commit marker, written
-  last, is what makes it visible (`pipeline.sink`).  A local folder keeps the
+  last, is what makes it visible (`pipeline.store.sink`).  A local folder keeps the
   temp-file + rename dance it always had.
 * **Create-if-absent.**  `create_exclusive` is the one coordination primitive: a local
   `O_CREAT | O_EXCL` open, an S3 `PutObject` with `If-None-Match: *` (AWS S3 since
@@ -321,7 +321,7 @@ def local_copy(run_dir: str | Path, *, write_back: tuple[str, ...] = ()) -> Iter
     store = store_of_run_dir(str(run_dir))
     if not store.is_dir():
         raise FileNotFoundError(f"{store.uri} is not a run folder (nothing under that prefix)")
-    from pipeline.sink import MARKERS, RECORD_TYPES, batch_of
+    from pipeline.store.sink import MARKERS, RECORD_TYPES, batch_of
 
     with tempfile.TemporaryDirectory(prefix="bgmcts-run-") as temp:
         local = Path(temp) / store.name

@@ -13,7 +13,7 @@ A second writer fails at once with `RunFolderBusy`, one line naming the holder.
 Scope: `flock` works on local disks and on NFSv4/Lustre-style shared file
 systems that implement it; object storage (s3://, gs://) has no such lock, so a
 run there holds a lease object created with a conditional put instead
-(`pipeline.object_lease`, `run_lease` picks one).
+(`pipeline.store.object_lease`, `run_lease` picks one).
 """
 
 from __future__ import annotations
@@ -104,13 +104,13 @@ def describe_holder(run_dir: str | Path) -> str:
 
 def run_lease(output_root: str | Path, run_id: str) -> RunLease | Any:
     """The writer lease of `<output_root>/run=<run_id>`: `flock` on a local folder, a
-    conditional-put lease object on a bucket (`pipeline.object_lease`)."""
-    from pipeline.storage import open_store
+    conditional-put lease object on a bucket (`pipeline.store.object_lease`)."""
+    from pipeline.store.filesystem import open_store
 
     store = open_store(output_root).child(f"run={run_id}")
     if not store.remote:
         return RunLease(store.local_path)
-    from pipeline.object_lease import ObjectLease
+    from pipeline.store.object_lease import ObjectLease
 
     return ObjectLease(store)
 

@@ -1,6 +1,6 @@
 """Wires one synthesis run: source -> Ray Data -> search actors -> Parquet (-> Hub).
 
-    source (a Ray Data read task streams the selection: `pipeline.stream`)
+    source (a Ray Data read task streams the selection: `pipeline.run.stream`)
       -> resume filter (committed problem_ids dropped, read in a Ray Data actor)
       -> one problem per block -> map_batches(SearchActor, ActorPoolStrategy)
          (one problem per call, trees_per_actor calls running at once in each actor)
@@ -26,17 +26,16 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from actors.redact import install_log_redaction
-from pipeline.cluster import quiet_ray, start_ray
 from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, OutputLocationError
-from pipeline.hub import redact_secrets
-from pipeline.lease import run_lease
-from pipeline.live import LiveProgress
-from pipeline.publishing import MANIFEST
-from pipeline.run_report import REPORT_FILES, prices_from_config, write_run_report
-from pipeline.sink import RECORD_TYPES, ParquetSink
-from pipeline.sources import check_source
-from pipeline.storage import (
+from pipeline.problems.sources import check_source
+from pipeline.publish.hub import redact_secrets
+from pipeline.publish.publish_run import MANIFEST
+from pipeline.report.run_report import REPORT_FILES, prices_from_config, write_run_report
+from pipeline.run.cluster import quiet_ray, start_ray
+from pipeline.run.live import LiveProgress
+from pipeline.run.summary import RunSummary
+from pipeline.store.filesystem import (
     check_reachable,
     describe_os_error,
     is_remote,
@@ -45,7 +44,8 @@ from pipeline.storage import (
     open_store,
     store_of_run_dir,
 )
-from pipeline.summary import RunSummary
+from pipeline.store.lease import run_lease
+from pipeline.store.sink import RECORD_TYPES, ParquetSink
 
 ProgressTarget = TextIO | Literal["stderr"] | None
 
@@ -70,7 +70,7 @@ def synthesize(
 ) -> RunSummary:
     """Run the whole synthesis job for `config`; returns the summary.
 
-    `progress`: where the live display goes (`pipeline.live`; a terminal gets a panel
+    `progress`: where the live display goes (`pipeline.run.live`; a terminal gets a panel
     redrawn in place, anything else a plain line every `progress_every_s` seconds);
     None is silent.  `verbose` keeps Ray's own progress bars and INFO logs.
     """
@@ -131,8 +131,8 @@ def _synthesize(
 
     from actors.progress import BOARD_NAME, ProgressBoard
     from actors.serve import deploy_policy, deploy_scorer
-    from pipeline.search_actor import SearchActor  # imports Ray Serve: only when searching
-    from pipeline.stream import problem_stream
+    from pipeline.run.search_actor import SearchActor  # imports Ray Serve: only when searching
+    from pipeline.run.stream import problem_stream
 
     run_id = config.resolved_run_id
     sink = ParquetSink(config.output_root, run_id)
@@ -199,7 +199,7 @@ def _synthesize(
 
 
 def search_stage(problems: Any, config: RunConfig, actor: type, board: str) -> Any:
-    """The Ray Data stage that searches `problems` (`pipeline.stream.problem_stream`: one
+    """The Ray Data stage that searches `problems` (`pipeline.run.stream.problem_stream`: one
     row per block): one finished tree per output block.
 
     Continuous trees: one problem per Ray Data task (one row per block, batch_size 1) and

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
-from pipeline.evaluation.report.load import FloatArray, RunData
+from pipeline.report.load import FloatArray, RunData
 
 METRICS: tuple[str, ...] = ("accuracy", "answered_rate", "depth", "width")
 _FINAL_COLUMNS = {

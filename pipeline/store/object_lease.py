@@ -32,7 +32,7 @@ import time
 from types import TracebackType
 from typing import Any
 
-from pipeline.storage import Store
+from pipeline.store.filesystem import Store
 
 LEASE_FOLDER = "_lease"
 DEFAULT_TTL_S = 300.0
@@ -87,7 +87,7 @@ class ObjectLease:
 
     # -- the lease ----------------------------------------------------------------
     def acquire(self) -> ObjectLease:
-        from pipeline.lease import RunFolderBusy
+        from pipeline.store.lease import RunFolderBusy
 
         for _ in range(5):  # a lost race re-reads and tries the next generation
             generations = self._generations()

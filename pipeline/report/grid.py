@@ -6,25 +6,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.evaluation.report.anytime import (
+from pipeline.report.anytime import (
     anytime_curves,
     budget_markers,
     early_stopping_methods,
 )
-from pipeline.evaluation.report.curves import write_curves
-from pipeline.evaluation.report.load import RunData, load_run
-from pipeline.evaluation.report.markdown import (
+from pipeline.report.curves import write_curves
+from pipeline.report.load import RunData, load_run
+from pipeline.report.markdown import (
     accuracy_markdown,
     answered_markdown,
     percentiles_markdown,
     report_markdown,
 )
-from pipeline.evaluation.report.tables import (
+from pipeline.report.tables import (
     accuracy_table,
     answered_nodes_table,
     prm_percentiles_table,
 )
-from pipeline.evaluation.report.trees import pick_problems, write_tree_pictures
+from pipeline.report.trees import pick_problems, write_tree_pictures
 
 REPORT_FILE = "report.md"
 

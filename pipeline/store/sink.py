@@ -1,6 +1,7 @@
 """Streaming Parquet sink with resume: a crash loses at most the problems in flight.
 
-Layout under the output root (a local folder or an object-store prefix, `pipeline.storage`)::
+Layout under the output root (a local folder or an object-store prefix,
+`pipeline.store.filesystem`)::
 
     run=<run_id>/<record type>/part-<batch>.parquet   (pipeline.records.SCHEMAS)
     run=<run_id>/_committed/<batch>                    (one empty marker per batch)
@@ -18,7 +19,7 @@ place; readers (resume, report, publish) read only parts whose batch has a marke
 Opening a sink for writing deletes temporary files and every part whose batch has no
 marker (a crash between the first part and the marker), so a rerun with the same run
 id redoes exactly those problems and never writes a row twice.  Only the lease holder
-(`pipeline.lease`) opens a run for writing, so the cleaning never races a live writer.
+(`pipeline.store.lease`) opens a run for writing, so the cleaning never races a live writer.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.records import SCHEMAS, to_table
-from pipeline.storage import Store, open_store
+from pipeline.store.filesystem import Store, open_store
 
 RECORD_TYPES = ("nodes", "trees", "sft", "dpo", "prm", "kto", "tree_nodes", "errors")
 MARKERS = "_committed"

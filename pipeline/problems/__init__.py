@@ -1,0 +1,1 @@
+"""Where problems come from: sources, the arithmetic generator, decontamination."""

@@ -1,0 +1,1 @@
+"""Where a run's rows live: filesystems, the run folder, the sink, leases, resume."""
