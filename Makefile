@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONFIG ?= configs/local.yaml
 OUTPUT_ROOT ?=
 
-.PHONY: synth test test-vllm-cpu test-trl lint typecheck unit bench clean
+.PHONY: synth test test-vllm-cpu test-trl lint typecheck unit docs bench clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -32,6 +32,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# docs/configuration.md and docs/records.md, from the config models and the record schemas.
+docs: $(STAMP)
+	$(BIN)/python -m jobs.reference_docs
 
 test: lint typecheck unit
 

@@ -8,6 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.prompts import PromptConfig
 
+CONTEXT_OVERFLOW = (
+    "tokens of one sequence (prompt and completion); a longer prompt comes back as a "
+    "context overflow"
+)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -16,48 +21,73 @@ class _Strict(BaseModel):
 class LlamaCppConfig(_Strict):
     """llama.cpp in-process (the CPU default); `model: embedded` is SmolLM2-135M-Instruct."""
 
-    kind: Literal["llamacpp"] = "llamacpp"
-    model: str = "embedded"
-    context_length: int = Field(4096, ge=256)
-    threads: int = Field(2, ge=1)
+    kind: Literal["llamacpp"] = Field("llamacpp", description="llama.cpp in the replica (CPU)")
+    model: str = Field(
+        "embedded", description="path to a GGUF file; embedded: the bundled SmolLM2-135M-Instruct"
+    )
+    context_length: int = Field(
+        4096,
+        ge=256,
+        description="tokens of one sequence (prompt and completion) per slot; llama.cpp gets "
+        "context_length x parallel",
+    )
+    threads: int = Field(2, ge=1, description="CPU threads llama.cpp computes with")
     parallel: int = Field(4, ge=1, description="concurrent sequences (llama.cpp slots)")
 
 
 class VLLMConfig(_Strict):
     """vLLM's async engine in the replica (GPU production)."""
 
-    kind: Literal["vllm"] = "vllm"
-    model: str
-    tensor_parallel_size: int = Field(1, ge=1)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    max_model_len: int = Field(8192, ge=256)
-    enable_prefix_caching: bool = True
-    seed: int = 0
+    kind: Literal["vllm"] = Field("vllm", description="vLLM's async engine in the replica (GPU)")
+    model: str = Field(description="Hugging Face model id or local folder")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one model is sharded over")
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="share of GPU memory vLLM may take (weights and KV cache)"
+    )
+    max_model_len: int = Field(
+        8192, ge=256, description="tokens of one sequence (prompt and completion)"
+    )
+    enable_prefix_caching: bool = Field(
+        True, description="reuse the KV cache of shared prompt prefixes (the paths of a tree)"
+    )
+    seed: int = Field(0, description="vLLM's engine seed (each request also has its own)")
 
 
 class OpenAIConfig(_Strict):
     """Any OpenAI-compatible endpoint; the key is read from `api_key_env`, never stored."""
 
-    kind: Literal["openai"] = "openai"
-    base_url: str
-    model: str
-    api_key_env: str | None = "OPENAI_API_KEY"
-    context_length: int = Field(8192, ge=256)
-    chat_template: str = Field("server", description="'server' or a local tokenizer path")
+    kind: Literal["openai"] = Field("openai", description="an OpenAI-compatible HTTP endpoint")
+    base_url: str = Field(description="the API's base URL, e.g. http://localhost:8000/v1")
+    model: str = Field(description="model name sent with every request")
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY",
+        description="environment variable holding the API key (required unless the URL is "
+        "loopback); None: no key",
+    )
+    context_length: int = Field(
+        8192,
+        ge=256,
+        description="tokens of one sequence (prompt and completion); caps max_tokens",
+    )
+    chat_template: str = Field(
+        "server",
+        description="'server': the server renders the chat; else a local tokenizer folder "
+        "whose template renders it",
+    )
 
 
 class SleepConfig(_Strict):
     """No model: each call sleeps `latency_s` and returns `output_tokens` tokens (load tests)."""
 
-    kind: Literal["sleep"] = "sleep"
-    model: str = "sleep"
+    kind: Literal["sleep"] = Field("sleep", description="no model: fixed latency (load tests)")
+    model: str = Field("sleep", description="the name the engine reports")
     latency_s: float = Field(0.05, ge=0, description="seconds each engine call sleeps")
     output_tokens: int = Field(16, ge=1, description="tokens per completion (max_tokens caps)")
-    context_length: int = Field(4096, ge=256)
+    context_length: int = Field(4096, ge=256, description=CONTEXT_OVERFLOW)
     answer_every: int = Field(
         4, ge=0, description="every n-th stopped step answers $\\boxed{42}$ instead; 0: never"
     )
-    seed: int = 0
+    seed: int = Field(0, description="seeds which completions answer (with the request's seed)")
 
 
 class LoadModelConfig(_Strict):
@@ -67,8 +97,10 @@ class LoadModelConfig(_Strict):
     the published benchmarks each value comes from.
     """
 
-    kind: Literal["load_model"] = "load_model"
-    model: str = "load-model"
+    kind: Literal["load_model"] = Field(
+        "load_model", description="no model: a continuous-batching engine's timing"
+    )
+    model: str = Field("load-model", description="the name the engine reports")
     decode_base_ms: float = Field(7.4, ge=0, description="decode step time with no sequences")
     decode_per_seq_ms: float = Field(
         0.051, ge=0, description="extra decode step time per sequence in the batch"
@@ -81,7 +113,7 @@ class LoadModelConfig(_Strict):
         1.0, gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"
     )
     output_tokens: int = Field(16, ge=1, description="tokens per completion (max_tokens caps)")
-    context_length: int = Field(4096, ge=256)
+    context_length: int = Field(4096, ge=256, description=CONTEXT_OVERFLOW)
     answer_every: int = Field(
         4, ge=0, description="every n-th stopped step answers $\\boxed{42}$ instead; 0: never"
     )
@@ -89,7 +121,7 @@ class LoadModelConfig(_Strict):
         None, description="a prompt containing this text is slow (a deliberately slow problem)"
     )
     slow_factor: float = Field(1.0, ge=1, description="how many times longer a slow request runs")
-    seed: int = 0
+    seed: int = Field(0, description="seeds which completions answer (with the request's seed)")
 
 
 EngineConfig = Annotated[
@@ -101,17 +133,28 @@ EngineConfig = Annotated[
 class ServiceConfig(_Strict):
     """One Serve deployment: its engine, resources, scaling and request resilience."""
 
-    engine: EngineConfig = Field(default_factory=LlamaCppConfig)
-    num_replicas: int = Field(1, ge=1)
+    engine: EngineConfig = Field(
+        default_factory=LlamaCppConfig,
+        description="the model engine of each replica, chosen by `kind`",
+    )
+    num_replicas: int = Field(1, ge=1, description="Serve replicas (each with its own engine)")
     autoscaling: dict[str, Any] | None = Field(
         None, description="Serve autoscaling_config; replaces num_replicas when set"
     )
     num_cpus: float = Field(0.0, ge=0, description="0 leaves CPUs to the search actors")
-    num_gpus: float = Field(0.0, ge=0)
-    max_ongoing_requests: int = Field(256, ge=1)
-    request_timeout_s: float = Field(300.0, gt=0)
-    max_retries: int = Field(2, ge=0)
-    retry_backoff_s: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0, description="GPUs reserved per replica")
+    max_ongoing_requests: int = Field(
+        256, ge=1, description="requests one replica takes at once (Serve); more queue"
+    )
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="seconds one call may take before it is retried"
+    )
+    max_retries: int = Field(
+        2, ge=0, description="retries of a failed call; then its node fails, not the search"
+    )
+    retry_backoff_s: float = Field(
+        1.0, ge=0, description="seconds before the first retry, doubled for each next one"
+    )
     coalesce_window_s: float = Field(
         0.002, ge=0, le=1, description="how long a request waits for others to share its call"
     )
@@ -137,7 +180,10 @@ class ServiceConfig(_Strict):
     affinity_fallback_replicas: int = Field(
         2, ge=0, description="replicas tried after a tree's own when its queue is full"
     )
-    prompts: PromptConfig = Field(default_factory=PromptConfig)
+    prompts: PromptConfig = Field(
+        default_factory=PromptConfig,
+        description="prompt overrides (the policy uses policy_instruction, the scorer prm_system)",
+    )
 
     @property
     def routes_by_tree(self) -> bool:
@@ -157,8 +203,10 @@ class GenPRMSettings(_Strict):
     """GenPRM's sampling (the released code: T 0.6, top-p 0.95, top-k 20, 1,024 tokens)."""
 
     samples: int = Field(1, ge=1, description="N judgements averaged per step")
-    max_analysis_tokens: int = Field(512, ge=1)
-    temperature: float = Field(0.6, ge=0)
+    max_analysis_tokens: int = Field(
+        512, ge=1, description="max_tokens of one step's analysis (the paper's runs: 1,024)"
+    )
+    temperature: float = Field(0.6, ge=0, description="sampling temperature of the analysis")
     top_p: float | None = Field(0.95, gt=0, le=1, description="None: the engine's default")
     top_k: int | None = Field(20, ge=0, description="None: the engine's default")
     analysis_turn: Literal["user", "assistant"] = Field(
@@ -170,5 +218,9 @@ class GenPRMSettings(_Strict):
 
 
 class ScorerConfig(ServiceConfig):
-    kind: Literal["genprm"] = "genprm"
-    genprm: GenPRMSettings = Field(default_factory=GenPRMSettings)
+    """The scorer's Serve deployment: a service config plus the scoring protocol's settings."""
+
+    kind: Literal["genprm"] = Field(
+        "genprm", description="the scoring protocol: GenPRM, a generative PRM (Sec. 4.1)"
+    )
+    genprm: GenPRMSettings = Field(default_factory=GenPRMSettings, description="GenPRM's sampling")

@@ -40,14 +40,13 @@ conversation.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from actors.engines.base import Completion, Engine, EngineError, TopLogprobs
+from actors.engines.base import Completion, Engine, EngineError, Sampling, TopLogprobs
 from actors.prompts import (
     PRM_ANALYSIS_END,
     PRM_ANALYSIS_PREFIX,
@@ -55,6 +54,7 @@ from actors.prompts import (
     PRM_JUDGEMENT_SUFFIX,
     PRM_SYSTEM,
 )
+from search import derive_seed
 from search.protocols import FinishReason, Score, ScoreRequest
 
 Message = dict[str, str]
@@ -115,11 +115,6 @@ def split_steps(
             pieces[0] = head + pieces[0]
     steps = [piece.strip() for piece in pieces if piece.strip()]
     return steps or [segment.strip()]  # an empty node is still one (empty) step
-
-
-def _derive_seed(*parts: object) -> int:
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
 class _Failed(Exception):
@@ -268,7 +263,7 @@ class GenPRMScorer:
         key = (self.seed, problem, tuple(m["content"] for m in conversation if m["role"] == "user"))
         results = await asyncio.gather(
             *(
-                self._sample(conversation, index, _derive_seed(*key, i), tokens)
+                self._sample(conversation, index, derive_seed(*key, i), tokens)
                 for i in range(self.samples)
             ),
             return_exceptions=True,
@@ -292,26 +287,30 @@ class GenPRMScorer:
         prompt = await self._fit(conversation, opening, self.max_analysis_tokens)
         analysis = await self._complete(
             prompt,
-            max_tokens=self.max_analysis_tokens,
-            stop=(PRM_ANALYSIS_END,),
-            temperature=self.temperature,
-            seed=seed,
+            Sampling(
+                max_tokens=self.max_analysis_tokens,
+                stop=(PRM_ANALYSIS_END,),
+                temperature=self.temperature,
+                seed=seed,
+                top_p=self.top_p,
+                top_k=self.top_k,
+            ),
             tokens=tokens,
             what="analysis",
-            top_p=self.top_p,
-            top_k=self.top_k,
         )
         text = opening + analysis.text
         prompt = await self._fit(conversation, text + PRM_JUDGEMENT_PREFIX, 1)
         judgement = await self._complete(
             prompt,
-            max_tokens=1,
-            stop=(),
-            temperature=0.0,
-            seed=seed,
+            Sampling(
+                max_tokens=1,
+                stop=(),
+                temperature=0.0,
+                seed=seed,
+                top_logprobs=self.top_logprobs,
+            ),
             tokens=tokens,
             what="judgement",
-            top_logprobs=self.top_logprobs,
         )
         if not judgement.top_logprobs or not judgement.top_logprobs[0]:
             raise _Failed("the engine returned no log-probabilities for the judgement token")
@@ -356,34 +355,10 @@ class GenPRMScorer:
         return prompt  # still too long: the engine reports the overflow
 
     async def _complete(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: tuple[str, ...],
-        temperature: float,
-        seed: int,
-        tokens: _Tokens,
-        what: str,
-        top_logprobs: int = 0,
-        top_p: float | None = None,
-        top_k: int | None = None,
+        self, prompt: str, sampling: Sampling, *, tokens: _Tokens, what: str
     ) -> Completion:
         self.calls += 1
-        nucleus: dict[str, Any] = {}  # only what is set: engines without them keep working
-        if top_p is not None:
-            nucleus["top_p"] = top_p
-        if top_k is not None:
-            nucleus["top_k"] = top_k
-        completion = await self.engine.complete(
-            prompt,
-            max_tokens=max_tokens,
-            stop=stop,
-            temperature=temperature,
-            seed=seed,
-            top_logprobs=top_logprobs,
-            **nucleus,
-        )
+        completion = await self.engine.complete(prompt, sampling)
         tokens.add(completion)
         if completion.finish is FinishReason.ERROR:
             raise _Failed(f"{what} call failed: {completion.error or 'engine error'}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from actors.engines.base import Completion, Engine
+from actors.engines.base import Completion, Engine, Sampling
 from actors.prompts import POLICY_INSTRUCTION, policy_messages
 from search.protocols import FinishReason, Generation, GenerationRequest
 
@@ -36,10 +36,12 @@ class EnginePolicy:
             *(
                 self.engine.complete(
                     prompt,
-                    max_tokens=request.max_tokens,
-                    stop=request.stop,
-                    temperature=request.temperature,
-                    seed=(request.seed + i) & 0x7FFFFFFF,
+                    Sampling(
+                        max_tokens=request.max_tokens,
+                        stop=request.stop,
+                        temperature=request.temperature,
+                        seed=(request.seed + i) & 0x7FFFFFFF,
+                    ),
                 )
                 for i in range(request.n)
             )

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 POLICY_INSTRUCTION = """\
 Work out the math problem below one step at a time, briefly and clearly. Begin each step \
@@ -69,8 +69,17 @@ class PromptConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy_instruction: str = POLICY_INSTRUCTION
-    prm_system: str = PRM_SYSTEM
+    policy_instruction: str = Field(
+        POLICY_INSTRUCTION,
+        description="the policy's user turn, a template whose only field is {problem} "
+        "(literal braces doubled); or policy_instruction_file: a path to read it from; "
+        "default: our App. E-style prompt",
+    )
+    prm_system: str = Field(
+        PRM_SYSTEM,
+        description="GenPRM's system prompt; or prm_system_file: a path to read it from; "
+        "default: our App. E-style prompt",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -3,14 +3,16 @@
 Redaction by key name (`api_key: ...`) misses a secret that sits inside an ordinary
 value, such as `base_url: http://user:sk-123@host/v1?api_key=sk-456`.  `redact_text`
 removes those from any string: run.json, the dataset card, error rows and our logs
-go through it; `RedactingFilter` applies it to log records.
+go through it; `RedactingFilter` applies it to log records.  `redact_secrets` redacts a
+whole config dump: secret-looking keys by name, and `redact_text` on every string.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 REDACTED = "<redacted>"
 
@@ -25,6 +27,10 @@ _QUERY_SECRET = re.compile(
 _BEARER = re.compile(r"(?P<scheme>\b(?:Bearer|Basic|Token)\s+)(?P<value>[A-Za-z0-9._~+/=-]{6,})")
 # Well-known token shapes (Hugging Face, OpenAI-style keys)
 _TOKEN_SHAPES = re.compile(r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{16,})\b")
+# Keys whose values are secrets ("hf_token", "api_key", "password"), not counts ("max_tokens").
+_SECRET_KEY = re.compile(
+    r"(^|[_-])(token|api[_-]?key|auth|authorization|credentials?)$|secret|passw(or)?d", re.I
+)
 
 
 def redact_text(text: str) -> str:
@@ -35,6 +41,28 @@ def redact_text(text: str) -> str:
     text = _QUERY_SECRET.sub(lambda m: f"{m['name']}={REDACTED}", text)
     text = _BEARER.sub(lambda m: f"{m['scheme']}{REDACTED}", text)
     return _TOKEN_SHAPES.sub(REDACTED, text)
+
+
+def redact_secrets(value: Any, secrets: Sequence[str] = ()) -> Any:
+    """Copy of ``value`` with secret-looking keys redacted and any ``secrets`` scrubbed."""
+    if isinstance(value, Mapping):
+        return {
+            str(k): REDACTED if _SECRET_KEY.search(str(k)) else redact_secrets(v, secrets)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [redact_secrets(v, secrets) for v in value]
+    if isinstance(value, str):  # secrets inside values too: URL userinfo, ?api_key=, Bearer
+        return scrub(redact_text(value), secrets)
+    return value
+
+
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    """`text` with each of `secrets` (known values, such as the token in use) replaced."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    return text
 
 
 class RedactingFilter(logging.Filter):
@@ -67,4 +95,11 @@ def install_log_redaction(
                 handler.addFilter(_FILTER)
 
 
-__all__ = ["REDACTED", "RedactingFilter", "install_log_redaction", "redact_text"]
+__all__ = [
+    "REDACTED",
+    "RedactingFilter",
+    "install_log_redaction",
+    "redact_secrets",
+    "redact_text",
+    "scrub",
+]

@@ -14,11 +14,11 @@ bounded: untrusted LaTeX can take sympy forever).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from actors.grading import answers_match
+from search import derive_seed
 from search.answers import extract_boxed
 from search.protocols import (
     FinishReason,
@@ -30,11 +30,6 @@ from search.protocols import (
 )
 
 References = Mapping[str, str] | Callable[[str], str | None]
-
-
-def _derive_seed(*parts: object) -> int:
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
 class RolloutScorer:
@@ -131,7 +126,7 @@ class RolloutScorer:
             max_tokens=self.max_tokens,
             stop=(),
             temperature=self.temperature,
-            seed=_derive_seed(self.seed, request.problem, request.path),
+            seed=derive_seed(self.seed, request.problem, request.path),
         )
 
     async def _matches(self, rollout: Generation, reference: str) -> bool:

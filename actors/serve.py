@@ -32,6 +32,7 @@ from ray.serve.handle import DeploymentHandle
 from actors.affinity import CONSISTENT_HASH_ROUTER, bucket, current_tree
 from actors.coalesce import Coalescer, RequestFailed, fan_out_stream
 from actors.config import ScorerConfig, ServiceConfig
+from actors.engines.base import Completion, Sampling
 from actors.engines.factory import build_engine, check_engine
 from actors.policy import EnginePolicy
 from actors.redact import install_log_redaction
@@ -63,9 +64,10 @@ class _CountingEngine:
         self.context_length = engine.context_length
         self.calls = 0
 
-    async def complete(self, prompt: str, **kwargs: Any) -> Any:
+    async def complete(self, prompt: str, sampling: Sampling) -> Completion:
         self.calls += 1
-        return await self._engine.complete(prompt, **kwargs)
+        completion: Completion = await self._engine.complete(prompt, sampling)
+        return completion
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)

@@ -50,12 +50,12 @@ def rss_mb(field="VmRSS:"):
     return 0.0
 from pipeline.config import load_run_config
 from pipeline.problems.sources import parse_source
-import pipeline.run.synthesis as run
+import pipeline.store.sink as sink_module
 args = json.loads(sys.argv[1])
 marks = {1: "start", 1000: "1000", args["limit"]: "limit"}
 samples = {"series": []}
 done = [0]
-class SamplingSink(run.ParquetSink):
+class SamplingSink(sink_module.ParquetSink):
     def write_batch(self, records):
         batch = super().write_batch(records)
         errors = records.get("errors", [])
@@ -66,7 +66,7 @@ class SamplingSink(run.ParquetSink):
             if done[0] % 1000 == 0:
                 samples["series"].append([done[0], round(rss_mb(), 1)])
         return batch
-run.ParquetSink = SamplingSink
+sink_module.ParquetSink = SamplingSink  # RunFolder.sink() looks it up here
 config = load_run_config(args["config"], output_root=args["out"])
 source = {"kind": "jsonl", "path": args["source"], "limit": args["limit"],
           "columns": {"problem": "question", "reference": "answer", "id": "id"}}
@@ -77,7 +77,8 @@ config = config.model_copy(update={
 })
 samples["imports"] = rss_mb()
 t0 = time.perf_counter()
-summary = run.synthesize(config, progress=None)
+from pipeline.run.synthesis import synthesize
+summary = synthesize(config, progress=None)
 print(json.dumps({**samples, "end": rss_mb(), "peak": rss_mb("VmHWM:"),
                   "searched": summary.searched, "errors": summary.errors,
                   "problems": summary.problems, "wall_s": time.perf_counter() - t0}))

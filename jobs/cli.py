@@ -27,20 +27,19 @@ def _report(args: argparse.Namespace) -> int:
     if not remote and (path / "eval_trees.parquet").is_file():
         return evaluate.report_folder(path)
     from pipeline.errors import OutputLocationError
-    from pipeline.publish.publish_run import read_manifest
     from pipeline.report.run_report import REPORT_FILES, prices_from_config, write_run_report
     from pipeline.run.summary import summarize_run_dir
-    from pipeline.store.filesystem import local_copy
+    from pipeline.store.run_folder import RunFolder, local_run_dir
 
     try:
         # A bucket's run (s3://.../run=<id>) is read through a local copy of its committed
         # parts; the report files are written back next to them.
-        with local_copy(args.folder if remote else path, write_back=REPORT_FILES) as local:
+        with local_run_dir(args.folder, write_back=REPORT_FILES) as local:
             summary = summarize_run_dir(local)
             if remote:
                 summary.run_dir = args.folder
             summary.render()
-            config = read_manifest(local).get("config") or {}
+            config = RunFolder.at(local).read_manifest().get("config") or {}
             written = write_run_report(local, prices_from_config(config))
     except (FileNotFoundError, OutputLocationError, PermissionError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -29,12 +29,16 @@ class ConfigError(InputError):
 
 
 class PublishConfig(BaseModel):
+    """Where a finished run's Parquet is published on the Hugging Face Hub (jobs.publish)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     repo: str | None = Field(None, description="Hub dataset repo id; unset: do not publish")
-    private: bool = True
-    token_env: str = "HF_TOKEN"
-    endpoint: str | None = None
+    private: bool = Field(True, description="create the dataset repo private")
+    token_env: str = Field(
+        "HF_TOKEN", description="environment variable holding the Hub token (never stored)"
+    )
+    endpoint: str | None = Field(None, description="Hub endpoint URL; unset: huggingface.co")
 
 
 class NightlyConfig(BaseModel):
@@ -42,7 +46,7 @@ class NightlyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    problems_per_night: int = Field(100, ge=1)
+    problems_per_night: int = Field(100, ge=1, description="problems in each date's slice")
     run_id_prefix: str = Field("", description="run id = prefix + date (YYYY-MM-DD)")
     budget_per_night: float | None = Field(
         None,
@@ -58,11 +62,11 @@ class PricesConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy_output: float = Field(0.0, ge=0)
-    policy_input: float = Field(0.0, ge=0)
-    prm_input: float = Field(0.0, ge=0)
-    prm_output: float = Field(0.0, ge=0)
-    currency: str = "USD"
+    policy_output: float = Field(0.0, ge=0, description="money per million policy output tokens")
+    policy_input: float = Field(0.0, ge=0, description="money per million policy prompt tokens")
+    prm_input: float = Field(0.0, ge=0, description="money per million PRM prompt tokens")
+    prm_output: float = Field(0.0, ge=0, description="money per million PRM generated tokens")
+    currency: str = Field("USD", description="the currency's name, as the report shows it")
 
 
 class RunConfig(BaseModel):
@@ -78,19 +82,37 @@ class RunConfig(BaseModel):
     output_root: OutputRoot = Field(
         Path("out"), description="local folder or s3://bucket/prefix, gs://bucket/prefix"
     )
-    seed: int = 0
-    budget: int = Field(10_000, ge=1, description="output-token budget B per problem")
-    source: SourceConfig
-    search: SearchConfig
-    policy: ServiceConfig = Field(default_factory=ServiceConfig)
-    scorer: ScorerConfig = Field(default_factory=ScorerConfig)
-    records: RecordsConfig = Field(default_factory=RecordsConfig)
-    publish: PublishConfig = Field(default_factory=PublishConfig)
-    nightly: NightlyConfig = Field(default_factory=NightlyConfig)
+    seed: int = Field(
+        0, description="run seed; each problem's search seed is derived from it and its id"
+    )
+    budget: int = Field(
+        10_000,
+        ge=1,
+        description="budget B per problem in cost units (search.cost; default: output tokens)",
+    )
+    source: SourceConfig = Field(description="where the problems come from, chosen by `kind`")
+    search: SearchConfig = Field(
+        description="the search algorithm and its settings, chosen by `algorithm`"
+    )
+    policy: ServiceConfig = Field(
+        default_factory=ServiceConfig, description="the policy model's Serve deployment"
+    )
+    scorer: ScorerConfig = Field(
+        default_factory=ScorerConfig, description="the process reward model's Serve deployment"
+    )
+    records: RecordsConfig = Field(
+        default_factory=RecordsConfig, description="which training records are written, and how"
+    )
+    publish: PublishConfig = Field(
+        default_factory=PublishConfig, description="publishing the run to the Hugging Face Hub"
+    )
+    nightly: NightlyConfig = Field(
+        default_factory=NightlyConfig, description="how jobs.nightly slices the source"
+    )
     prices: PricesConfig | None = Field(None, description="per-million-token prices (report)")
     actors: int = Field(1, ge=1, description="search actors in the Ray Data pool")
     trees_per_actor: int = Field(4, ge=1, description="searches each actor runs at once")
-    actor_num_cpus: float = Field(0.5, ge=0)
+    actor_num_cpus: float = Field(0.5, ge=0, description="CPUs reserved per search actor")
     ray_num_cpus: int | None = Field(None, ge=1, description="local cluster size when starting one")
     engine_failure_limit: int = Field(
         20, ge=0, description="policy requests failed in a row that stop new problems; 0: off"

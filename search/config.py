@@ -54,13 +54,34 @@ class CostWeights(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy_output: float = Field(1.0, ge=0)
-    policy_input: float = Field(0.0, ge=0)
-    prm_input: float = Field(0.0, ge=0)
-    prm_output: float = Field(0.0, ge=0)
+    policy_output: float = Field(
+        1.0, ge=0, description="cost units per policy output token (the paper's budget: 1)"
+    )
+    policy_input: float = Field(
+        0.0,
+        ge=0,
+        description="cost units per policy prompt token, counted per request; 0: prompts are "
+        "free (paper)",
+    )
+    prm_input: float = Field(
+        0.0, ge=0, description="cost units per PRM prompt token; 0: scoring is free (paper)"
+    )
+    prm_output: float = Field(
+        0.0, ge=0, description="cost units per PRM generated token; 0: scoring is free (paper)"
+    )
     # What one score may cost at most, reserved before each expansion when PRM tokens are charged.
-    prm_reserve_input_tokens: int = Field(4096, ge=0)
-    prm_reserve_output_tokens: int = Field(1024, ge=0)
+    prm_reserve_input_tokens: int = Field(
+        4096,
+        ge=0,
+        description="PRM prompt tokens one score may use at most; reserved from the budget "
+        "before each expansion when PRM tokens are charged",
+    )
+    prm_reserve_output_tokens: int = Field(
+        1024,
+        ge=0,
+        description="PRM generated tokens one score may use at most; reserved like "
+        "prm_reserve_input_tokens",
+    )
 
     def model(self) -> CostModel:
         return CostModel(self.policy_output, self.policy_input, self.prm_input, self.prm_output)
@@ -75,25 +96,71 @@ class CostWeights(BaseModel):
 class _Common(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    node_unit: NodeUnit = NodeUnit.SEQUENTIAL
-    temperature: float = Field(0.8, ge=0)
-    step_max_tokens: int = Field(1024, ge=1, description="per-request cap, sequential nodes")
-    full_max_tokens: int = Field(4096, ge=1, description="per-request cap, full-generation nodes")
-    step_boundary: str = Field("\nStep", min_length=1)
-    response_prefix: str = "Step 1:"
-    continuation_prompt: str = CONTINUATION_PROMPT
-    answer_rule: AnswerRule = AnswerRule.HIGHEST_Q
+    node_unit: NodeUnit = Field(
+        NodeUnit.SEQUENTIAL,
+        description="what a node is (Sec. 4.1): sequential = one step (generation stops at "
+        "step_boundary), full = a whole solution",
+    )
+    temperature: float = Field(
+        0.8, ge=0, description="policy sampling temperature (the paper's runs: 0.6)"
+    )
+    step_max_tokens: int = Field(
+        1024,
+        ge=1,
+        description="max_tokens cap of one policy request for sequential nodes (the paper's "
+        "runs: 8,192)",
+    )
+    full_max_tokens: int = Field(
+        4096,
+        ge=1,
+        description="max_tokens cap of one policy request for full-generation nodes (the "
+        "paper's runs: 8,192)",
+    )
+    step_boundary: str = Field(
+        "\nStep",
+        min_length=1,
+        description="stop string that ends a sequential step; put back before the next step",
+    )
+    response_prefix: str = Field(
+        "Step 1:", description="text prefilled at the start of the assistant turn (every path)"
+    )
+    continuation_prompt: str = Field(
+        CONTINUATION_PROMPT,
+        description="text inserted to continue an answered node (Sec. 4.1); charged like output",
+    )
+    answer_rule: AnswerRule = Field(
+        AnswerRule.HIGHEST_Q,
+        description="final answer among answered nodes: highest_q (math, Sec. 4.1), majority "
+        "(physics, Sec. 4.3) or q_weighted (largest sum of Q)",
+    )
     # `boxed` is the paper's App. A rule; `last_number` is for models that never box.
-    answer_extraction: AnswerExtraction = AnswerExtraction.BOXED
-    cost: CostWeights = CostWeights()
+    answer_extraction: AnswerExtraction = Field(
+        AnswerExtraction.BOXED,
+        description="how a node's answer is read: boxed = the last \\boxed{...} (App. A); "
+        "last_number = that, else the number after 'answer is', else the last number",
+    )
+    cost: CostWeights = Field(
+        CostWeights(),
+        description="cost units per token kind, the budget's currency (default: policy output "
+        "tokens only, as in the paper)",
+    )
     max_stalled_expansions: int = Field(
         16, ge=1, description="stop after this many expansions in a row that spend nothing"
     )
-    conventions: Conventions = Conventions.PAPER
+    conventions: Conventions = Field(
+        Conventions.PAPER,
+        description="paper: follow the equations; reference: the released code's decisions "
+        "(README, 'conventions'), which also sets the fixed charges' defaults",
+    )
     # Fixed charges, each settable apart from `conventions` (which only picks their defaults).
-    root_child_charge: int = Field(0, ge=0, description="tokens charged per child of the root")
+    root_child_charge: int = Field(
+        0, ge=0, description="tokens charged per child of the root (reference default: 4)"
+    )
     continuation_charge: int | None = Field(
-        None, ge=0, description="tokens charged per continuation prompt; None: its token count"
+        None,
+        ge=0,
+        description="tokens charged per continuation prompt; None: its token count "
+        "(reference default: 15)",
     )
 
     @model_validator(mode="before")
@@ -112,76 +179,142 @@ class _Common(BaseModel):
 
 
 class _EarlyStop(BaseModel):
-    early_stop: bool = False
-    early_stop_threshold: float = Field(0.9, ge=0, le=1)
+    early_stop: bool = Field(
+        False, description="stop once an answered node scores Q above early_stop_threshold (App. I)"
+    )
+    early_stop_threshold: float = Field(
+        0.9, ge=0, le=1, description="Q an answered node must exceed to stop early (App. I: 0.9)"
+    )
 
 
 class BGMCTSConfig(_Common, _EarlyStop):
     """BG-MCTS (Sec. 3) with the ablation switches of Table 2 and App. G."""
 
-    algorithm: Literal["bg_mcts"] = "bg_mcts"
-    k: int = Field(2, ge=1, description="children generated at a selected leaf")
-    c: float = Field(math.sqrt(2), gt=0)
-    kappa: float = Field(1.0, ge=0)
-    lam: float = Field(1.0, ge=0, description="lambda of Eq. 5")
-    explore_annealing: bool = True  # rho factor in Eq. 3
-    exploit_shaping: bool = True  # completion bias of Eq. 4
-    widen_annealing: bool = True  # rho factor in Eq. 5
-    generative_node: bool = True  # the virtual generative child (App. G)
+    algorithm: Literal["bg_mcts"] = Field("bg_mcts", description="BG-MCTS (Sec. 3)")
+    k: int = Field(2, ge=1, description="children generated at a selected leaf (App. B: 2)")
+    c: float = Field(
+        math.sqrt(2), gt=0, description="exploration weight c of BG-PUCT (Eq. 3; App. B: sqrt 2)"
+    )
+    kappa: float = Field(1.0, ge=0, description="weight kappa of the completion bias (Eq. 4)")
+    lam: float = Field(1.0, ge=0, description="weight lambda of the variance term of E_gen (Eq. 5)")
+    explore_annealing: bool = Field(
+        True, description="the rho factor of the exploration term (Eq. 3); off: Table 2 ablation"
+    )
+    exploit_shaping: bool = Field(
+        True, description="the completion bias of W~ (Eq. 4); off: plain W (Table 2 ablation)"
+    )
+    widen_annealing: bool = Field(
+        True, description="the rho factor of E_gen (Eq. 5); off: Table 2 ablation"
+    )
+    generative_node: bool = Field(
+        True,
+        description="the virtual generative child that widens a node (Eqs. 5-6); off: App. G",
+    )
 
 
 class MCTSConfig(_Common, _EarlyStop):
     """Budget-agnostic MCTS with PUCT (Eq. 1); App. B's tuned k=2, c=sqrt(2)."""
 
-    algorithm: Literal["mcts"] = "mcts"
-    k: int = Field(2, ge=1)
-    c: float = Field(math.sqrt(2), gt=0)
+    algorithm: Literal["mcts"] = Field("mcts", description="budget-agnostic MCTS (Eq. 1)")
+    k: int = Field(2, ge=1, description="children generated at a selected leaf (App. B: 2)")
+    c: float = Field(
+        math.sqrt(2),
+        gt=0,
+        description="exploration weight c of PUCT (Eq. 1; App. B: sqrt 2); under reference "
+        "the effective weight is sqrt(c)",
+    )
 
 
 class ABMCTSConfig(_Common):
     """AB-MCTS-M / AB-MCTS-A through `treequest`; the paper runs -M with both node units."""
 
-    algorithm: Literal["ab_mcts_m", "ab_mcts_a"] = "ab_mcts_m"
-    node_unit: NodeUnit = NodeUnit.FULL
-    dist_type: Literal["gaussian", "beta"] = "gaussian"  # AB-MCTS-A only
-    enable_pruning: bool = True  # AB-MCTS-M only
+    algorithm: Literal["ab_mcts_m", "ab_mcts_a"] = Field(
+        "ab_mcts_m", description="ab_mcts_m: AB-MCTS-M (mixed model); ab_mcts_a: AB-MCTS-A"
+    )
+    node_unit: NodeUnit = Field(
+        NodeUnit.FULL,
+        description="what a node is: full = a whole solution, sequential = one step",
+    )
+    dist_type: Literal["gaussian", "beta"] = Field(
+        "gaussian", description="AB-MCTS-A's score distribution (treequest); AB-MCTS-A only"
+    )
+    enable_pruning: bool = Field(True, description="treequest's subtree pruning; AB-MCTS-M only")
 
 
 class LiteSearchConfig(_Common):
     """LiteSearch (App. C): value- and depth-dependent expansion width, early stop."""
 
-    algorithm: Literal["litesearch"] = "litesearch"
-    mode: Literal["incremental", "batch"] = "incremental"
-    epsilon: float = Field(0.9, gt=0, lt=1)
-    max_width: int = Field(10, ge=1)
-    early_stop: bool = True
-    early_stop_threshold: float = Field(0.9, ge=0, le=1)
+    algorithm: Literal["litesearch"] = Field("litesearch", description="LiteSearch (App. C)")
+    mode: Literal["incremental", "batch"] = Field(
+        "incremental",
+        description="incremental: one child per step; batch: all of a node's remaining width "
+        "in one request (Table 1's LiteSearch-Incre. / -Batch)",
+    )
+    epsilon: float = Field(
+        0.9,
+        gt=0,
+        lt=1,
+        description="width target: the smallest C with 1 - (1 - Q)^C > epsilon (App. C: 0.9; "
+        "the released code's runs: 0.8)",
+    )
+    max_width: int = Field(10, ge=1, description="most children of one node (App. C: 10)")
+    early_stop: bool = Field(
+        True,
+        description="stop once an answered node scores Q above early_stop_threshold "
+        "(App. C, App. I)",
+    )
+    early_stop_threshold: float = Field(
+        0.9, ge=0, le=1, description="Q an answered node must exceed to stop early (App. C: 0.9)"
+    )
     # The paper continues answered nodes (Sec. 4.1); original LiteSearch treats them as terminal.
-    expand_answered: bool = True
+    expand_answered: bool = Field(
+        True,
+        description="continue answered nodes (Sec. 4.1); false: they are terminal, as in the "
+        "original LiteSearch",
+    )
 
 
 class BeamConfig(_Common):
     """Step-level beam search (App. H): width 5, branching 10."""
 
-    algorithm: Literal["beam"] = "beam"
-    width: int = Field(5, ge=1)
-    branching: int = Field(10, ge=1)
+    algorithm: Literal["beam"] = Field("beam", description="step-level beam search (App. H)")
+    width: int = Field(5, ge=1, description="beam width W: children kept per step (App. H: 5)")
+    branching: int = Field(
+        10, ge=1, description="branching factor K: children per beam per step (App. H: 10)"
+    )
 
 
 class RepeatedSamplingConfig(_Common):
-    algorithm: Literal["repeated_sampling"] = "repeated_sampling"
-    node_unit: NodeUnit = NodeUnit.FULL
+    """Repeated sampling (Sec. 4.1): independent samples from the root until B is spent."""
+
+    algorithm: Literal["repeated_sampling"] = Field(
+        "repeated_sampling", description="independent samples from the root (Sec. 4.1)"
+    )
+    node_unit: NodeUnit = Field(
+        NodeUnit.FULL, description="what a sample is: full = a whole solution, sequential = a step"
+    )
 
 
 class RefinementConfig(_Common):
-    algorithm: Literal["refinement"] = "refinement"
-    node_unit: NodeUnit = NodeUnit.FULL
+    """Sequential refinement (Sec. 4.1): one trajectory, each answer continued until B is spent."""
+
+    algorithm: Literal["refinement"] = Field(
+        "refinement",
+        description="one trajectory, each answer continued with the continuation prompt (Sec. 4.1)",
+    )
+    node_unit: NodeUnit = Field(
+        NodeUnit.FULL, description="what a node is: full = a whole solution, sequential = a step"
+    )
 
 
 class GreedyConfig(_Common):
-    algorithm: Literal["greedy"] = "greedy"
-    node_unit: NodeUnit = NodeUnit.FULL
-    temperature: float = 0.0
+    """Greedy decoding (Sec. 4.1): one full generation at temperature 0."""
+
+    algorithm: Literal["greedy"] = Field("greedy", description="one generation (Sec. 4.1)")
+    node_unit: NodeUnit = Field(
+        NodeUnit.FULL, description="what the node is: full = a whole solution, sequential = a step"
+    )
+    temperature: float = Field(0.0, description="policy sampling temperature; 0: greedy decoding")
 
 
 SearchConfig = Annotated[

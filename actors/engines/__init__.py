@@ -5,6 +5,6 @@ ended; the policy and GenPRM layers build on that and on two helpers every
 engine offers: rendering a chat with the model's own template and tokenizing.
 """
 
-from actors.engines.base import Completion, Engine, EngineError
+from actors.engines.base import Completion, Engine, EngineError, Sampling
 
-__all__ = ["Completion", "Engine", "EngineError"]
+__all__ = ["Completion", "Engine", "EngineError", "Sampling"]

@@ -16,6 +16,32 @@ class EngineError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
+class Sampling:
+    """How to sample one continuation: everything an engine's `complete` needs but the prompt.
+
+    * `max_tokens`: the most tokens to generate (the tokens of a matched stop
+      string and the end-of-sequence token count).
+    * `stop`: stop strings; generation ends on the first one matched, which the
+      completion's text leaves out.  Empty: run to end of sequence or `max_tokens`.
+    * `temperature`: the sampling temperature; 0 is greedy decoding.
+    * `seed`: the sampling seed; the same request with the same seed gives the
+      same text on engines that honour it.
+    * `top_logprobs`: how many top alternatives (with log-probabilities) to
+      return for every generated token; 0 asks for none.
+    * `top_p` / `top_k`: nucleus and top-k sampling; None leaves the engine's own
+      default (GenPRM sets them).
+    """
+
+    max_tokens: int
+    stop: tuple[str, ...]
+    temperature: float
+    seed: int
+    top_logprobs: int = 0
+    top_p: float | None = None
+    top_k: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """One sampled continuation of a prompt.
 
@@ -39,22 +65,9 @@ class Engine(Protocol):
     name: str
     context_length: int
 
-    async def complete(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: Sequence[str],
-        temperature: float,
-        seed: int,
-        top_logprobs: int = 0,
-        top_p: float | None = None,
-        top_k: int | None = None,
-    ) -> Completion:
-        """Continue `prompt`; never raises for a bad request (returns an ERROR completion).
-
-        `top_p` / `top_k` None leave the engine's own default (GenPRM sets them).
-        """
+    async def complete(self, prompt: str, sampling: Sampling) -> Completion:
+        """Continue `prompt` as `sampling` says; never raises for a bad request
+        (returns an ERROR completion)."""
         ...
 
     async def render_chat(

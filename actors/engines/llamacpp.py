@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from actors.engines.base import Completion, EngineError, TopLogprobs
+from actors.engines.base import Completion, EngineError, Sampling, TopLogprobs
 from actors.models import resolve_model_path
 from search.protocols import FinishReason
 
@@ -71,32 +71,21 @@ class LlamaCppEngine:
     async def _post(self, path: str, body: Mapping[str, Any]) -> httpx.Response:
         return await self._client.post(path, json=dict(body))
 
-    async def complete(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: Sequence[str],
-        temperature: float,
-        seed: int,
-        top_logprobs: int = 0,
-        top_p: float | None = None,
-        top_k: int | None = None,
-    ) -> Completion:
+    async def complete(self, prompt: str, sampling: Sampling) -> Completion:
         body: dict[str, Any] = {
             "prompt": prompt,
-            "n_predict": max_tokens,
-            "stop": list(stop),
-            "temperature": temperature,
-            "seed": seed,
+            "n_predict": sampling.max_tokens,
+            "stop": list(sampling.stop),
+            "temperature": sampling.temperature,
+            "seed": sampling.seed,
             "cache_prompt": True,
         }
-        if top_logprobs:
-            body["n_probs"] = top_logprobs
-        if top_p is not None:
-            body["top_p"] = top_p
-        if top_k is not None:
-            body["top_k"] = top_k
+        if sampling.top_logprobs:
+            body["n_probs"] = sampling.top_logprobs
+        if sampling.top_p is not None:
+            body["top_p"] = sampling.top_p
+        if sampling.top_k is not None:
+            body["top_k"] = sampling.top_k
         try:
             response = await self._post("/completion", body)
         except (httpx.HTTPError, OSError) as exc:
@@ -110,7 +99,7 @@ class LlamaCppEngine:
                 )
             message = error.get("message", response.text[:200])
             return Completion("", 0, FinishReason.ERROR, error=f"llama.cpp: {message}")
-        return self._completion(data, max_tokens)
+        return self._completion(data, sampling.max_tokens)
 
     def _completion(self, data: Mapping[str, Any], max_tokens: int) -> Completion:
         generated = int(data.get("tokens_predicted", 0))

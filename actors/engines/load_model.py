@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from actors.engines.base import Completion
+from actors.engines.base import Completion, Sampling
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache, decode_steps_for
 from actors.engines.sleep import SleepEngine
 
@@ -76,21 +76,8 @@ class LoadModelEngine:
         self.name = name
         self.context_length = context_length
 
-    async def complete(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: Sequence[str],
-        temperature: float,
-        seed: int,
-        top_logprobs: int = 0,
-        top_p: float | None = None,
-        top_k: int | None = None,
-    ) -> Completion:
-        completion = self.answers.respond(
-            prompt, max_tokens=max_tokens, stop=stop, seed=seed, top_logprobs=top_logprobs
-        )
+    async def complete(self, prompt: str, sampling: Sampling) -> Completion:
+        completion = self.answers.respond(prompt, sampling)
         words = prompt.split()
         if completion.output_tokens == 0:  # context overflow: rejected before prefill
             return completion

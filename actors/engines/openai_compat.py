@@ -101,7 +101,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from actors.engines.base import Completion, EngineError, TopLogprobs
+from actors.engines.base import Completion, EngineError, Sampling, TopLogprobs
 from actors.redact import redact_text
 from search.protocols import FinishReason
 
@@ -210,22 +210,12 @@ class OpenAIEngine:
 
     # -- completions ------------------------------------------------------------------
 
-    async def complete(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: Sequence[str],
-        temperature: float,
-        seed: int,
-        top_logprobs: int = 0,
-        top_p: float | None = None,
-        top_k: int | None = None,
-    ) -> Completion:
-        stop = [s for s in stop if s]
-        if max_tokens < 1:  # nothing may be generated: do not ask the server for one token
+    async def complete(self, prompt: str, sampling: Sampling) -> Completion:
+        stop = [s for s in sampling.stop if s]
+        if sampling.max_tokens < 1:  # nothing may be generated: do not ask the server for one
             return Completion("", 0, FinishReason.LENGTH)
-        max_tokens = min(max_tokens, self.context_length)
+        max_tokens = min(sampling.max_tokens, self.context_length)
+        top_logprobs, top_p, top_k = sampling.top_logprobs, sampling.top_p, sampling.top_k
         probe = bool(stop) and self._reports_stop is not True
         logprobs = max(top_logprobs, 1 if probe else 0)
         extra = dict(self.extra_body)
@@ -241,8 +231,8 @@ class OpenAIEngine:
                 prompt=prompt,
                 max_tokens=max_tokens,
                 stop=stop or None,
-                temperature=temperature,
-                seed=seed,
+                temperature=sampling.temperature,
+                seed=sampling.seed,
                 n=1,
                 logprobs=logprobs or None,
                 extra_body=extra or None,

@@ -32,7 +32,7 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 
-from actors.engines.base import Completion, TopLogprobs
+from actors.engines.base import Completion, Sampling, TopLogprobs
 from search.protocols import FinishReason
 
 ANSWER_TEXT = "so the final answer is $\\boxed{42}$."
@@ -70,38 +70,21 @@ class SleepEngine:
         self.name = name
         self.calls = 0
 
-    async def complete(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: Sequence[str],
-        temperature: float,
-        seed: int,
-        top_logprobs: int = 0,
-        top_p: float | None = None,
-        top_k: int | None = None,
-    ) -> Completion:
+    async def complete(self, prompt: str, sampling: Sampling) -> Completion:
         self.calls += 1
         await asyncio.sleep(self.latency_s)
-        return self.respond(
-            prompt, max_tokens=max_tokens, stop=stop, seed=seed, top_logprobs=top_logprobs
-        )
+        return self.respond(prompt, sampling)
 
-    def respond(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: Sequence[str],
-        seed: int,
-        top_logprobs: int = 0,
-    ) -> Completion:
-        """The completion for a request, computed at once (no waiting): deterministic."""
+    def respond(self, prompt: str, sampling: Sampling) -> Completion:
+        """The completion for a request, computed at once (no waiting): deterministic.
+
+        Temperature, top_p and top_k change nothing (there is no model to sample).
+        """
+        max_tokens, stop, top_logprobs = sampling.max_tokens, sampling.stop, sampling.top_logprobs
         input_tokens = len(prompt.split())
         if input_tokens >= self.context_length:
             return Completion("", 0, FinishReason.CONTEXT_OVERFLOW, input_tokens)
-        draw = _unit(self.seed, seed, prompt)
+        draw = _unit(self.seed, sampling.seed, prompt)
         answer = not stop or (self.answer_every > 0 and int(draw * 2**32) % self.answer_every == 0)
         tail = ANSWER_TEXT.split() if answer else []
         # The last generated token is the stop string or the end-of-sequence token.

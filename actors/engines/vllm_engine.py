@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from actors.engines.base import Completion, EngineError, TopLogprobs
+from actors.engines.base import Completion, EngineError, Sampling, TopLogprobs
 from search.protocols import FinishReason
 
 if TYPE_CHECKING:
@@ -111,19 +111,8 @@ class VLLMEngine:
             return None
         return self.cached_tokens_seen / self.prompt_tokens_seen
 
-    async def complete(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: Sequence[str],
-        temperature: float,
-        seed: int,
-        top_logprobs: int = 0,
-        top_p: float | None = None,
-        top_k: int | None = None,
-    ) -> Completion:
-        if max_tokens < 1:  # nothing may be generated
+    async def complete(self, prompt: str, sampling: Sampling) -> Completion:
+        if sampling.max_tokens < 1:  # nothing may be generated
             return Completion("", 0, FinishReason.LENGTH)
         prompt_ids: list[int] = []
         try:
@@ -131,14 +120,14 @@ class VLLMEngine:
             prompt_ids = [int(t) for t in tokenizer.encode(prompt, add_special_tokens=False)]
             if len(prompt_ids) >= self.context_length:  # not even one token would fit
                 return Completion("", 0, FinishReason.CONTEXT_OVERFLOW, len(prompt_ids))
-            nucleus = {"top_p": top_p, "top_k": top_k}
+            nucleus = {"top_p": sampling.top_p, "top_k": sampling.top_k}
             params = self._sampling_params(
                 n=1,
-                max_tokens=max_tokens,
-                stop=list(stop),
-                temperature=temperature,
-                seed=seed,
-                logprobs=top_logprobs or None,
+                max_tokens=sampling.max_tokens,
+                stop=list(sampling.stop),
+                temperature=sampling.temperature,
+                seed=sampling.seed,
+                logprobs=sampling.top_logprobs or None,
                 **{key: value for key, value in nucleus.items() if value is not None},
             )
             if self._final_only is not None:
@@ -159,7 +148,7 @@ class VLLMEngine:
             return Completion("", 0, FinishReason.ERROR, error=f"vLLM: {message[:300]}")
         if final is None or not final.outputs:
             return Completion("", 0, FinishReason.ERROR, error="vLLM returned no output")
-        return self._completion(final, max_tokens, top_logprobs)
+        return self._completion(final, sampling.max_tokens, sampling.top_logprobs)
 
     def _completion(self, result: Any, max_tokens: int, top_logprobs: int) -> Completion:
         output = result.outputs[0]

@@ -19,15 +19,19 @@ class _Strict(BaseModel):
 class Method(_Strict):
     """One row of the accuracy table: a search config and the label it is reported under."""
 
-    label: str = Field(min_length=1)
-    search: SearchConfig
+    label: str = Field(
+        min_length=1, description="the method's name in the tables; default: its algorithm"
+    )
+    search: SearchConfig = Field(description="the search config, chosen by `algorithm`")
 
 
 class SimulatedEnvironment(_Strict):
     """The simulated reasoning environment (search/simulated.py): no model, ground truth."""
 
-    kind: Literal["simulated"] = "simulated"
-    problems: int = Field(200, ge=1)
+    kind: Literal["simulated"] = Field(
+        "simulated", description="the simulated environment: no model, ground truth"
+    )
+    problems: int = Field(200, ge=1, description="simulated problems drawn")
     seed: int = Field(0, description="draws the problems (difficulties, answers)")
     params: dict[str, Any] = Field(
         default_factory=dict, description="SimParams overrides; defaults are documented there"
@@ -38,13 +42,21 @@ class SimulatedEnvironment(_Strict):
 class ServicesEnvironment(_Strict):
     """Real models behind the same Serve deployments the synthesis pipeline uses."""
 
-    kind: Literal["services"] = "services"
-    source: SourceConfig
-    policy: ServiceConfig = Field(default_factory=ServiceConfig)
-    scorer: ScorerConfig = Field(default_factory=ScorerConfig)
+    kind: Literal["services"] = Field(
+        "services", description="real models behind the pipeline's Serve deployments"
+    )
+    source: SourceConfig = Field(description="where the problems come from, chosen by `kind`")
+    policy: ServiceConfig = Field(
+        default_factory=ServiceConfig, description="the policy model's Serve deployment"
+    )
+    scorer: ScorerConfig = Field(
+        default_factory=ScorerConfig, description="the process reward model's Serve deployment"
+    )
     concurrency: int = Field(8, ge=1, description="searches in flight at once")
     grade_timeout_s: float = Field(5.0, gt=0, description="math-verify time per comparison")
-    ray_num_cpus: int | None = Field(None, ge=1)
+    ray_num_cpus: int | None = Field(
+        None, ge=1, description="local cluster size when starting one; unset: Ray's default"
+    )
 
 
 Environment = Annotated[SimulatedEnvironment | ServicesEnvironment, Field(discriminator="kind")]
@@ -66,12 +78,28 @@ def _method(value: Any) -> Any:
 
 
 class EvalConfig(_Strict):
-    name: str = Field("eval", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    output_dir: Path = Path("out/eval")
-    methods: list[Method] = Field(min_length=1)
-    budgets: list[int] = Field(min_length=1, description="nominal budgets B")
-    seeds: list[int] = Field([0, 1, 2], min_length=1)
-    environment: Environment
+    """Everything one evaluation needs: each method at each budget and seed, on one environment."""
+
+    name: str = Field(
+        "eval",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="the report folder under output_dir: letters, digits, '.', '_', '-'",
+    )
+    output_dir: Path = Field(Path("out/eval"), description="where the report folder goes")
+    methods: list[Method] = Field(
+        min_length=1,
+        description="rows of the accuracy table: an algorithm name, a search config or "
+        "{label, search}; labels must be unique",
+    )
+    budgets: list[int] = Field(
+        min_length=1, description="nominal budgets B (each method runs at each; sorted, unique)"
+    )
+    seeds: list[int] = Field(
+        [0, 1, 2], min_length=1, description="search seeds (each method runs with each)"
+    )
+    environment: Environment = Field(
+        description="where problems and scores come from, chosen by `kind`"
+    )
     tree_pictures: int = Field(2, ge=0, description="problems drawn as Fig. 6-style trees")
 
     @field_validator("methods", mode="before")

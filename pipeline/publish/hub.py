@@ -35,8 +35,10 @@ from huggingface_hub import (
     HfApi,
 )
 
-from actors.redact import redact_text
-from pipeline.store.sink import committed_parts
+from actors.redact import redact_secrets, redact_text, scrub
+from pipeline.records import RECORD_TYPES, TRAINING_TYPES
+from pipeline.store.filesystem import open_store
+from pipeline.store.run_folder import RunFolder
 
 __all__ = [
     "CONFIGS",
@@ -52,8 +54,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Every record type (pipeline.store.sink.RECORD_TYPES), training data first.
-CONFIGS: tuple[str, ...] = ("sft", "dpo", "prm", "kto", "nodes", "trees", "tree_nodes", "errors")
+# Every record type (pipeline.records.RECORD_TYPES), training data first.
+CONFIGS: tuple[str, ...] = (
+    *TRAINING_TYPES,
+    *(name for name in RECORD_TYPES if name not in TRAINING_TYPES),
+)
 CONFIG_DOCS: Mapping[str, str] = {
     "sft": "TRL prompt-completion rows (`prompt`, `completion`): correct, clean trajectories",
     "dpo": "TRL preference pairs (`prompt`, `chosen`, `rejected`) that share a prefix and "
@@ -66,11 +71,6 @@ CONFIG_DOCS: Mapping[str, str] = {
     "errors": "problems that failed, and where",
 }
 PAPER_TITLE = "Budget-Guided Monte Carlo Tree Search for LLM Data Synthesis (BG-MCTS)"
-REDACTED = "<redacted>"
-# Keys whose values are secrets ("hf_token", "api_key", "password"), not counts ("max_tokens").
-_SECRET_KEY = re.compile(
-    r"(^|[_-])(token|api[_-]?key|auth|authorization|credentials?)$|secret|passw(or)?d", re.I
-)
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SAMPLE_STR_MAX = 400
 
@@ -141,30 +141,10 @@ def retry_command(
     return shlex.join(parts)
 
 
-def redact_secrets(value: Any, secrets: Sequence[str] = ()) -> Any:
-    """Copy of ``value`` with secret-looking keys redacted and any ``secrets`` scrubbed."""
-    if isinstance(value, Mapping):
-        return {
-            str(k): REDACTED if _SECRET_KEY.search(str(k)) else redact_secrets(v, secrets)
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [redact_secrets(v, secrets) for v in value]
-    if isinstance(value, str):  # secrets inside values too: URL userinfo, ?api_key=, Bearer
-        return _scrub(redact_text(value), secrets)
-    return value
-
-
-def _scrub(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
-    return text
-
-
 def _local_files(run_dir: Path) -> dict[str, list[Path]]:
     """Committed parts only: a part without its commit marker belongs to an unfinished batch."""
-    return {name: committed_parts(run_dir, name) for name in CONFIGS}
+    folder = RunFolder(open_store(Path(run_dir)), run_id=Path(run_dir).name)
+    return {name: folder.parts(name) for name in CONFIGS}
 
 
 def _count_rows(files: Sequence[Path]) -> int:
@@ -293,7 +273,7 @@ def render_card(
             lines += ["```json", json.dumps(sample, ensure_ascii=False, indent=2), "```", ""]
     if card_info.report_markdown:
         lines += _report_section(card_info.report_markdown, run_id)
-    body = _scrub(redact_text("\n".join(lines)), secrets)
+    body = scrub(redact_text("\n".join(lines)), secrets)
     card = DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
     return str(card)
 
@@ -415,7 +395,7 @@ def publish_run(
             repo_type="dataset",
         )
     except Exception as err:
-        detail = _scrub(f"{type(err).__name__}: {err}", secrets)
+        detail = scrub(f"{type(err).__name__}: {err}", secrets)
         # `from None`: the chained HTTP error carries request objects (headers included).
         raise fail(f"Publishing run {run_id} to {repo_id} failed: {detail}") from None
 

@@ -6,7 +6,6 @@ by `python -m jobs.publish --run-dir ...` (the retry command a failed publish pr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,21 +14,8 @@ from pipeline.config import RunConfig
 from pipeline.publish.hub import CardInfo, PublishResult, publish_run
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, prices_from_config, write_run_report
 from pipeline.run.summary import RunSummary, summarize_run_dir
-from pipeline.store.filesystem import is_remote, local_copy
-
-MANIFEST = "run.json"
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """The run's `run.json` (empty when the folder predates manifests or is foreign)."""
-    path = run_dir / MANIFEST
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    return data if isinstance(data, dict) else {}
+from pipeline.store.filesystem import is_remote
+from pipeline.store.run_folder import RunFolder, local_run_dir
 
 
 def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path] = ()) -> CardInfo:
@@ -87,9 +73,9 @@ def publish_run_dir(
     through a local copy, and the fresh report is written back next to them.
     """
     source = run_dir if is_remote(str(run_dir)) else None
-    with local_copy(str(run_dir) if source else Path(run_dir), write_back=REPORT_FILES) as local:
+    with local_run_dir(run_dir, write_back=REPORT_FILES) as local:
         summary = summarize_run_dir(local)
-        config = read_manifest(local).get("config") or {}
+        config = RunFolder.at(local).read_manifest().get("config") or {}
         report = write_run_report(local, prices_from_config(config))  # fresh, from the Parquet
         return publish_run(
             local,

@@ -31,12 +31,12 @@ from pipeline.report.curves import DPI, write_curves
 from pipeline.report.load import RunData, flatten_trace
 from pipeline.report.markdown import fraction, percentiles_markdown
 from pipeline.report.tables import prm_percentiles_table
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 PRM_FIGURE = "prm_scores.png"
-# What a report writes into a run folder (copied back to a bucket: `storage.local_copy`).
+# What a report writes into a run folder (copied back to a bucket: `RunFolder.local_copy`).
 REPORT_FILES = (REPORT_MD, REPORT_JSON, ".png")
 _TREE_COLUMNS = [
     "problem_id",
@@ -93,11 +93,8 @@ def _ratio(a: float, b: float) -> float | None:
 
 def read_run(run_dir: Path) -> tuple[Any, Any]:
     """The committed `trees` (as a pyarrow Table) and `nodes` (pandas) of a run folder."""
-    run_dir = Path(run_dir)
-    if not run_dir.name.startswith("run=") or not run_dir.is_dir():
-        raise FileNotFoundError(f"{run_dir} is not a run folder (expected .../run=<id>)")
-    sink = ParquetSink(run_dir.parent, run_dir.name.removeprefix("run="), readonly=True)
-    return sink.read("trees"), sink.read("nodes").to_pandas()
+    folder = RunFolder.at(run_dir)
+    return folder.read("trees"), folder.read("nodes").to_pandas()
 
 
 def report_numbers(trees: Any, nodes: Any, prices: Prices | None = None) -> ReportNumbers:
@@ -324,7 +321,7 @@ def write_run_report(run_dir: str | Path, prices: Prices | None = None) -> list[
             percentiles = percentiles_markdown(prm_percentiles_table(grid.nodes))
     written += figures
     written.append(_prm_figure(trees, nodes, run_dir / PRM_FIGURE))
-    run_id = run_dir.name.removeprefix("run=")
+    run_id = RunFolder.at(run_dir).run_id
     (run_dir / REPORT_MD).write_text(report_markdown(run_id, numbers, figures, trees, percentiles))
     (run_dir / REPORT_JSON).write_text(json.dumps(asdict(numbers), indent=2) + "\n")
     return [*written, run_dir / REPORT_MD, run_dir / REPORT_JSON]

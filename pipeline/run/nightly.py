@@ -235,9 +235,9 @@ def plan_night(config: RunConfig, date: dt.date) -> tuple[Ledger, NightSlice]:
 
 def run_spent(config: RunConfig, run_id: str) -> float:
     """Cost units spent by a run so far: the sum of C_used over its committed trees."""
-    from pipeline.store.sink import ParquetSink
+    from pipeline.store.run_folder import RunFolder
 
-    trees = ParquetSink(config.output_root, run_id, readonly=True).read("trees")
+    trees = RunFolder.open(config.output_root, run_id).read("trees")
     return float(sum(trees.column("c_used").to_pylist()))
 
 

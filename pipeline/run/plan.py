@@ -21,7 +21,7 @@ from actors.engines.factory import check_engine
 from pipeline.config import RunConfig
 from pipeline.problems.sources import load_problems
 from pipeline.store.resume import pending
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,9 @@ def plan_run(config: RunConfig, sample: int = 5) -> RunPlan:
     check_engine(config.policy.engine)
     check_engine(config.scorer.engine)
     run_id = config.resolved_run_id
-    sink = ParquetSink(config.output_root, run_id, readonly=True)
-    run_dir = sink.run_dir
-    todo, bad = pending(loaded, sink)
+    folder = RunFolder.open(config.output_root, run_id)
+    run_dir = folder.location
+    todo, bad = pending(loaded, folder)
     return RunPlan(
         run_id=run_id,
         run_dir=run_dir,

@@ -23,7 +23,6 @@ With a progress board (`actors.progress`) it pushes live counters while trees ru
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import traceback
 from typing import Any
@@ -42,6 +41,7 @@ from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
 from pipeline.config import RunConfig
 from pipeline.problems.decontamination import build_decontaminator
 from pipeline.records import error_row, records_for
+from pipeline.run.envelope import Problem, Records, map_problems
 from search import derive_seed, run_search
 
 log = logging.getLogger(__name__)
@@ -92,49 +92,26 @@ class SearchActor:
         )
 
     async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        """Search every "problem" row; a "tally" row (`pipeline.run.stream`: source errors to
-        commit, already-done problems skipped) passes through untouched."""
-        n = len(batch["problem_id"])
-        kinds = [str(k) for k in batch["kind"]] if "kind" in batch else ["problem"] * n
-        todo = [i for i in range(n) if kinds[i] == "problem"]
-        records = [""] * n
-        skipped = [0] * n
-        for i in range(n):
-            if kinds[i] != "problem":
-                text = batch["records"][i]
-                records[i] = "{}" if text is None else str(text)
-                skipped[i] = int(batch["skipped"][i])
-        if todo:
-            if self.reporter is not None:
-                self.reporter.start()
-            outputs = await asyncio.gather(
-                *(
-                    self.solve(
-                        str(batch["problem_id"][i]),
-                        str(batch["problem"][i]),
-                        None if batch["reference"][i] is None else str(batch["reference"][i]),
-                    )
-                    for i in todo
-                )
-            )
-            if self.reporter is not None:
-                self.reporter.flush()
-            for i, output in zip(todo, outputs, strict=True):
-                records[i] = json.dumps(output)
-        ids = [None if x is None else str(x) for x in batch["problem_id"]]
-        return {"problem_id": ids, "records": records, "kind": kinds, "skipped": skipped}
+        return await map_problems(batch, self.solve_all)
 
-    def _error(self, problem_id: str, stage: str, error: BaseException | str) -> dict[str, Any]:
+    async def solve_all(self, problems: list[Problem]) -> list[Records]:
+        """Search every problem at once on this actor's event loop; records in order."""
+        if self.reporter is not None:
+            self.reporter.start()
+        outputs = await asyncio.gather(*(self.solve(p) for p in problems))
+        if self.reporter is not None:
+            self.reporter.flush()
+        return list(outputs)
+
+    def _error(self, problem_id: str, stage: str, error: BaseException | str) -> Records:
         row = dict(error_row(problem_id, stage, error, run_id=self.run_id))
         row["message"] = redact_text(str(row["message"]))
         return {"errors": [row]}
 
-    async def solve(
-        self, problem_id: str, problem: str, reference: str | None
-    ) -> dict[str, list[dict[str, Any]]]:
+    async def solve(self, problem: Problem) -> Records:
         async with self.gate:
             self.counters.trees_started += 1
-            records = await self._solve(problem_id, problem, reference)
+            records = await self._solve(problem.problem_id, problem.problem, problem.reference)
             self.counters.trees_done += 1
             self.counters.tree_errors += bool(records.get("errors"))
             self.counters.correct += sum(bool(n["label"]) for n in records.get("nodes", []))
@@ -143,9 +120,7 @@ class SearchActor:
                 self.counters.spent += inserted * self.run.search.cost.policy_output
             return records
 
-    async def _solve(
-        self, problem_id: str, problem: str, reference: str | None
-    ) -> dict[str, list[dict[str, Any]]]:
+    async def _solve(self, problem_id: str, problem: str, reference: str | None) -> Records:
         if self.breaker.open:
             return self._error(problem_id, BREAKER_STAGE, self.breaker.message)
         try:

@@ -17,15 +17,14 @@ duplicate ids, filters and the seeded shuffle + skip/limit slice must give exact
 records `load_records` gives (stable problem ids, nightly slices).  The read task runs
 the same per-row code as `load_records` (`pipeline.problems.sources`), in a worker.
 
-Rows out of the resume filter (`ROW_SCHEMA`): `kind` "problem" (to search) or "tally"
-(one per input batch that had anything else: `records` holds the new source error rows
-as the sink takes them, `skipped` counts the dropped, already-done records).  The driver
-counts and commits from what arrives, so it never holds the selection.
+The rows themselves are declared in `pipeline.run.envelope`: source rows out of the read
+task, "problem" and "tally" rows out of the resume filter (a tally holds an input batch's
+new source errors and counts its already-done records).  The driver counts and commits
+from what arrives, so it never holds the selection.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,77 +41,33 @@ from pipeline.problems.sources import (
     JsonlSource,
     ParquetSource,
     Record,
-    is_error,
     iter_records,
 )
 from pipeline.records import error_row
+from pipeline.run.envelope import (
+    SOURCE_SCHEMA,
+    problem_row,
+    source_error,
+    source_row,
+    stream_table,
+    tally_row,
+)
 from pipeline.store.filesystem import is_remote
-from pipeline.store.sink import ParquetSink
-
-# One source record as a row: problem rows have `error` null, error rows `problem` null.
-RECORD_SCHEMA = pa.schema(
-    [
-        ("problem_id", pa.string()),
-        ("problem", pa.string()),
-        ("reference", pa.string()),
-        ("meta", pa.string()),  # JSON object (str/int values)
-        ("error", pa.string()),  # the error row's message
-    ]
-)
-
-# What the search stage reads (the resume filter's output).
-ROW_SCHEMA = pa.schema(
-    [
-        ("kind", pa.string()),  # "problem" | "tally"
-        ("problem_id", pa.string()),
-        ("problem", pa.string()),
-        ("reference", pa.string()),
-        ("records", pa.string()),  # tally: JSON {"errors": [error rows]} to commit
-        ("skipped", pa.int64()),  # tally: records already done (not searched again)
-    ]
-)
+from pipeline.store.resume import Done
+from pipeline.store.run_folder import RunFolder
 
 BLOCK_ROWS = 1024  # records per block the read task yields
-
-
-def record_to_row(record: Record) -> dict[str, Any]:
-    if is_error(record):
-        return {
-            "problem_id": record["problem_id"],
-            "problem": None,
-            "reference": None,
-            "meta": None,
-            "error": record["message"],
-        }
-    return {
-        "problem_id": record["problem_id"],
-        "problem": record["problem"],
-        "reference": record["reference"],
-        "meta": json.dumps(record["meta"], ensure_ascii=False),
-        "error": None,
-    }
-
-
-def row_to_record(row: dict[str, Any]) -> Record:
-    if row["error"] is not None:
-        return {"problem_id": row["problem_id"], "stage": "source", "message": row["error"]}
-    return {
-        "problem_id": row["problem_id"],
-        "problem": row["problem"],
-        "reference": row["reference"],
-        "meta": json.loads(row["meta"]),
-    }
 
 
 def _blocks(records: Iterable[Record]) -> Iterator[pa.Table]:
     rows: list[dict[str, Any]] = []
     for record in records:
-        rows.append(record_to_row(record))
+        rows.append(source_row(record))
         if len(rows) >= BLOCK_ROWS:
-            yield pa.Table.from_pylist(rows, schema=RECORD_SCHEMA)
+            yield pa.Table.from_pylist(rows, schema=SOURCE_SCHEMA)
             rows = []
     if rows:
-        yield pa.Table.from_pylist(rows, schema=RECORD_SCHEMA)
+        yield pa.Table.from_pylist(rows, schema=SOURCE_SCHEMA)
 
 
 class ProblemDatasource(Datasource):
@@ -142,12 +97,12 @@ class ProblemDatasource(Datasource):
 
         metadata = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
         return [
-            ReadTask(read, metadata, schema=RECORD_SCHEMA, per_task_row_limit=per_task_row_limit)
+            ReadTask(read, metadata, schema=SOURCE_SCHEMA, per_task_row_limit=per_task_row_limit)
         ]
 
 
 def read_records(source: AnySource) -> ray.data.Dataset:
-    """The selection as a Ray Dataset of `RECORD_SCHEMA` rows (in `load_records` order).
+    """The selection as a Ray Dataset of `SOURCE_SCHEMA` rows (in `load_records` order).
 
     The read task reserves no CPU: it is short next to the searches, and a CPU held for
     it could be one the search actors' pool waits for on a small cluster.
@@ -159,17 +114,14 @@ def read_records(source: AnySource) -> ray.data.Dataset:
 class ResumeFilter:
     """Ray Data callable class: drops what an earlier invocation of the run finished.
 
-    A problem is done when its tree is committed; a source error (bad row, duplicate)
-    when its error row is.  The committed keys are read once, in this actor, from the
-    sink's `trees.problem_id` and `errors.problem_id/stage` columns only (local folder
-    or bucket alike): the driver never holds them.
+    The resume rule (`pipeline.store.resume.Done`) reads the committed keys once, in this
+    actor, from the run folder's `trees.problem_id` and `errors.problem_id/stage` columns
+    only (local folder or bucket alike): the driver never holds them.
     """
 
     def __init__(self, output_root: str, run_id: str) -> None:
-        sink = ParquetSink(output_root, run_id, readonly=True)
         self.run_id = run_id
-        self.searched = sink.searched_problem_ids()
-        self.final_errors = sink.final_error_keys()
+        self.done = Done.read(RunFolder.open(output_root, run_id))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         problems: list[dict[str, Any]] = []
@@ -177,37 +129,16 @@ class ResumeFilter:
         skipped = 0
         for row in batch.to_pylist():
             pid = row["problem_id"]
-            if row["error"] is not None:
-                if pid in self.final_errors:
-                    skipped += 1
-                else:
-                    errors.append(dict(error_row(pid, "source", row["error"], run_id=self.run_id)))
-            elif pid in self.searched:
+            message = source_error(row)
+            if self.done.skips(pid, source_error=message is not None):
                 skipped += 1
+            elif message is not None:
+                errors.append(dict(error_row(pid, "source", message, run_id=self.run_id)))
             else:
-                problems.append(
-                    {
-                        "kind": "problem",
-                        "problem_id": pid,
-                        "problem": row["problem"],
-                        "reference": row["reference"],
-                        "records": None,
-                        "skipped": 0,
-                    }
-                )
-        tally = []
-        if errors or skipped:  # first: its errors are committed before any tree
-            tally.append(
-                {
-                    "kind": "tally",
-                    "problem_id": None,
-                    "problem": None,
-                    "reference": None,
-                    "records": json.dumps({"errors": errors}) if errors else None,
-                    "skipped": skipped,
-                }
-            )
-        return pa.Table.from_pylist(tally + problems, schema=ROW_SCHEMA)
+                problems.append(problem_row(row))
+        # the tally first: its errors are committed before any tree
+        tally = [tally_row(errors, skipped)] if errors or skipped else []
+        return stream_table(tally + problems)
 
 
 def for_workers(source: AnySource) -> AnySource:

@@ -99,18 +99,14 @@ class RunSummary:
 
 def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     """Rebuild the totals of everything committed in `run_dir` (``<root>/run=<id>``)."""
-    from pipeline.store.sink import RECORD_TYPES, ParquetSink
+    from pipeline.store.run_folder import RunFolder
 
-    run_dir = Path(run_dir)
-    name = run_dir.name
-    if not name.startswith("run=") or not run_dir.is_dir():
-        raise FileNotFoundError(f"{run_dir} is not a run folder (expected .../run=<id>)")
-    sink = ParquetSink(run_dir.parent, name.removeprefix("run="), readonly=True)
-    summary = RunSummary(sink.run_id, sink.run_dir)
-    trees = sink.read("trees").to_pylist()
-    nodes = sink.read("nodes")
+    folder = RunFolder.at(run_dir)
+    summary = RunSummary(folder.run_id, folder.location)
+    trees = folder.read("trees").to_pylist()
+    nodes = folder.read("nodes")
     summary.searched = len(trees)
-    summary.errors = sink.read("errors").num_rows
+    summary.errors = folder.read("errors").num_rows
     summary.problems = summary.searched + summary.errors
     summary.answered_nodes = nodes.num_rows
     summary.correct_nodes = sum(bool(v) for v in nodes.column("label").to_pylist())
@@ -119,7 +115,7 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     for tree in trees:
         summary.count_contamination(tree)
     summary.grade_timeouts = sum(int(t.get("grade_timeouts") or 0) for t in trees)
-    summary.rows = {kind: sink.read(kind).num_rows for kind in RECORD_TYPES}
+    summary.rows = folder.counts()
     return summary
 
 

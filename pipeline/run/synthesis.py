@@ -4,7 +4,10 @@
       -> resume filter (committed problem_ids dropped, read in a Ray Data actor)
       -> one problem per block -> map_batches(SearchActor, ActorPoolStrategy)
          (one problem per call, trees_per_actor calls running at once in each actor)
-      -> each finished tree committed to the Parquet sink as it streams in
+      -> each finished tree committed to the run folder's sink as it streams in
+
+The rows between the stages are declared in `pipeline.run.envelope`; the run folder
+(`pipeline.store.run_folder.RunFolder`) is opened once here and handed on.
 
 The driver never holds the selection: it checks the source config and counts the
 selection (`sources.check_source`, streaming, stops after skip + limit records), then
@@ -18,21 +21,19 @@ actor's problems are redone; the sink's resume logic keeps rows unique.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from actors.redact import install_log_redaction
+from actors.redact import install_log_redaction, redact_secrets
 from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, OutputLocationError
 from pipeline.problems.sources import check_source
-from pipeline.publish.hub import redact_secrets
-from pipeline.publish.publish_run import MANIFEST
 from pipeline.report.run_report import REPORT_FILES, prices_from_config, write_run_report
 from pipeline.run.cluster import quiet_ray, start_ray
+from pipeline.run.envelope import results_of
 from pipeline.run.live import LiveProgress
 from pipeline.run.summary import RunSummary
 from pipeline.store.filesystem import (
@@ -40,25 +41,22 @@ from pipeline.store.filesystem import (
     describe_os_error,
     is_remote,
     is_storage_error,
-    local_copy,
-    open_store,
-    store_of_run_dir,
 )
-from pipeline.store.lease import run_lease
-from pipeline.store.sink import RECORD_TYPES, ParquetSink
+from pipeline.store.run_folder import RunFolder
 
 ProgressTarget = TextIO | Literal["stderr"] | None
 
 
-def write_manifest(config: RunConfig, run_dir: Path | str, **extra: Any) -> None:
+def write_manifest(config: RunConfig, folder: RunFolder, **extra: Any) -> None:
     """`run.json`: the config that produced the run (secrets redacted), for `publish` later."""
-    manifest = {
-        "run_id": config.resolved_run_id,
-        "written_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "config": redact_secrets(config.model_dump(mode="json")),
-        **extra,
-    }
-    store_of_run_dir(run_dir).write_text(json.dumps(manifest, indent=2) + "\n", MANIFEST)
+    folder.write_manifest(
+        {
+            "run_id": config.resolved_run_id,
+            "written_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "config": redact_secrets(config.model_dump(mode="json")),
+            **extra,
+        }
+    )
 
 
 def synthesize(
@@ -80,11 +78,13 @@ def synthesize(
     selection = check_source(config.source)  # config errors: one line, before any work
     if not selection and not config.allow_empty:
         raise EmptySelection(f"source: the selection is empty ({_describe(config)})")
-    check_reachable(open_store(config.output_root))  # a missing bucket: one line, no work
+    folder = RunFolder.open(config.output_root, run_id)
+    check_reachable(folder.store)  # a missing bucket: one line, no work
     try:
-        with run_lease(config.output_root, run_id):
+        with folder.lease():
             return _synthesize(
                 config,
+                folder,
                 selection,
                 start,
                 progress=progress,
@@ -120,6 +120,7 @@ def _describe(config: RunConfig) -> str:
 
 def _synthesize(
     config: RunConfig,
+    folder: RunFolder,
     selection: int,
     start: float,
     *,
@@ -135,9 +136,9 @@ def _synthesize(
     from pipeline.run.stream import problem_stream
 
     run_id = config.resolved_run_id
-    sink = ParquetSink(config.output_root, run_id)
-    summary = RunSummary(run_id, sink.run_dir)
-    write_manifest(config, sink.run_dir)
+    sink = folder.sink()
+    summary = RunSummary(run_id, folder.location)
+    write_manifest(config, folder)
     summary.problems = selection
     if selection:
         if not verbose:
@@ -168,30 +169,28 @@ def _synthesize(
                 batch_size=None, batch_format="pyarrow", prefetch_batches=0
             )
             for batch in batches:
-                table: Any = batch
-                for row in table.select(["kind", "records", "skipped"]).to_pylist():
-                    records: dict[str, list[dict[str, Any]]] = json.loads(row["records"])
-                    if row["kind"] == "problem":
-                        sink.write_batch(records)
-                        summary.account(records)
+                for result in results_of(batch):
+                    if result.kind == "problem":
+                        sink.write_batch(result.records)
+                        summary.account(result.records)
                         continue
                     # A tally: source errors to commit once, problems done earlier.
-                    errors = records.get("errors", [])
+                    errors = result.records.get("errors", [])
                     if errors:
-                        sink.write_batch(records)
+                        sink.write_batch(result.records)
                     summary.errors += len(errors)
-                    summary.skipped += int(row["skipped"])
+                    summary.skipped += result.skipped
                     if live is not None:
-                        live.set_total(live.total - len(errors) - int(row["skipped"]))
+                        live.set_total(live.total - len(errors) - result.skipped)
         finally:
             if live is not None:
                 live.stop()
             ray.kill(board)
-    summary.rows = {kind: sink.count(kind) for kind in RECORD_TYPES}
+    summary.rows = folder.counts()
     summary.wall_time_s = time.perf_counter() - start
-    write_manifest(config, sink.run_dir, summary=_summary_fields(summary))
+    write_manifest(config, folder, summary=_summary_fields(summary))
     try:
-        with local_copy(sink.run_dir, write_back=REPORT_FILES) as run_dir:
+        with folder.local_copy(write_back=REPORT_FILES) as run_dir:
             write_run_report(run_dir, prices_from_config(config.model_dump(mode="json")))
     except Exception as exc:  # the data is written; a report failure must not lose the run
         print(f"warning: the run report could not be written: {exc}", file=sys.stderr)

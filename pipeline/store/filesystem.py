@@ -34,9 +34,6 @@ import contextlib
 import errno
 import os
 import re
-import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -249,11 +246,6 @@ def open_store(location: str | Path) -> Store:
     return Store(_filesystem(scheme), match["rest"], checked, remote=True)
 
 
-def store_of_run_dir(run_dir: str | Path) -> Store:
-    """The store of a `.../run=<id>` folder given as a path or URI."""
-    return open_store(str(run_dir) if is_remote(str(run_dir)) else Path(run_dir))
-
-
 def describe_os_error(root: str | Path, exc: BaseException) -> str:
     """One line for an I/O failure under `root` (never a credential: the URI has none)."""
     text = str(exc)
@@ -305,46 +297,6 @@ def check_reachable(store: Store) -> None:
         raise OutputLocationError(describe_os_error(store.uri, exc)) from None
 
 
-@contextlib.contextmanager
-def local_copy(run_dir: str | Path, *, write_back: tuple[str, ...] = ()) -> Iterator[Path]:
-    """A run folder as a local `Path`: itself when local, else a temporary copy.
-
-    The copy holds run.json, the commit markers and only the committed parts, so the
-    Path-based readers (summary, report, publish) see exactly what a reader of the
-    bucket would.  Files named in `write_back` (suffix match, e.g. "report.md", ".png")
-    that exist after the block are uploaded back to the run folder.  Cost: the whole
-    committed run is downloaded once (publishing uploads all of it anyway).
-    """
-    if not is_remote(str(run_dir)):
-        yield Path(run_dir)
-        return
-    store = store_of_run_dir(str(run_dir))
-    if not store.is_dir():
-        raise FileNotFoundError(f"{store.uri} is not a run folder (nothing under that prefix)")
-    from pipeline.store.sink import MARKERS, RECORD_TYPES, batch_of
-
-    with tempfile.TemporaryDirectory(prefix="bgmcts-run-") as temp:
-        local = Path(temp) / store.name
-        local.mkdir()
-        committed = set(store.names(MARKERS))
-        (local / MARKERS).mkdir()
-        for batch in committed:
-            (local / MARKERS / batch).touch()
-        for name in store.names():
-            if name in RECORD_TYPES:
-                (local / name).mkdir()
-                for part in store.names(name):
-                    if batch_of(part) in committed and part.endswith(".parquet"):
-                        (local / name / part).write_bytes(store.read_bytes(name, part))
-            elif name.endswith((".json", ".md", ".png")) and not name.startswith("_"):
-                (local / name).write_bytes(store.read_bytes(name))
-        yield local
-        for path in sorted(local.iterdir()):
-            if path.is_file() and path.name.endswith(write_back):
-                store.write_bytes(path.read_bytes(), path.name)
-        shutil.rmtree(local, ignore_errors=True)
-
-
 __all__ = [
     "Store",
     "check_output_root",
@@ -352,7 +304,5 @@ __all__ = [
     "describe_os_error",
     "is_remote",
     "is_storage_error",
-    "local_copy",
     "open_store",
-    "store_of_run_dir",
 ]

@@ -1,4 +1,4 @@
-"""One writer per run: an exclusive lease on the run folder.
+"""One writer per run: an exclusive lease on the run folder, and the base of both leases.
 
 Two processes writing one run id would both search everything (and opening a
 sink deletes the other's uncommitted parts).  A writer holds an exclusive
@@ -13,7 +13,7 @@ A second writer fails at once with `RunFolderBusy`, one line naming the holder.
 Scope: `flock` works on local disks and on NFSv4/Lustre-style shared file
 systems that implement it; object storage (s3://, gs://) has no such lock, so a
 run there holds a lease object created with a conditional put instead
-(`pipeline.store.object_lease`, `run_lease` picks one).
+(`pipeline.store.object_lease`; `RunFolder.lease()` picks one).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import os
 import socket
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from pipeline.errors import InputError
 
@@ -37,14 +37,50 @@ class RunFolderBusy(InputError):
     """Another live process holds the run folder's lease."""
 
 
-class RunLease:
-    """`with RunLease(run_dir):` holds the folder's writer lease for the block."""
+class Lease:
+    """What both leases share: who holds it, and `with lease:` holding it for a block."""
+
+    def acquire(self) -> Self:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def holder_info() -> dict[str, Any]:
+        """Who takes the lease: host, pid and start time (what a refused writer is told)."""
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
+
+    @staticmethod
+    def describe(holder: dict[str, Any] | None) -> str:
+        if not holder:
+            return "another process"
+        return f"pid {holder.get('pid')} on {holder.get('host')} (since {holder.get('since')})"
+
+    def __enter__(self) -> Self:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+class FlockLease(Lease):
+    """`with FlockLease(run_dir):` holds a local folder's writer lease (`flock`)."""
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
         self._fd: int | None = None
 
-    def acquire(self) -> RunLease:
+    def acquire(self) -> Self:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -56,13 +92,8 @@ class RunLease:
                 "wait for it to finish or use another run id"
             ) from None
         self._fd = fd
-        holder = {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        }
         temp = self.run_dir / f"{HOLDER_FILE}.{os.getpid()}.tmp"
-        temp.write_text(json.dumps(holder) + "\n")
+        temp.write_text(json.dumps(self.holder_info()) + "\n")
         os.replace(temp, self.run_dir / HOLDER_FILE)
         return self
 
@@ -74,16 +105,8 @@ class RunLease:
         os.close(self._fd)
         self._fd = None
 
-    def __enter__(self) -> RunLease:
-        return self.acquire()
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.release()
+RunLease = FlockLease  # the name the lease had before the object-store one existed
 
 
 def read_holder(run_dir: str | Path) -> dict[str, Any] | None:
@@ -96,30 +119,15 @@ def read_holder(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def describe_holder(run_dir: str | Path) -> str:
-    holder = read_holder(run_dir)
-    if holder is None:
-        return "another process"
-    return f"pid {holder.get('pid')} on {holder.get('host')} (since {holder.get('since')})"
-
-
-def run_lease(output_root: str | Path, run_id: str) -> RunLease | Any:
-    """The writer lease of `<output_root>/run=<run_id>`: `flock` on a local folder, a
-    conditional-put lease object on a bucket (`pipeline.store.object_lease`)."""
-    from pipeline.store.filesystem import open_store
-
-    store = open_store(output_root).child(f"run={run_id}")
-    if not store.remote:
-        return RunLease(store.local_path)
-    from pipeline.store.object_lease import ObjectLease
-
-    return ObjectLease(store)
+    return Lease.describe(read_holder(run_dir))
 
 
 __all__ = [
     "HOLDER_FILE",
     "LOCK_FILE",
+    "FlockLease",
+    "Lease",
     "RunFolderBusy",
     "RunLease",
     "describe_holder",
-    "run_lease",
 ]

@@ -22,17 +22,16 @@ the resume rule, so such an overlap can duplicate the problems both searched.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import socket
 import sys
 import threading
 import time
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from pipeline.store.filesystem import Store
+from pipeline.store.lease import Lease, RunFolderBusy
 
 LEASE_FOLDER = "_lease"
 DEFAULT_TTL_S = 300.0
@@ -52,7 +51,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class ObjectLease:
+class ObjectLease(Lease):
     """`with ObjectLease(run_store):` holds the run's writer lease on a bucket."""
 
     def __init__(self, run: Store, *, ttl_s: float = DEFAULT_TTL_S) -> None:
@@ -86,24 +85,19 @@ class ObjectLease:
         return not (same_host and not _pid_alive(int(holder.get("pid", 0))))
 
     # -- the lease ----------------------------------------------------------------
-    def acquire(self) -> ObjectLease:
-        from pipeline.store.lease import RunFolderBusy
-
+    def acquire(self) -> Self:
         for _ in range(5):  # a lost race re-reads and tries the next generation
             generations = self._generations()
             latest = generations[-1] if generations else 0
             holder = self._read(latest) if latest else {}
             if self.is_live(holder):
                 raise RunFolderBusy(
-                    f"run folder {self.run.uri} is in use by pid {holder.get('pid')} on "
-                    f"{holder.get('host')} (since {holder.get('since')}); wait for it to "
-                    f"finish (or for its lease to expire, {self.ttl_s:.0f} s after its last "
+                    f"run folder {self.run.uri} is in use by {self.describe(holder)}; wait for "
+                    f"it to finish (or for its lease to expire, {self.ttl_s:.0f} s after its last "
                     "renewal) or use another run id"
                 )
             self._holder = {
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                **self.holder_info(),
                 "expires_at": _now() + self.ttl_s,
                 "released": False,
             }
@@ -153,17 +147,6 @@ class ObjectLease:
                 # (never raise here: it would hide the error that ended the run)
                 print(f"warning: the run lease could not be released: {exc}", file=sys.stderr)
         self.generation = None
-
-    def __enter__(self) -> ObjectLease:
-        return self.acquire()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.release()
 
 
 __all__ = ["DEFAULT_TTL_S", "LEASE_FOLDER", "ObjectLease"]

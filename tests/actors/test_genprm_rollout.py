@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 
 from actors.config import ScorerConfig, ServiceConfig
-from actors.engines.base import Completion, TopLogprobs
+from actors.engines.base import Completion, Sampling, TopLogprobs
 from actors.engines.llamacpp import LlamaCppEngine
 from actors.genprm import GenPRMScorer, judgement_score, split_steps
 from actors.policy import EnginePolicy
@@ -48,15 +48,15 @@ class Recording:
         self.name = engine.name
         self.context_length = engine.context_length
         self.prompts: list[str] = []
-        self.options: list[dict[str, Any]] = []
+        self.options: list[Sampling] = []
         self.fail = fail
 
-    async def complete(self, prompt: str, **kw: Any) -> Completion:
+    async def complete(self, prompt: str, sampling: Sampling) -> Completion:
         self.prompts.append(prompt)
-        self.options.append(kw)
+        self.options.append(sampling)
         if self.fail:
             return Completion("", 0, FinishReason.ERROR, error="injected failure")
-        return await self.engine.complete(prompt, **kw)
+        return await self.engine.complete(prompt, sampling)
 
     async def render_chat(
         self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
@@ -250,14 +250,14 @@ async def test_genprm_sampling_parameters_reach_the_engine(engine: LlamaCppEngin
     scorer = GenPRMScorer(recording, max_analysis_tokens=24, temperature=0.6)
     assert (await scorer.score(_request((" 12 times 3 is 36.",)))).error is None
     analysis, judgement = recording.options
-    assert (analysis["temperature"], analysis["top_p"], analysis["top_k"]) == (0.6, 0.95, 20)
-    assert analysis["max_tokens"] == 24 and analysis["stop"] == ("</analyze>",)
-    assert judgement["max_tokens"] == 1 and judgement["temperature"] == 0.0
-    assert "top_p" not in judgement and judgement["top_logprobs"] == 20
+    assert (analysis.temperature, analysis.top_p, analysis.top_k) == (0.6, 0.95, 20)
+    assert analysis.max_tokens == 24 and analysis.stop == ("</analyze>",)
+    assert judgement.max_tokens == 1 and judgement.temperature == 0.0
+    assert judgement.top_p is None and judgement.top_k is None and judgement.top_logprobs == 20
     recording = Recording(engine)
     plain = GenPRMScorer(recording, max_analysis_tokens=8, top_p=None, top_k=None)
     assert (await plain.score(_request((" 12 times 3 is 36.",)))).error is None
-    assert "top_p" not in recording.options[0] and "top_k" not in recording.options[0]
+    assert recording.options[0].top_p is None and recording.options[0].top_k is None
 
 
 @on_module_loop

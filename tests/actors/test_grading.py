@@ -83,7 +83,7 @@ async def test_rejected_comparisons_count_as_timeouts_and_no_match() -> None:
 
 
 async def test_every_math500_answer_passes_the_filter_and_matches_its_boxed_form() -> None:
-    from pipeline.sources import BundledSource, load_problems
+    from pipeline.problems.sources import BundledSource, load_problems
 
     problems = load_problems(BundledSource(dataset="math500")).problems
     references = [p["reference"] or "" for p in problems]

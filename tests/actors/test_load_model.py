@@ -13,7 +13,7 @@ import time
 import pytest
 
 from actors.config import LoadModelConfig
-from actors.engines.base import Engine
+from actors.engines.base import Engine, Sampling
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.factory import build_engine
 from actors.engines.load_model import LoadModelEngine
@@ -129,11 +129,11 @@ def test_engine_answers_like_the_sleep_engine_and_slows_marked_prompts() -> None
     sleep = SleepEngine(latency_s=0.0, output_tokens=12, answer_every=2)
 
     async def both(prompt: str, seed: int) -> tuple[object, object, float]:
-        kwargs = {"max_tokens": 64, "stop": ("\nStep",), "temperature": 0.8, "seed": seed}
+        sampling = Sampling(max_tokens=64, stop=("\nStep",), temperature=0.8, seed=seed)
         start = time.perf_counter()
-        got = await engine.complete(prompt, **kwargs)  # type: ignore[arg-type]
+        got = await engine.complete(prompt, sampling)
         took = time.perf_counter() - start
-        return got, await sleep.complete(prompt, **kwargs), took  # type: ignore[arg-type]
+        return got, await sleep.complete(prompt, sampling), took
 
     for seed in range(6):
         got, expected, _ = _run(both("user: hi", seed))  # type: ignore[misc]
@@ -141,6 +141,8 @@ def test_engine_answers_like_the_sleep_engine_and_slows_marked_prompts() -> None
     _, _, fast = _run(both("user: quick", 0))  # type: ignore[misc]
     _, _, slow = _run(both("user: SLOW one", 0))  # type: ignore[misc]
     assert fast < 0.1 and slow > 0.2  # 12 steps of 1 ms vs 240 steps of 1 ms
-    overflow = _run(engine.complete("w " * 5000, max_tokens=8, stop=(), temperature=0, seed=0))
+    overflow = _run(
+        engine.complete("w " * 5000, Sampling(max_tokens=8, stop=(), temperature=0, seed=0))
+    )
     assert overflow.finish is FinishReason.CONTEXT_OVERFLOW  # type: ignore[attr-defined]
     assert engine.stats()["requests"] == 8  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from actors.config import OpenAIConfig
-from actors.engines.base import EngineError
+from actors.engines.base import EngineError, Sampling
 from actors.engines.llamacpp import LlamaCppEngine
 from actors.engines.openai_compat import OpenAIEngine
 from actors.policy import EnginePolicy
@@ -64,25 +64,25 @@ async def test_eos_stop_string_and_length_are_told_apart(
 ) -> None:
     greedy = {"temperature": 0.0, "seed": 1}
     # the greedy answer is "12*3 = 36\n\nThis is a simple multiplication of 12 and 3."
-    eos = await engine.complete(question, max_tokens=64, stop=["zzz"], **greedy)
+    eos = await engine.complete(question, Sampling(max_tokens=64, stop=("zzz",), **greedy))
     assert eos.finish is FinishReason.EOS
     assert "36" in eos.text and eos.stop_string == ""
 
-    word = await engine.complete(question, max_tokens=64, stop=["36"], **greedy)
+    word = await engine.complete(question, Sampling(max_tokens=64, stop=("36",), **greedy))
     assert word.finish is FinishReason.STOP_STRING
     assert word.stop_string == "36"
     assert "36" not in word.text and eos.text.startswith(word.text)
 
     # a one-token stop string: token counts alone could not tell it from an EOS
-    newline = await engine.complete(question, max_tokens=64, stop=["\n"], **greedy)
+    newline = await engine.complete(question, Sampling(max_tokens=64, stop=("\n",), **greedy))
     assert newline.finish is FinishReason.STOP_STRING
     assert newline.text == eos.text.split("\n")[0]
 
-    length = await engine.complete(question, max_tokens=3, stop=["\n"], **greedy)
+    length = await engine.complete(question, Sampling(max_tokens=3, stop=("\n",), **greedy))
     assert length.finish is FinishReason.LENGTH
     assert length.output_tokens == 3
 
-    unstopped = await engine.complete(question, max_tokens=64, stop=[], **greedy)
+    unstopped = await engine.complete(question, Sampling(max_tokens=64, stop=(), **greedy))
     assert unstopped.finish is FinishReason.EOS
     assert unstopped.text == eos.text
 
@@ -100,11 +100,11 @@ async def test_finish_agrees_with_llamacpp_native_stop_type(
     step = await policy.render("What is 7 times 6? Put the answer in \\boxed{}.", "Step 1:")
     seen = set()
     for prompt in (step, question):  # mostly "\nStep" stops, then mostly natural ends
-        await native.complete(prompt, max_tokens=1, stop=[], temperature=0.0, seed=0)
+        await native.complete(prompt, Sampling(max_tokens=1, stop=(), temperature=0.0, seed=0))
         for seed in range(4):
-            kw: dict[str, Any] = {"max_tokens": 64, "stop": ["\nStep"], "temperature": 0.8}
-            ours = await engine.complete(prompt, seed=seed, **kw)
-            truth = await native.complete(prompt, seed=seed, **kw)
+            kw: dict[str, Any] = {"max_tokens": 64, "stop": ("\nStep",), "temperature": 0.8}
+            ours = await engine.complete(prompt, Sampling(seed=seed, **kw))
+            truth = await native.complete(prompt, Sampling(seed=seed, **kw))
             assert ours.text == truth.text
             assert ours.finish is truth.finish, (seed, ours, truth)
             assert ours.output_tokens == truth.output_tokens
@@ -114,12 +114,13 @@ async def test_finish_agrees_with_llamacpp_native_stop_type(
 
 # ------------------------------------------------------------------ seeds and token counts
 async def test_same_seed_gives_the_same_text(engine: OpenAIEngine, question: str) -> None:
-    kw: dict[str, Any] = {"max_tokens": 40, "stop": ["\nStep"], "temperature": 0.8}
-    await engine.complete(question, max_tokens=1, stop=[], temperature=0.0, seed=0)  # cache it
-    first = await engine.complete(question, seed=11, **kw)
-    again = await engine.complete(question, seed=11, **kw)
+    kw: dict[str, Any] = {"max_tokens": 40, "stop": ("\nStep",), "temperature": 0.8}
+    cache_it = Sampling(max_tokens=1, stop=(), temperature=0.0, seed=0)
+    await engine.complete(question, cache_it)  # put the prompt in the prefix cache
+    first = await engine.complete(question, Sampling(seed=11, **kw))
+    again = await engine.complete(question, Sampling(seed=11, **kw))
     assert first.text == again.text and first.output_tokens == again.output_tokens
-    others = [(await engine.complete(question, seed=s, **kw)).text for s in (12, 13, 14)]
+    others = [(await engine.complete(question, Sampling(seed=s, **kw))).text for s in (12, 13, 14)]
     assert any(text != first.text for text in others)
 
 
@@ -129,26 +130,26 @@ async def test_token_counts_match_tokenize(
     greedy: dict[str, Any] = {"temperature": 0.0, "seed": 1, "max_tokens": 64}
     assert await engine.tokenize("12*3 = 36") == await native.tokenize("12*3 = 36")
 
-    eos = await engine.complete(question, stop=["zzz"], **greedy)
+    eos = await engine.complete(question, Sampling(stop=("zzz",), **greedy))
     # llama.cpp counts the EOS token it generated
     assert eos.output_tokens == len(await engine.tokenize(eos.text)) + 1
 
-    word = await engine.complete(question, stop=["36"], **greedy)
+    word = await engine.complete(question, Sampling(stop=("36",), **greedy))
     # ... and the stop string's tokens, which the text excludes
     assert word.output_tokens == len(await engine.tokenize(word.text + "36"))
     assert word.output_tokens > len(await engine.tokenize(word.text))
 
-    length = await engine.complete(question, stop=[], **{**greedy, "max_tokens": 5})
+    length = await engine.complete(question, Sampling(stop=(), **{**greedy, "max_tokens": 5}))
     assert length.output_tokens == 5 == len(await engine.tokenize(length.text))
 
     assert eos.input_tokens == word.input_tokens == len(await native.tokenize(question))
 
 
 async def test_top_logprobs_only_when_asked(engine: OpenAIEngine, question: str) -> None:
-    kw: dict[str, Any] = {"max_tokens": 4, "stop": ["\n"], "temperature": 0.0, "seed": 1}
-    plain = await engine.complete(question, **kw)
+    kw: dict[str, Any] = {"max_tokens": 4, "stop": ("\n",), "temperature": 0.0, "seed": 1}
+    plain = await engine.complete(question, Sampling(**kw))
     assert plain.top_logprobs == ()  # the engine's own probe is not handed out
-    asked = await engine.complete(question, top_logprobs=3, **kw)
+    asked = await engine.complete(question, Sampling(top_logprobs=3, **kw))
     assert len(asked.top_logprobs) == 4
     assert all(len(row) == 3 for row in asked.top_logprobs)
     assert all(row[0][1] >= row[1][1] >= row[2][1] for row in asked.top_logprobs)
@@ -156,13 +157,13 @@ async def test_top_logprobs_only_when_asked(engine: OpenAIEngine, question: str)
 
 # ------------------------------------------------------------------ context
 async def test_prompt_longer_than_the_context_overflows(engine: OpenAIEngine) -> None:
-    kw: dict[str, Any] = {"stop": [], "temperature": 0.8, "seed": 0}
-    over = await engine.complete("hello " * (CONTEXT + 100), max_tokens=8, **kw)
+    kw: dict[str, Any] = {"stop": (), "temperature": 0.8, "seed": 0}
+    over = await engine.complete("hello " * (CONTEXT + 100), Sampling(max_tokens=8, **kw))
     assert over.finish is FinishReason.CONTEXT_OVERFLOW
     assert over.input_tokens > CONTEXT and over.output_tokens == 0
 
     # the prompt fits but the context fills up before max_tokens
-    nearly = await engine.complete("hello " * (CONTEXT - 20), max_tokens=200, **kw)
+    nearly = await engine.complete("hello " * (CONTEXT - 20), Sampling(max_tokens=200, **kw))
     assert nearly.finish in (FinishReason.CONTEXT_OVERFLOW, FinishReason.EOS)
     if nearly.finish is FinishReason.CONTEXT_OVERFLOW:
         assert nearly.output_tokens < 200
@@ -292,7 +293,9 @@ async def test_servers_that_report_the_matched_stop(
     server = fake_server(respond)
     engine = OpenAIEngine(f"{server.url}/v1", "m", max_retries=0)
     for _ in range(2):
-        done = await engine.complete("p", max_tokens=9, stop=["\nStep"], temperature=1, seed=3)
+        done = await engine.complete(
+            "p", Sampling(max_tokens=9, stop=("\nStep",), temperature=1, seed=3)
+        )
         assert (done.finish, done.stop_string) == (finish, stop_string)
         assert (done.output_tokens, done.input_tokens, done.text) == (4, 7, " six")
     # the first answer showed the server reports stops: no log-probability probe after it
@@ -320,14 +323,14 @@ async def test_legacy_logprobs_listing_every_token(
 
     server = fake_server(respond)
     engine = OpenAIEngine(f"{server.url}/v1", "m", max_retries=0)
-    kw: dict[str, Any] = {"max_tokens": 9, "stop": ["\nStep"], "temperature": 1.0, "seed": 0}
-    hit = await engine.complete("hit", **kw)
+    kw: dict[str, Any] = {"max_tokens": 9, "stop": ("\nStep",), "temperature": 1.0, "seed": 0}
+    hit = await engine.complete("hit", Sampling(**kw))
     assert (hit.finish, hit.stop_string, hit.output_tokens) == (
         FinishReason.STOP_STRING,
         "\nStep",
         3,
     )
-    eos = await engine.complete("eos", **kw)
+    eos = await engine.complete("eos", Sampling(**kw))
     assert (eos.finish, eos.output_tokens) == (FinishReason.EOS, 2)
     await engine.close()
 
@@ -352,7 +355,7 @@ async def test_api_key_is_never_shown(
     assert FAKE_KEY not in repr(engine) and FAKE_KEY not in str(engine)
     assert KEY_ENV in repr(engine)
 
-    failed = await engine.complete("p", max_tokens=4, stop=[], temperature=0.0, seed=0)
+    failed = await engine.complete("p", Sampling(max_tokens=4, stop=(), temperature=0.0, seed=0))
     assert seen == [f"Bearer {FAKE_KEY}"]  # the key was sent...
     assert failed.finish is FinishReason.ERROR and failed.error
     assert "401" in failed.error and FAKE_KEY not in failed.error  # ...and never shown
@@ -367,14 +370,16 @@ async def test_api_key_is_never_shown(
     # a dead server and a real context overflow: still no key in the messages
     dead = OpenAIEngine(f"{server.url}/v1", "m", api_key_env=KEY_ENV, max_retries=0)
     server.close()
-    gone = await dead.complete("p", max_tokens=4, stop=[], temperature=0.0, seed=0)
+    gone = await dead.complete("p", Sampling(max_tokens=4, stop=(), temperature=0.0, seed=0))
     assert gone.finish is FinishReason.ERROR and FAKE_KEY not in (gone.error or "")
     await dead.close()
     assert native._server is not None
     real = OpenAIEngine(
         f"{native._server.listening_address}/v1", "m", api_key_env=KEY_ENV, max_retries=0
     )
-    over = await real.complete("hi " * 2 * CONTEXT, max_tokens=4, stop=[], temperature=0, seed=0)
+    over = await real.complete(
+        "hi " * 2 * CONTEXT, Sampling(max_tokens=4, stop=(), temperature=0, seed=0)
+    )
     assert over.finish is FinishReason.CONTEXT_OVERFLOW and FAKE_KEY not in (over.error or "")
     await real.close()
 

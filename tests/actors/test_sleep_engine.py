@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from actors.config import ScorerConfig, ServiceConfig, SleepConfig
-from actors.engines.base import Completion, Engine
+from actors.engines.base import Completion, Engine, Sampling
 from actors.engines.sleep import ANSWER_TEXT, SleepEngine
 from actors.genprm import judgement_score
 from actors.serve import deploy_policy, deploy_scorer
@@ -32,11 +32,13 @@ def _complete(
     return asyncio.run(
         engine.complete(
             "user: hi",
-            max_tokens=max_tokens,
-            stop=stop,
-            temperature=0.8,
-            seed=seed,
-            top_logprobs=top_logprobs,
+            Sampling(
+                max_tokens=max_tokens,
+                stop=stop,
+                temperature=0.8,
+                seed=seed,
+                top_logprobs=top_logprobs,
+            ),
         )
     )
 

@@ -20,7 +20,7 @@ import pytest
 from pipeline.config import parse_run_config
 from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -94,7 +94,7 @@ def test_killed_search_actor_is_restarted_and_every_problem_written_once(tmp_pat
             ray.shutdown()
     assert killed is not None, "no search actor was seen alive to kill"
     assert summaries, "synthesize did not finish after the actor was killed"
-    trees = ParquetSink(tmp_path / "out", "actor-kill", readonly=True).read("trees")
+    trees = RunFolder.open(tmp_path / "out", "actor-kill").read("trees")
     ids = trees.column("problem_id").to_pylist()
     assert len(ids) == 8 and set(Counter(ids).values()) == {1}  # every problem, once
     assert summaries[0].errors == 0

@@ -20,7 +20,7 @@ import pytest
 from pipeline.config import load_run_config, parse_run_config
 from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import REPO, run_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -101,12 +101,10 @@ def test_a_slow_tree_does_not_hold_back_the_others(tmp_path: Path) -> None:
         time.sleep(0.2)
         run_dir = tmp_path / "out" / "run=slow-tree"
         if (run_dir / "_committed").is_dir():
-            committed = ParquetSink(
-                tmp_path / "out", "slow-tree", readonly=True
-            ).searched_problem_ids()
+            committed = RunFolder.open(tmp_path / "out", "slow-tree").searched_problem_ids()
     assert fast <= committed, f"the fast trees were not all committed: {sorted(committed)}"
     assert "p1" not in committed, "the slow tree finished first: the test proves nothing"
     worker.join(timeout=300)
     assert summaries and summaries[0].errors == 0
-    trees = ParquetSink(tmp_path / "out", "slow-tree", readonly=True).read("trees")
+    trees = RunFolder.open(tmp_path / "out", "slow-tree").read("trees")
     assert Counter(trees.column("problem_id").to_pylist()) == Counter(f"p{i}" for i in range(6))

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.slow
@@ -49,9 +49,9 @@ def test_a_problem_that_cannot_fit_the_context_is_an_error_and_retried(tmp_path:
         job = _job(path)
         _, err = job.communicate(timeout=600)
         assert job.returncode == 1, err.decode()[-2000:]
-    sink = ParquetSink(tmp_path / "out", "ctx", readonly=True)
-    assert sink.read("trees").column("problem_id").to_pylist() == ["short"]
-    errors = sink.read("errors").to_pylist()
+    folder = RunFolder.open(tmp_path / "out", "ctx")
+    assert folder.read("trees").column("problem_id").to_pylist() == ["short"]
+    errors = folder.read("errors").to_pylist()
     assert [e["problem_id"] for e in errors] == ["huge", "huge"]
     assert "the policy's context is 300" in errors[0]["message"]
 
@@ -102,4 +102,4 @@ def test_a_killed_policy_replica_is_restarted_and_the_run_completes(tmp_path: Pa
     assert job.returncode == 0, err.decode()[-2000:]
     trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
     assert Counter(trees) == Counter(r["id"] for r in rows)
-    assert ParquetSink(tmp_path / "out", "death", readonly=True).read("errors").num_rows == 0
+    assert RunFolder.open(tmp_path / "out", "death").read("errors").num_rows == 0

@@ -257,7 +257,7 @@ async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
     from pipeline.config import parse_run_config
     from pipeline.records import RecordsConfig, records_for
     from pipeline.run.synthesis import write_manifest
-    from pipeline.store.sink import ParquetSink
+    from pipeline.store.run_folder import RunFolder
     from search import parse_search_config, run_search
     from search.scripted import ScriptedPolicy, ScriptedScorer
 
@@ -270,7 +270,7 @@ async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
             "publish": {"repo": REPO},
         }
     )
-    sink = ParquetSink(root, run_id)
+    sink = RunFolder.open(root, run_id).sink()
     for seed in range(3):
         policy = ScriptedPolicy(seed=seed, p_answer=0.5)
         result = await run_search(
@@ -290,7 +290,7 @@ async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
             contamination="math500" if seed == 2 else None,
         )
         sink.write_batch(records)
-    write_manifest(config, sink.run_dir)
+    write_manifest(config, sink.folder)
     return sink.run_dir, config
 
 

@@ -22,7 +22,7 @@ from pipeline.config import RunConfig, parse_run_config
 from pipeline.problems.sources import load_problems
 from pipeline.run.nightly import admissible, plan_night, run_night, run_spent
 from pipeline.run.summary import RunSummary
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import run_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -67,9 +67,9 @@ def test_early_stopped_searches_leave_room_for_more_problems(tmp_path: Path) -> 
 
     def synthesize(night: RunConfig) -> RunSummary:
         """Stands in for the Ray pipeline: every search early-stops after 50 cost units."""
-        sink = ParquetSink(night.output_root, night.resolved_run_id)
+        sink = RunFolder.open(night.output_root, night.resolved_run_id).sink()
         loaded = load_problems(night.source)
-        done = sink.done_problem_ids()
+        done = sink.folder.done_problem_ids()
         for p in loaded.problems:
             if p["problem_id"] not in done:
                 sink.write_batch({"trees": [_tree(p["problem_id"], night, 50.0)]})

@@ -29,9 +29,9 @@ from pipeline.errors import OutputLocationError
 from pipeline.records import error_row
 from pipeline.run.nightly import Ledger, ObjectLedger
 from pipeline.store.filesystem import check_reachable, open_store
-from pipeline.store.lease import RunFolderBusy, run_lease
+from pipeline.store.lease import RunFolderBusy
 from pipeline.store.object_lease import LEASE_FOLDER, ObjectLease
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 from tests.hub_server import HubServer
 from tests.s3_server import S3Server
 from tests.tiny_run import REPO, run_config, start_synthesize_job
@@ -66,7 +66,7 @@ def _error(problem_id: str, stage: str = "search") -> dict[str, object]:
 
 def test_sink_on_a_bucket_commits_by_marker_and_cleans_orphans(s3: S3Server) -> None:
     root = f"s3://{BUCKET}/synth"
-    sink = ParquetSink(root, "r1")
+    sink = RunFolder.open(root, "r1").sink()
     assert sink.run_dir == f"{root}/run=r1"
     sink.write_batch({"errors": [_error("a", "source"), _error("b")]})
     keys = s3.keys(BUCKET)
@@ -79,11 +79,11 @@ def test_sink_on_a_bucket_commits_by_marker_and_cleans_orphans(s3: S3Server) -> 
         Key=part.replace(part.rsplit("/", 1)[1], "part-orphan.parquet"),
         CopySource={"Bucket": BUCKET, "Key": part},
     )
-    reader = ParquetSink(root, "r1", readonly=True)
+    reader = RunFolder.open(root, "r1")
     assert reader.read("errors").num_rows == 2  # the orphan is invisible to readers
     assert any("part-orphan" in k for k in s3.keys(BUCKET))  # and a reader never cleans
     assert reader.done_problem_ids() == {"a"}
-    reopened = ParquetSink(root, "r1")
+    reopened = RunFolder.open(root, "r1").sink()
     assert reopened.removed_uncommitted == 1
     assert not any("part-orphan" in k for k in s3.keys(BUCKET))
     assert reopened.read("errors").num_rows == 2
@@ -91,11 +91,11 @@ def test_sink_on_a_bucket_commits_by_marker_and_cleans_orphans(s3: S3Server) -> 
 
 def test_lease_on_a_bucket_admits_one_writer_and_takes_over_dead_ones(s3: S3Server) -> None:
     root = f"s3://{BUCKET}/synth"
-    first = run_lease(root, "r1")
+    first = RunFolder.open(root, "r1").lease()
     assert isinstance(first, ObjectLease)
     with first, pytest.raises(RunFolderBusy, match="in use by pid"):
-        run_lease(root, "r1").acquire()
-    with run_lease(root, "r1"):  # released: taken at once
+        RunFolder.open(root, "r1").lease().acquire()
+    with RunFolder.open(root, "r1").lease():  # released: taken at once
         pass
     # A SIGKILLed holder on this host: its pid is gone, its lease is taken over at once.
     dead = subprocess.run(
@@ -115,17 +115,17 @@ def test_lease_on_a_bucket_admits_one_writer_and_takes_over_dead_ones(s3: S3Serv
         "released": False,
     }
     assert store.create_exclusive(json.dumps(holder).encode(), LEASE_FOLDER, f"{gen:08d}.json")
-    with run_lease(root, "r1") as taken:
+    with RunFolder.open(root, "r1").lease() as taken:
         assert taken.generation == gen + 1
     # A live holder on another machine blocks until its lease expires.
     gen += 2
     other = {**holder, "host": "another-pod", "pid": 1}
     assert store.create_exclusive(json.dumps(other).encode(), LEASE_FOLDER, f"{gen:08d}.json")
     with pytest.raises(RunFolderBusy, match="another-pod"):
-        run_lease(root, "r1").acquire()
+        RunFolder.open(root, "r1").lease().acquire()
     expired = {**other, "expires_at": time.time() - 1}
     assert store.create_exclusive(json.dumps(expired).encode(), LEASE_FOLDER, f"{gen + 1:08d}.json")
-    with run_lease(root, "r1"):
+    with RunFolder.open(root, "r1").lease():
         pass
     # Racing writers: exactly one of many concurrent acquirers gets the lease.
     won: list[ObjectLease] = []
@@ -249,12 +249,7 @@ def test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_publi
     path.write_text(yaml.safe_dump(config))
 
     def committed_trees() -> list[str]:
-        return (
-            ParquetSink(root, "killed", readonly=True)
-            .read("trees")
-            .column("problem_id")
-            .to_pylist()
-        )
+        return RunFolder.open(root, "killed").read("trees").column("problem_id").to_pylist()
 
     log = (tmp_path / "first.log").open("wb")
     job = start_synthesize_job(path, stderr=log.fileno())
@@ -276,7 +271,7 @@ def test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_publi
     trees = committed_trees()
     assert Counter(trees) == Counter(f"p{i}" for i in range(8))  # each exactly once
     assert set(before) <= set(trees)
-    nodes = ParquetSink(root, "killed", readonly=True).read("nodes")
+    nodes = RunFolder.open(root, "killed").read("nodes")
     keys = list(zip(*(nodes.column(c).to_pylist() for c in ("problem_id", "node_id")), strict=True))
     assert len(keys) == len(set(keys))
     run_keys = s3.keys(BUCKET, "synth/run=killed/")
@@ -320,8 +315,8 @@ def test_a_bucket_failing_mid_run_is_one_line_and_keeps_what_was_committed(
         for key, value in {**dying.env(), "AWS_MAX_ATTEMPTS": "2"}.items():
             monkeypatch.setenv(key, value)
         dying.client().create_bucket(Bucket=BUCKET)
-        sink = ParquetSink(root, "r1")
-        lease = run_lease(root, "r1").acquire()
+        sink = RunFolder.open(root, "r1").sink()
+        lease = RunFolder.open(root, "r1").lease().acquire()
         sink.write_batch({"errors": [_error("a")]})
         committed = dying.keys(BUCKET)
     # The endpoint is gone (connection refused after botocore's retries).

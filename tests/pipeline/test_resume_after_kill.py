@@ -18,7 +18,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.slow
@@ -63,7 +63,7 @@ def test_killed_job_resumes_without_duplicates(tmp_path: Path) -> None:
     assert rerun.wait(timeout=600) == 0
     trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
     assert Counter(trees) == Counter(f"p{i}" for i in range(8))  # each exactly once
-    nodes = ParquetSink(tmp_path / "out", "killed", readonly=True).read("nodes")
+    nodes = RunFolder.open(tmp_path / "out", "killed").read("nodes")
     keys = list(zip(*(nodes.column(c).to_pylist() for c in ("problem_id", "node_id")), strict=True))
     assert len(keys) == len(set(keys))  # no node row twice
     assert set(before) <= set(trees)

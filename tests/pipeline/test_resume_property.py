@@ -24,7 +24,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.slow
@@ -91,9 +91,9 @@ def test_random_kills_then_rerun_every_problem_exactly_once(tmp_path: Path) -> N
 
     trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
     assert Counter(trees) == Counter(VALID), f"seed {SEED}"
-    errors = ParquetSink(tmp_path / "out", "prop", readonly=True).read("errors").to_pylist()
+    errors = RunFolder.open(tmp_path / "out", "prop").read("errors").to_pylist()
     assert Counter(e["problem_id"] for e in errors if e["stage"] == "source") == Counter(bad_keys)
     assert all(e["stage"] == "source" for e in errors), errors
-    nodes = ParquetSink(tmp_path / "out", "prop", readonly=True).read("nodes")
+    nodes = RunFolder.open(tmp_path / "out", "prop").read("nodes")
     keys = list(zip(*(nodes.column(c).to_pylist() for c in ("problem_id", "node_id")), strict=True))
     assert len(keys) == len(set(keys))

@@ -22,7 +22,7 @@ from pipeline.records import error_row
 from pipeline.run.synthesis import write_manifest
 from pipeline.store.lease import RunFolderBusy, RunLease
 from pipeline.store.resume import pending
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 from search import parse_search_config, run_search
 from search.protocols import FinishReason, Generation
 from search.scripted import ScriptedPolicy, ScriptedScorer
@@ -48,7 +48,7 @@ def test_a_duplicates_error_row_never_marks_the_kept_problem_done(tmp_path: Path
     )
     loaded = load_problems(JsonlSource(path=source, columns=COLUMNS))
     assert [e["problem_id"] for e in loaded.errors] == ["p.jsonl:line 2"]
-    sink = ParquetSink(tmp_path / "out", "r")
+    sink = RunFolder.open(tmp_path / "out", "r").sink()
     # a killed run committed the duplicate's error row first, nothing else
     sink.write_batch(
         {
@@ -58,7 +58,7 @@ def test_a_duplicates_error_row_never_marks_the_kept_problem_done(tmp_path: Path
             ]
         }
     )
-    todo, new_errors = pending(loaded, sink)
+    todo, new_errors = pending(loaded, sink.folder)
     assert [p["problem_id"] for p in todo] == ["a", "b"]  # the real "a" is still searched
     assert new_errors == []  # the duplicate is reported once
 
@@ -66,9 +66,9 @@ def test_a_duplicates_error_row_never_marks_the_kept_problem_done(tmp_path: Path
 def test_a_failed_search_is_retried_by_the_next_run(tmp_path: Path) -> None:
     source = _jsonl(tmp_path / "p.jsonl", [{"id": "a", "question": "q", "answer": "1"}])
     loaded = load_problems(JsonlSource(path=source, columns=COLUMNS))
-    sink = ParquetSink(tmp_path / "out", "r")
+    sink = RunFolder.open(tmp_path / "out", "r").sink()
     sink.write_batch({"errors": [error_row("a", "search", "every request failed", run_id="r")]})
-    todo, _ = pending(loaded, sink)
+    todo, _ = pending(loaded, sink.folder)
     assert [p["problem_id"] for p in todo] == ["a"]
 
 
@@ -226,9 +226,9 @@ def test_secrets_inside_values_never_reach_run_json(tmp_path: Path) -> None:
     url = "http://user:sk-canary1234567890abcdef@host:8000/v1?api_key=canary2&x=1"
     data["policy"]["engine"] = {"kind": "openai", "base_url": url, "model": "m"}
     config = parse_run_config(data)
-    (tmp_path / "run").mkdir()
-    write_manifest(config, tmp_path / "run")
-    text = (tmp_path / "run" / "run.json").read_text()
+    (tmp_path / "run=run").mkdir()
+    write_manifest(config, RunFolder.open(tmp_path, "run"))
+    text = (tmp_path / "run=run" / "run.json").read_text()
     assert "canary" not in text and "host:8000/v1" in text and "x=1" in text
     assert redact_text("Authorization: Bearer abcdef123456") == "Authorization: Bearer <redacted>"
 
@@ -236,7 +236,7 @@ def test_secrets_inside_values_never_reach_run_json(tmp_path: Path) -> None:
 def test_only_committed_parts_are_published(tmp_path: Path) -> None:
     from pipeline.publish.hub import _local_files
 
-    sink = ParquetSink(tmp_path, "r")
+    sink = RunFolder.open(tmp_path, "r").sink()
     row = {
         "prompt": [{"role": "user", "content": "q"}],
         "completion": [{"role": "assistant", "content": "a"}],
@@ -250,7 +250,7 @@ def test_only_committed_parts_are_published(tmp_path: Path) -> None:
         "run_id": "r",
     }
     sink.write_batch({"sft": [row]})
-    committed = sink.parts("sft")[0]
+    committed = sink.folder.parts("sft")[0]
     # a batch renamed into place whose marker never came (the writer is mid-commit)
     (sink.run_dir / "sft" / "part-inflight.parquet").write_bytes(committed.read_bytes())
     assert _local_files(sink.run_dir)["sft"] == [committed]

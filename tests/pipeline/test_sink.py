@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.records import error_row
-from pipeline.store.sink import ParquetSink
+from pipeline.store.run_folder import RunFolder
 
 
 def _error(problem_id: str, stage: str = "search") -> dict[str, object]:
@@ -15,34 +15,34 @@ def _error(problem_id: str, stage: str = "search") -> dict[str, object]:
 
 
 def test_committed_batches_are_read_back_and_counted_done(tmp_path: Path) -> None:
-    sink = ParquetSink(tmp_path, "r1")
+    sink = RunFolder.open(tmp_path, "r1").sink()
     sink.write_batch({"errors": [_error("a", "source"), _error("b", "source")]})
     sink.write_batch({"errors": [_error("c")]})
-    assert sink.read("errors").num_rows == 3
+    assert sink.folder.read("errors").num_rows == 3
     # A bad source row is final; a failed search is retried by the next run.
-    assert sink.done_problem_ids() == {"a", "b"}
-    assert ParquetSink(tmp_path, "r1").done_problem_ids() == {"a", "b"}
-    assert sink.read("nodes").num_rows == 0
+    assert sink.folder.done_problem_ids() == {"a", "b"}
+    assert RunFolder.open(tmp_path, "r1").done_problem_ids() == {"a", "b"}
+    assert sink.folder.read("nodes").num_rows == 0
 
 
 def test_uncommitted_parts_from_a_crash_are_removed_on_reopen(tmp_path: Path) -> None:
-    sink = ParquetSink(tmp_path, "r1")
+    sink = RunFolder.open(tmp_path, "r1").sink()
     sink.write_batch({"errors": [_error("a")]})
     # a crash after a part was renamed into place but before its batch was committed
     orphan = sink.run_dir / "errors" / "part-deadbeef.parquet"
-    orphan.write_bytes((sink.parts("errors")[0]).read_bytes())
+    orphan.write_bytes((sink.folder.parts("errors")[0]).read_bytes())
     (sink.run_dir / "nodes" / "part-cafe.tmp").write_bytes(b"half")
-    reopened = ParquetSink(tmp_path, "r1")
+    reopened = RunFolder.open(tmp_path, "r1").sink()
     assert reopened.removed_uncommitted == 2
-    assert reopened.read("errors").num_rows == 1
+    assert reopened.folder.read("errors").num_rows == 1
 
 
 def test_bad_rows_and_names_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="run_id must be a plain folder name"):
-        ParquetSink(tmp_path, "../x")
-    sink = ParquetSink(tmp_path, "r1")
+        RunFolder.open(tmp_path, "../x").sink()
+    sink = RunFolder.open(tmp_path, "r1").sink()
     with pytest.raises(ValueError, match="unknown record types"):
         sink.write_batch({"bogus": []})
     with pytest.raises(ValueError, match="message"):
         sink.write_batch({"errors": [{**_error("a"), "message": 3}]})
-    assert sink.done_problem_ids() == set()
+    assert sink.folder.done_problem_ids() == set()

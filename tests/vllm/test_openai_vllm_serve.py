@@ -22,7 +22,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from actors.engines.base import Completion
+from actors.engines.base import Completion, Sampling
 from actors.engines.openai_compat import OpenAIEngine
 from search.protocols import FinishReason
 from tests.vllm.finishes import first_with_finish
@@ -38,7 +38,7 @@ CONTEXT = 1024
 KEY_ENV = "BGMCTS_TEST_VLLM_KEY"
 FAKE_KEY = "sk-fake-vllm-serve-SECRET-42"
 MESSAGES = [{"role": "user", "content": "What is 12 times 3?"}]
-STOPS = ["q", "z", "\n"]
+STOPS = ("q", "z", "\n")
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,9 @@ async def test_chat_renders_through_vllm_tokenize(
 
 async def test_stop_reason_tells_stop_string_from_eos(engine: OpenAIEngine, prompt: str) -> None:
     async def make_stop(seed: int) -> Completion:
-        return await engine.complete(prompt, max_tokens=300, stop=STOPS, temperature=0.8, seed=seed)
+        return await engine.complete(
+            prompt, Sampling(max_tokens=300, stop=STOPS, temperature=0.8, seed=seed)
+        )
 
     stopped = await first_with_finish(make_stop, FinishReason.STOP_STRING)
     assert engine._reports_stop is True  # vLLM's stop_reason: no log-probability probe
@@ -151,7 +153,7 @@ async def test_stop_reason_tells_stop_string_from_eos(engine: OpenAIEngine, prom
 
     async def make_eos(seed: int) -> Completion:
         return await engine.complete(
-            prompt, max_tokens=300, stop=["\nStep"], temperature=0.8, seed=seed
+            prompt, Sampling(max_tokens=300, stop=("\nStep",), temperature=0.8, seed=seed)
         )
 
     eos = await first_with_finish(make_eos, FinishReason.EOS)
@@ -159,27 +161,31 @@ async def test_stop_reason_tells_stop_string_from_eos(engine: OpenAIEngine, prom
     assert eos.input_tokens == len(await engine.tokenize(prompt))
 
     async def make_length(seed: int) -> Completion:
-        return await engine.complete(prompt, max_tokens=6, stop=[], temperature=0.8, seed=seed)
+        return await engine.complete(
+            prompt, Sampling(max_tokens=6, stop=(), temperature=0.8, seed=seed)
+        )
 
     length = await first_with_finish(make_length, FinishReason.LENGTH)
     assert length.output_tokens == 6
 
 
 async def test_same_seed_same_text(engine: OpenAIEngine, prompt: str) -> None:
-    kw: dict[str, Any] = {"max_tokens": 40, "stop": [], "temperature": 0.8}
-    first = await engine.complete(prompt, seed=5, **kw)
-    again = await engine.complete(prompt, seed=5, **kw)
+    kw: dict[str, Any] = {"max_tokens": 40, "stop": (), "temperature": 0.8}
+    first = await engine.complete(prompt, Sampling(seed=5, **kw))
+    again = await engine.complete(prompt, Sampling(seed=5, **kw))
     assert first.text == again.text and first.output_tokens == again.output_tokens
 
 
 async def test_context_overflow(engine: OpenAIEngine) -> None:
-    kw: dict[str, Any] = {"stop": [], "temperature": 0.8, "seed": 0}
-    over = await engine.complete("x" * (CONTEXT + 5), max_tokens=4, **kw)
+    kw: dict[str, Any] = {"stop": (), "temperature": 0.8, "seed": 0}
+    over = await engine.complete("x" * (CONTEXT + 5), Sampling(max_tokens=4, **kw))
     assert over.finish is FinishReason.CONTEXT_OVERFLOW, over.error
     assert over.input_tokens > CONTEXT
 
     async def make(seed: int) -> Completion:
-        return await engine.complete("y" * (CONTEXT - 3), max_tokens=50, **{**kw, "seed": seed})
+        return await engine.complete(
+            "y" * (CONTEXT - 3), Sampling(max_tokens=50, **{**kw, "seed": seed})
+        )
 
     full = await first_with_finish(make, FinishReason.CONTEXT_OVERFLOW)
     assert full.output_tokens == 3
@@ -193,7 +199,7 @@ async def test_wrong_key_is_an_error_that_does_not_show_keys(
     engine = OpenAIEngine(
         f"{server}/v1", "tiny", api_key_env="BGMCTS_TEST_WRONG_KEY", max_retries=0
     )
-    failed = await engine.complete("hi", max_tokens=3, stop=[], temperature=0.0, seed=0)
+    failed = await engine.complete("hi", Sampling(max_tokens=3, stop=(), temperature=0.0, seed=0))
     assert failed.finish is FinishReason.ERROR and "401" in (failed.error or "")
     assert wrong not in (failed.error or "") and FAKE_KEY not in (failed.error or "")
     assert wrong not in repr(engine)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from actors.engines.base import Completion, EngineError
+from actors.engines.base import Completion, EngineError, Sampling
 from actors.engines.vllm_engine import VLLMEngine
 from actors.policy import EnginePolicy
 from search import parse_search_config, run_search
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 CONTEXT = 1536  # the policy prompt (Appendix E) is ~800 characters = tokens here
 PROMPT_MESSAGES = [{"role": "user", "content": "What is 12 times 3?"}]
-STOPS = ["q", "z", "\n"]  # one character each: with ~100 tokens, each ~1% a step
+STOPS = ("q", "z", "\n")  # one character each: with ~100 tokens, each ~1% a step
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,9 @@ async def test_missing_vllm_gives_a_clear_error() -> None:
 @needs_vllm
 async def test_stop_string_ends_a_step_and_is_excluded(engine: VLLMEngine, prompt: str) -> None:
     async def make(seed: int) -> Completion:
-        return await engine.complete(prompt, max_tokens=300, stop=STOPS, temperature=0.8, seed=seed)
+        return await engine.complete(
+            prompt, Sampling(max_tokens=300, stop=STOPS, temperature=0.8, seed=seed)
+        )
 
     done = await first_with_finish(make, FinishReason.STOP_STRING)
     assert done.stop_string in STOPS
@@ -87,7 +89,7 @@ async def test_stop_string_ends_a_step_and_is_excluded(engine: VLLMEngine, promp
 async def test_eos_is_detected(engine: VLLMEngine, prompt: str) -> None:
     async def make(seed: int) -> Completion:
         return await engine.complete(
-            prompt, max_tokens=300, stop=["\nStep"], temperature=0.8, seed=seed
+            prompt, Sampling(max_tokens=300, stop=("\nStep",), temperature=0.8, seed=seed)
         )
 
     done = await first_with_finish(make, FinishReason.EOS)
@@ -99,7 +101,9 @@ async def test_eos_is_detected(engine: VLLMEngine, prompt: str) -> None:
 @needs_vllm
 async def test_length(engine: VLLMEngine, prompt: str) -> None:
     async def make(seed: int) -> Completion:
-        return await engine.complete(prompt, max_tokens=6, stop=[], temperature=0.8, seed=seed)
+        return await engine.complete(
+            prompt, Sampling(max_tokens=6, stop=(), temperature=0.8, seed=seed)
+        )
 
     done = await first_with_finish(make, FinishReason.LENGTH)
     assert done.output_tokens == 6 == len(await engine.tokenize(done.text))
@@ -107,11 +111,11 @@ async def test_length(engine: VLLMEngine, prompt: str) -> None:
 
 @needs_vllm
 async def test_same_seed_same_text(engine: VLLMEngine, prompt: str) -> None:
-    kw: dict[str, Any] = {"max_tokens": 40, "stop": [], "temperature": 0.8}
-    first = await engine.complete(prompt, seed=5, **kw)
-    again = await engine.complete(prompt, seed=5, **kw)
+    kw: dict[str, Any] = {"max_tokens": 40, "stop": (), "temperature": 0.8}
+    first = await engine.complete(prompt, Sampling(seed=5, **kw))
+    again = await engine.complete(prompt, Sampling(seed=5, **kw))
     assert (first.text, first.output_tokens) == (again.text, again.output_tokens)
-    others = [(await engine.complete(prompt, seed=s, **kw)).text for s in (6, 7)]
+    others = [(await engine.complete(prompt, Sampling(seed=s, **kw))).text for s in (6, 7)]
     assert any(text != first.text for text in others)
 
 
@@ -119,35 +123,37 @@ async def test_same_seed_same_text(engine: VLLMEngine, prompt: str) -> None:
 async def test_concurrent_requests_keep_their_seeds(engine: VLLMEngine, prompt: str) -> None:
     import asyncio
 
-    kw: dict[str, Any] = {"max_tokens": 30, "stop": [], "temperature": 0.8}
-    alone = [await engine.complete(prompt, seed=s, **kw) for s in range(4)]
-    together = await asyncio.gather(*(engine.complete(prompt, seed=s, **kw) for s in range(4)))
+    kw: dict[str, Any] = {"max_tokens": 30, "stop": (), "temperature": 0.8}
+    alone = [await engine.complete(prompt, Sampling(seed=s, **kw)) for s in range(4)]
+    together = await asyncio.gather(
+        *(engine.complete(prompt, Sampling(seed=s, **kw)) for s in range(4))
+    )
     assert [c.text for c in alone] == [c.text for c in together]
 
 
 @needs_vllm
 async def test_top_logprobs(engine: VLLMEngine, prompt: str) -> None:
     done = await engine.complete(
-        prompt, max_tokens=5, stop=[], temperature=0.8, seed=1, top_logprobs=3
+        prompt, Sampling(max_tokens=5, stop=(), temperature=0.8, seed=1, top_logprobs=3)
     )
     assert len(done.top_logprobs) == done.output_tokens
     for row in done.top_logprobs:
         assert len(row) == 3
         assert row[0][1] >= row[1][1] >= row[2][1]
-    plain = await engine.complete(prompt, max_tokens=5, stop=[], temperature=0.8, seed=1)
+    plain = await engine.complete(prompt, Sampling(max_tokens=5, stop=(), temperature=0.8, seed=1))
     assert plain.top_logprobs == ()
 
 
 @needs_vllm
 async def test_context_overflow(engine: VLLMEngine) -> None:
     over = await engine.complete(
-        "x" * (CONTEXT + 10), max_tokens=4, stop=[], temperature=0.8, seed=0
+        "x" * (CONTEXT + 10), Sampling(max_tokens=4, stop=(), temperature=0.8, seed=0)
     )
     assert over.finish is FinishReason.CONTEXT_OVERFLOW and over.output_tokens == 0
 
     async def make(seed: int) -> Completion:
         return await engine.complete(
-            "y" * (CONTEXT - 3), max_tokens=50, stop=[], temperature=0.8, seed=seed
+            "y" * (CONTEXT - 3), Sampling(max_tokens=50, stop=(), temperature=0.8, seed=seed)
         )
 
     # the prompt fits, but the context fills before max_tokens
@@ -171,7 +177,7 @@ async def test_render_chat(engine: VLLMEngine) -> None:
 async def test_prefix_cache_hit_rate(engine: VLLMEngine) -> None:
     shared = "z" * 300  # several KV blocks
     for seed in range(3):
-        await engine.complete(shared, max_tokens=2, stop=[], temperature=0.8, seed=seed)
+        await engine.complete(shared, Sampling(max_tokens=2, stop=(), temperature=0.8, seed=seed))
     rate = engine.prefix_cache_hit_rate
     assert rate is not None and 0.0 < rate <= 1.0
 

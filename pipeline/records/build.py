@@ -1,0 +1,93 @@
+"""`records_for`: one search result graded and turned into every record type's rows.
+
+Decontamination
+    `records_for` takes the benchmark a problem overlaps (found by
+    `pipeline.problems.decontamination`): such a problem keeps its nodes, trees and
+    tree_nodes rows (``trees.contaminated`` names the benchmark) and gives no
+    sft, dpo, prm or kto rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from actors.grading import counting
+from actors.prompts import POLICY_INSTRUCTION
+from pipeline.records.config import RecordsConfig
+from pipeline.records.dpo import dpo_rows
+from pipeline.records.grading import grade_result
+from pipeline.records.kto import kto_rows
+from pipeline.records.nodes import node_rows
+from pipeline.records.prm import prm_rows
+from pipeline.records.schema import Row
+from pipeline.records.sft import sft_rows
+from pipeline.records.tree_nodes import tree_node_rows
+from pipeline.records.trees import tree_row
+from search.driver import SearchResult
+
+
+async def records_for(
+    result: SearchResult,
+    reference: str | None,
+    *,
+    problem_id: str,
+    run_id: str,
+    config: RecordsConfig | None = None,
+    policy_model: str | None = None,
+    prm_model: str | None = None,
+    contamination: str | None = None,
+    instruction: str = POLICY_INSTRUCTION,
+) -> dict[str, list[Row]]:
+    """Grade one result and build every record type's rows with `config`.
+
+    `instruction` is the policy's user-turn template (its `prompts.policy_instruction`):
+    the sft/dpo/prm/kto prompts are built from it.
+
+    `contamination` names the benchmark the problem overlaps
+    (`pipeline.problems.decontamination`): the tree is still recorded (`nodes`, `trees`,
+    `tree_nodes`), but it gives no training rows (`sft`, `dpo`, `prm`, `kto`).
+    """
+    config = config or RecordsConfig()
+    with counting() as grading:
+        graded = await grade_result(
+            result,
+            reference,
+            problem_id=problem_id,
+            timeout_s=config.grade_timeout_s,
+            pseudo_label=config.pseudo_label,
+            threshold=config.pseudo_threshold,
+        )
+    graded = replace(graded, grade_timeouts=grading.timeouts, instruction=instruction)
+    models = {"policy_model": policy_model, "prm_model": prm_model}
+    records: dict[str, list[Row]] = {
+        "nodes": node_rows(graded, run_id=run_id, **models),
+        "trees": [tree_row(graded, run_id=run_id, contaminated=contamination, **models)],
+        "tree_nodes": tree_node_rows(graded, run_id=run_id),
+    }
+    if contamination is not None:
+        return records
+    records["sft"] = sft_rows(
+        graded,
+        run_id=run_id,
+        min_score=config.min_sft_score,
+        dedupe=config.dedupe,
+        self_correction=config.sft.self_correction,
+    )
+    records["dpo"] = dpo_rows(
+        graded,
+        run_id=run_id,
+        max_pairs_per_problem=config.max_pairs_per_problem,
+        pairing=config.pairing,
+        seed=config.seed,
+        pair_types=config.dpo.pair_types,
+    )
+    records["prm"] = prm_rows(
+        graded, run_id=run_id, dedupe=config.dedupe, pseudo_labels=config.prm.pseudo_labels
+    )
+    records["kto"] = kto_rows(
+        graded, run_id=run_id, dedupe=config.dedupe, self_correction=config.sft.self_correction
+    )
+    return records
+
+
+__all__ = ["records_for"]
