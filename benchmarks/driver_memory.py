@@ -50,6 +50,7 @@ def rss_mb(field="VmRSS:"):
     return 0.0
 from pipeline.config import load_run_config
 from pipeline.problems.sources import parse_source
+import pipeline.run.synthesis as run
 import pipeline.store.sink as sink_module
 args = json.loads(sys.argv[1])
 marks = {1: "start", 1000: "1000", args["limit"]: "limit"}
@@ -66,7 +67,7 @@ class SamplingSink(sink_module.ParquetSink):
             if done[0] % 1000 == 0:
                 samples["series"].append([done[0], round(rss_mb(), 1)])
         return batch
-sink_module.ParquetSink = SamplingSink  # RunFolder.sink() looks it up here
+run.ParquetSink = SamplingSink  # the run opens its sink by this name
 config = load_run_config(args["config"], output_root=args["out"])
 source = {"kind": "jsonl", "path": args["source"], "limit": args["limit"],
           "columns": {"problem": "question", "reference": "answer", "id": "id"}}
@@ -77,8 +78,7 @@ config = config.model_copy(update={
 })
 samples["imports"] = rss_mb()
 t0 = time.perf_counter()
-from pipeline.run.synthesis import synthesize
-summary = synthesize(config, progress=None)
+summary = run.synthesize(config, progress=None)
 print(json.dumps({**samples, "end": rss_mb(), "peak": rss_mb("VmHWM:"),
                   "searched": summary.searched, "errors": summary.errors,
                   "problems": summary.problems, "wall_s": time.perf_counter() - t0}))

@@ -46,7 +46,7 @@ def test_only_the_marked_block_is_rewritten(tmp_path: Path) -> None:
 
     assert reference_docs.stale(tmp_path, docs) == [path]
     assert reference_docs.write(tmp_path, docs) == [path]
-    text = path.read_text(encoding="utf-8")
+    text = path.read_bytes().decode("utf-8")
     assert text == f"{before}{BEGIN}\n\nnew generated text\n\n{END}\n{after}"
     assert reference_docs.stale(tmp_path, docs) == []
     assert reference_docs.write(tmp_path, docs) == []  # fresh: not rewritten

@@ -43,6 +43,7 @@ from pipeline.store.filesystem import (
     is_storage_error,
 )
 from pipeline.store.run_folder import RunFolder
+from pipeline.store.sink import ParquetSink
 
 ProgressTarget = TextIO | Literal["stderr"] | None
 
@@ -136,7 +137,7 @@ def _synthesize(
     from pipeline.run.stream import problem_stream
 
     run_id = config.resolved_run_id
-    sink = folder.sink()
+    sink = ParquetSink(folder)
     summary = RunSummary(run_id, folder.location)
     write_manifest(config, folder)
     summary.problems = selection

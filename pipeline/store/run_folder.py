@@ -172,19 +172,13 @@ class RunFolder:
     # -- writing --------------------------------------------------------------------------
     def lease(self) -> Lease:
         """The writer lease: `flock` on a local folder, a conditional-put lease object on a
-        bucket.  Hold it before `sink()`: opening a sink cleans uncommitted parts."""
+        bucket.  Hold it before opening a `ParquetSink`: that cleans uncommitted parts."""
         from pipeline.store.lease import FlockLease
         from pipeline.store.object_lease import ObjectLease
 
         if self.remote:
             return ObjectLease(self.store)
         return FlockLease(self.store.local_path)
-
-    def sink(self) -> Any:
-        """The Parquet writer of this folder (cleans what a crash left uncommitted)."""
-        from pipeline.store.sink import ParquetSink
-
-        return ParquetSink(self)
 
     # -- local copies -------------------------------------------------------------------
     @contextlib.contextmanager

@@ -40,7 +40,7 @@ def _parquet() -> Any:
 
 
 class ParquetSink:
-    """The writer of one run folder (`RunFolder.sink()`); reading goes through the folder."""
+    """The writer of one run folder; reading goes through the folder (`RunFolder`)."""
 
     def __init__(self, folder: RunFolder) -> None:
         """Open a run folder for writing and clean what a crash left uncommitted.

@@ -258,6 +258,7 @@ async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
     from pipeline.records import RecordsConfig, records_for
     from pipeline.run.synthesis import write_manifest
     from pipeline.store.run_folder import RunFolder
+    from pipeline.store.sink import ParquetSink
     from search import parse_search_config, run_search
     from search.scripted import ScriptedPolicy, ScriptedScorer
 
@@ -270,7 +271,7 @@ async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
             "publish": {"repo": REPO},
         }
     )
-    sink = RunFolder.open(root, run_id).sink()
+    sink = ParquetSink(RunFolder.open(root, run_id))
     for seed in range(3):
         policy = ScriptedPolicy(seed=seed, p_answer=0.5)
         result = await run_search(

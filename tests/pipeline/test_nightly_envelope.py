@@ -23,6 +23,7 @@ from pipeline.problems.sources import load_problems
 from pipeline.run.nightly import admissible, plan_night, run_night, run_spent
 from pipeline.run.summary import RunSummary
 from pipeline.store.run_folder import RunFolder
+from pipeline.store.sink import ParquetSink
 from tests.tiny_run import run_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -67,7 +68,7 @@ def test_early_stopped_searches_leave_room_for_more_problems(tmp_path: Path) -> 
 
     def synthesize(night: RunConfig) -> RunSummary:
         """Stands in for the Ray pipeline: every search early-stops after 50 cost units."""
-        sink = RunFolder.open(night.output_root, night.resolved_run_id).sink()
+        sink = ParquetSink(RunFolder.open(night.output_root, night.resolved_run_id))
         loaded = load_problems(night.source)
         done = sink.folder.done_problem_ids()
         for p in loaded.problems:

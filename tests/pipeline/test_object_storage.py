@@ -32,6 +32,7 @@ from pipeline.store.filesystem import check_reachable, open_store
 from pipeline.store.lease import RunFolderBusy
 from pipeline.store.object_lease import LEASE_FOLDER, ObjectLease
 from pipeline.store.run_folder import RunFolder
+from pipeline.store.sink import ParquetSink
 from tests.hub_server import HubServer
 from tests.s3_server import S3Server
 from tests.tiny_run import REPO, run_config, start_synthesize_job
@@ -66,7 +67,7 @@ def _error(problem_id: str, stage: str = "search") -> dict[str, object]:
 
 def test_sink_on_a_bucket_commits_by_marker_and_cleans_orphans(s3: S3Server) -> None:
     root = f"s3://{BUCKET}/synth"
-    sink = RunFolder.open(root, "r1").sink()
+    sink = ParquetSink(RunFolder.open(root, "r1"))
     assert sink.run_dir == f"{root}/run=r1"
     sink.write_batch({"errors": [_error("a", "source"), _error("b")]})
     keys = s3.keys(BUCKET)
@@ -83,7 +84,7 @@ def test_sink_on_a_bucket_commits_by_marker_and_cleans_orphans(s3: S3Server) -> 
     assert reader.read("errors").num_rows == 2  # the orphan is invisible to readers
     assert any("part-orphan" in k for k in s3.keys(BUCKET))  # and a reader never cleans
     assert reader.done_problem_ids() == {"a"}
-    reopened = RunFolder.open(root, "r1").sink()
+    reopened = ParquetSink(RunFolder.open(root, "r1"))
     assert reopened.removed_uncommitted == 1
     assert not any("part-orphan" in k for k in s3.keys(BUCKET))
     assert reopened.read("errors").num_rows == 2
@@ -315,7 +316,7 @@ def test_a_bucket_failing_mid_run_is_one_line_and_keeps_what_was_committed(
         for key, value in {**dying.env(), "AWS_MAX_ATTEMPTS": "2"}.items():
             monkeypatch.setenv(key, value)
         dying.client().create_bucket(Bucket=BUCKET)
-        sink = RunFolder.open(root, "r1").sink()
+        sink = ParquetSink(RunFolder.open(root, "r1"))
         lease = RunFolder.open(root, "r1").lease().acquire()
         sink.write_batch({"errors": [_error("a")]})
         committed = dying.keys(BUCKET)

@@ -23,6 +23,7 @@ from pipeline.run.synthesis import write_manifest
 from pipeline.store.lease import RunFolderBusy, RunLease
 from pipeline.store.resume import pending
 from pipeline.store.run_folder import RunFolder
+from pipeline.store.sink import ParquetSink
 from search import parse_search_config, run_search
 from search.protocols import FinishReason, Generation
 from search.scripted import ScriptedPolicy, ScriptedScorer
@@ -48,7 +49,7 @@ def test_a_duplicates_error_row_never_marks_the_kept_problem_done(tmp_path: Path
     )
     loaded = load_problems(JsonlSource(path=source, columns=COLUMNS))
     assert [e["problem_id"] for e in loaded.errors] == ["p.jsonl:line 2"]
-    sink = RunFolder.open(tmp_path / "out", "r").sink()
+    sink = ParquetSink(RunFolder.open(tmp_path / "out", "r"))
     # a killed run committed the duplicate's error row first, nothing else
     sink.write_batch(
         {
@@ -66,7 +67,7 @@ def test_a_duplicates_error_row_never_marks_the_kept_problem_done(tmp_path: Path
 def test_a_failed_search_is_retried_by_the_next_run(tmp_path: Path) -> None:
     source = _jsonl(tmp_path / "p.jsonl", [{"id": "a", "question": "q", "answer": "1"}])
     loaded = load_problems(JsonlSource(path=source, columns=COLUMNS))
-    sink = RunFolder.open(tmp_path / "out", "r").sink()
+    sink = ParquetSink(RunFolder.open(tmp_path / "out", "r"))
     sink.write_batch({"errors": [error_row("a", "search", "every request failed", run_id="r")]})
     todo, _ = pending(loaded, sink.folder)
     assert [p["problem_id"] for p in todo] == ["a"]
@@ -236,7 +237,7 @@ def test_secrets_inside_values_never_reach_run_json(tmp_path: Path) -> None:
 def test_only_committed_parts_are_published(tmp_path: Path) -> None:
     from pipeline.publish.hub import _local_files
 
-    sink = RunFolder.open(tmp_path, "r").sink()
+    sink = ParquetSink(RunFolder.open(tmp_path, "r"))
     row = {
         "prompt": [{"role": "user", "content": "q"}],
         "completion": [{"role": "assistant", "content": "a"}],

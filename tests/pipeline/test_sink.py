@@ -8,6 +8,7 @@ import pytest
 
 from pipeline.records import error_row
 from pipeline.store.run_folder import RunFolder
+from pipeline.store.sink import ParquetSink
 
 
 def _error(problem_id: str, stage: str = "search") -> dict[str, object]:
@@ -15,7 +16,7 @@ def _error(problem_id: str, stage: str = "search") -> dict[str, object]:
 
 
 def test_committed_batches_are_read_back_and_counted_done(tmp_path: Path) -> None:
-    sink = RunFolder.open(tmp_path, "r1").sink()
+    sink = ParquetSink(RunFolder.open(tmp_path, "r1"))
     sink.write_batch({"errors": [_error("a", "source"), _error("b", "source")]})
     sink.write_batch({"errors": [_error("c")]})
     assert sink.folder.read("errors").num_rows == 3
@@ -26,21 +27,21 @@ def test_committed_batches_are_read_back_and_counted_done(tmp_path: Path) -> Non
 
 
 def test_uncommitted_parts_from_a_crash_are_removed_on_reopen(tmp_path: Path) -> None:
-    sink = RunFolder.open(tmp_path, "r1").sink()
+    sink = ParquetSink(RunFolder.open(tmp_path, "r1"))
     sink.write_batch({"errors": [_error("a")]})
     # a crash after a part was renamed into place but before its batch was committed
     orphan = sink.run_dir / "errors" / "part-deadbeef.parquet"
     orphan.write_bytes((sink.folder.parts("errors")[0]).read_bytes())
     (sink.run_dir / "nodes" / "part-cafe.tmp").write_bytes(b"half")
-    reopened = RunFolder.open(tmp_path, "r1").sink()
+    reopened = ParquetSink(RunFolder.open(tmp_path, "r1"))
     assert reopened.removed_uncommitted == 2
     assert reopened.folder.read("errors").num_rows == 1
 
 
 def test_bad_rows_and_names_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="run_id must be a plain folder name"):
-        RunFolder.open(tmp_path, "../x").sink()
-    sink = RunFolder.open(tmp_path, "r1").sink()
+        ParquetSink(RunFolder.open(tmp_path, "../x"))
+    sink = ParquetSink(RunFolder.open(tmp_path, "r1"))
     with pytest.raises(ValueError, match="unknown record types"):
         sink.write_batch({"bogus": []})
     with pytest.raises(ValueError, match="message"):

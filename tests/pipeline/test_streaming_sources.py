@@ -218,7 +218,7 @@ def test_ray_read_path_and_resume_filter(ray_cluster: None, tmp_path: Path) -> N
     records = load_records(cfg)
     problems = [r for r in records if not is_error(r)]
     errors = [r for r in records if is_error(r)]
-    sink = RunFolder.open(tmp_path / "out", "r").sink()
+    sink = ParquetSink(RunFolder.open(tmp_path / "out", "r"))
     sink.write_batch(
         {"errors": [dict(error_row(errors[0]["problem_id"], "source", "x", run_id="r"))]}
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 from pipeline.problems.decontamination import DecontaminationConfig, build_decontaminator
 from pipeline.records import RecordsConfig, records_for
 from pipeline.store.run_folder import RunFolder
+from pipeline.store.sink import ParquetSink
 from search import parse_search_config, run_search
 from search.scripted import ScriptedPolicy, ScriptedScorer
 
@@ -49,7 +50,7 @@ async def build(output_root: Path) -> Path:
     records_config = RecordsConfig(max_pairs_per_problem=4)
     decontaminator = build_decontaminator(DecontaminationConfig())
     assert decontaminator is not None
-    sink = RunFolder.open(output_root, RUN_ID).sink()
+    sink = ParquetSink(RunFolder.open(output_root, RUN_ID))
     search = parse_search_config({"algorithm": "bg_mcts"})
     for i, problem in enumerate([*PROBLEMS, math500_problem()]):
         policy = ScriptedPolicy(seed=i, p_answer=0.45, step_tokens=(3, 8))
