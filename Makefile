@@ -48,12 +48,12 @@ test-trl:
 	PYTHON=$(PYTHON) scripts/test-trl.sh
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/select_backprop.py
-	$(BIN)/python benchmarks/wide_to_deep.py
-	$(BIN)/python benchmarks/serve_overhead.py
-	$(BIN)/python benchmarks/pipeline_scaling.py
-	$(BIN)/python benchmarks/pipeline_throughput.py
-	$(BIN)/python benchmarks/training_records.py
+	$(BIN)/python -m benchmarks.select_backprop
+	$(BIN)/python -m benchmarks.wide_to_deep
+	$(BIN)/python -m benchmarks.serve_overhead
+	$(BIN)/python -m benchmarks.pipeline_scaling
+	$(BIN)/python -m benchmarks.pipeline_throughput
+	$(BIN)/python -m benchmarks.training_records
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-trl .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -14,7 +14,7 @@ ConsistentHashRouter).  Each mode deploys fresh replicas (empty caches).  Number
 are llama.cpp's own per-request timings, summed over both replicas' stats:
 `prompt_n` (prompt tokens evaluated) and `cache_n` (taken from the cache).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/affinity_prefix_cache.py [--trees 8] [--budget 160]
+    .venv/bin/python -m benchmarks.affinity_prefix_cache [--trees 8] [--budget 160]
 """
 
 from __future__ import annotations

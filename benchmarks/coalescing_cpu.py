@@ -23,7 +23,7 @@ result that long for others to share its stream item); and `coalesced` (the
 service defaults, 1 replica).  The last line is `cpu_ms_per_request=<float>` for
 the default coalesced mode.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/coalescing_cpu.py [--trees 64] [--seconds 15]
+    .venv/bin/python -m benchmarks.coalescing_cpu [--trees 64] [--seconds 15]
         [--linger 0.0005,0.002] [--buckets 8]
 """
 

@@ -9,7 +9,7 @@ interleaved, and prints the median CPU microseconds per tree node of each.  The
 services of the real pipeline (Serve) always suspend, so there `_Calls` takes the
 `asyncio.gather` path after the first call: only the simulated grid gains.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/driver_calls.py [--problems 40] [--budget 30000]
+    .venv/bin/python -m benchmarks.driver_calls [--problems 40] [--budget 30000]
         [--reps 7]
 
 The last line is `plain_gather_over_calls=<float>` (above 1: `_Calls` saves CPU).

@@ -1,9 +1,9 @@
 """Driver memory of a whole synthesis run: does it depend on the source's size?
 
-    python benchmarks/driver_memory.py                  # the issue's run: 1M and 10k rows,
+    python -m benchmarks.driver_memory                  # the issue's run: 1M and 10k rows,
                                                         # 10,000 problems each (~40 min on
                                                         # a loaded 2-core machine)
-    python benchmarks/driver_memory.py --limit 2000     # what fits in a few minutes
+    python -m benchmarks.driver_memory --limit 2000     # what fits in a few minutes
 
 For each source (a generated JSONL file of `--rows` rows, then one of `--small-rows`
 rows) a fresh driver process runs `pipeline.run.synthesis.synthesize` on a local Ray cluster with

@@ -30,8 +30,8 @@ through an engine that at best serves about 2.5 problems/s at the defaults, so a
 setting needs at least problems / 2.5 s: cells above ~500 problems need a timeout
 above the default.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/engine_saturation.py --quick
-    PYTHONPATH=. .venv/bin/python benchmarks/engine_saturation.py --trees 1,16,64 --actors 1,2
+    .venv/bin/python -m benchmarks.engine_saturation --quick
+    .venv/bin/python -m benchmarks.engine_saturation --trees 1,16,64 --actors 1,2
     ... --barrier: the same with main's batch barrier (the "before" numbers)
 
 With --quick the last line is exactly `ratio_to_ceiling=<float>` for the quick setting.
@@ -271,7 +271,8 @@ def run_cell(
     out = root / f"cell-a{actors}-t{trees}.json"
     command = [
         sys.executable,
-        os.path.abspath(__file__),
+        "-m",
+        "benchmarks.engine_saturation",
         *args.passthrough,
         "--cell",
         f"{actors},{trees},{problems}",
@@ -279,7 +280,8 @@ def run_cell(
         str(out),
     ]
     # its own session: on a timeout the whole group (its Ray processes too) goes
-    child = subprocess.Popen(command, start_new_session=True)
+    repo = Path(__file__).resolve().parents[1]  # where `-m benchmarks.<name>` resolves
+    child = subprocess.Popen(command, start_new_session=True, cwd=repo)
     start, (busy0, total0) = time.perf_counter(), machine_ticks()
     ticks: dict[int, int] = {}  # pid -> CPU ticks, for the child and all it started
     deadline = start + args.cell_timeout_s

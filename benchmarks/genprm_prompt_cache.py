@@ -8,7 +8,7 @@ step's analysis call (the conversation so far + one turn) mostly hit the cache. 
 scores 8 paths of 3 steps at once on 4 slots, like the search actor's concurrent trees,
 and prints the prompt tokens sent against those computed (`timings.prompt_n`).
 
-    .venv/bin/python benchmarks/genprm_prompt_cache.py
+    .venv/bin/python -m benchmarks.genprm_prompt_cache
 """
 
 from __future__ import annotations

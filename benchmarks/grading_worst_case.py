@@ -1,6 +1,6 @@
 """Worst case of bounded grading: adversarial answers against a 5 s limit, plus MATH500.
 
-    python benchmarks/grading_worst_case.py [--limit 5]
+    python -m benchmarks.grading_worst_case [--limit 5]
 
 Prints, per input, the verdict and wall time; then the slowest comparison, the
 total wall time, and the longest the event loop went without running a ticker

@@ -17,7 +17,7 @@ both deployments' counters) and end to end.  The same background thread reads
 /proc to attribute the CPU time of the window to the Ray processes (search
 actor, replicas, Ray/Serve system).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/pipeline_scaling.py [--trees 1,4,16,64]
+    .venv/bin/python -m benchmarks.pipeline_scaling [--trees 1,4,16,64]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@
    requests are then replayed alone too, which shows how much of the pipeline's
    window the scorer's work on the same cores accounts for.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/pipeline_throughput.py [--replay-scorer]
+    .venv/bin/python -m benchmarks.pipeline_throughput [--replay-scorer]
 """
 
 from __future__ import annotations

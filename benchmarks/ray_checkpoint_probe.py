@@ -1,6 +1,6 @@
 """Does Ray Data's own checkpointing give this pipeline our sink's guarantees? Measured.
 
-    python benchmarks/ray_checkpoint_probe.py [--rows 40] [--root DIR_OR_S3_URI]
+    python -m benchmarks.ray_checkpoint_probe [--rows 40] [--root DIR_OR_S3_URI]
 
 Three measurements on a local Ray cluster (ray 2.60):
 

@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/select_backprop.py          # full run (< ~2 min)
-    .venv/bin/python benchmarks/select_backprop.py --quick  # smoke run (seconds)
+    .venv/bin/python -m benchmarks.select_backprop          # full run (< ~2 min)
+    .venv/bin/python -m benchmarks.select_backprop --quick  # smoke run (seconds)
 
 FAST is the library: `PuctSearch.propose` (BG-PUCT Eq. 3 with the completion
 bias of Eq. 4 and the generative child of Eqs. 5-6) reading the per-node
@@ -51,18 +51,13 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(_REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(_REPO_ROOT))
-
-from search.algorithms import make_algorithm  # noqa: E402
-from search.algorithms.puct import PuctSearch, PuctSettings  # noqa: E402
-from search.budget import Budget  # noqa: E402
-from search.config import BGMCTSConfig  # noqa: E402
-from search.protocols import FinishReason  # noqa: E402
-from search.tree import Tree  # noqa: E402
+from search.algorithms import make_algorithm
+from search.algorithms.puct import PuctSearch, PuctSettings
+from search.budget import Budget
+from search.config import BGMCTSConfig
+from search.protocols import FinishReason
+from search.tree import Tree
 
 BUDGET_TOTAL = 1_000_000.0
 ANSWER_PROBABILITY = 0.1

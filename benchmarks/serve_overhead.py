@@ -5,7 +5,7 @@ path runs `EnginePolicy(LlamaCppEngine)` in this process; the Serve path sends
 the requests to a real `PolicyServer` replica on a local Ray cluster.  The
 difference is the Serve layer's cost (the product's target: under 10 %).
 
-    .venv/bin/python benchmarks/serve_overhead.py [--requests 32] [--max-tokens 64]
+    .venv/bin/python -m benchmarks.serve_overhead [--requests 32] [--max-tokens 64]
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ ended naturally (end of sequence) or, for each mode, states its answer in that m
 Prints per-sample rates and the share of problems with at least one correct and at least
 one incorrect answered sample (what a DPO pair needs).
 
-    .venv/bin/python benchmarks/solve_rate.py --source arithmetic --problems 20 --samples 4
-    .venv/bin/python benchmarks/solve_rate.py --source gsm8k --problems 20 --samples 4
-    .venv/bin/python benchmarks/solve_rate.py --max-steps 1 --temperature 0.3
-    .venv/bin/python benchmarks/solve_rate.py --model /path/to/other.gguf
+    .venv/bin/python -m benchmarks.solve_rate --source arithmetic --problems 20 --samples 4
+    .venv/bin/python -m benchmarks.solve_rate --source gsm8k --problems 20 --samples 4
+    .venv/bin/python -m benchmarks.solve_rate --max-steps 1 --temperature 0.3
+    .venv/bin/python -m benchmarks.solve_rate --model /path/to/other.gguf
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ The searches use the scripted policy and scorer (`search.scripted`: no model), t
 the real records code; the counts describe this project's rules on scripted trees, not
 a real model's output.
 
-    .venv/bin/python benchmarks/training_records.py [--problems 40] [--budget 4000]
+    .venv/bin/python -m benchmarks.training_records [--problems 40] [--budget 4000]
 """
 
 from __future__ import annotations
