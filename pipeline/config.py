@@ -14,6 +14,7 @@ from pipeline.errors import InputError
 from pipeline.problems.sources import SourceConfig
 from pipeline.records import RecordsConfig
 from pipeline.store.filesystem import check_output_root
+from search.budget import TokenWeights
 from search.config import SearchConfig
 
 M = TypeVar("M", bound=BaseModel)
@@ -34,7 +35,9 @@ class PublishConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     repo: str | None = Field(None, description="Hub dataset repo id; unset: do not publish")
-    private: bool = Field(True, description="create the dataset repo private")
+    private: bool = Field(
+        True, description="a repo the publish creates is private (an existing one stays as it is)"
+    )
     token_env: str = Field(
         "HF_TOKEN", description="environment variable holding the Hub token (never stored)"
     )
@@ -57,15 +60,12 @@ class NightlyConfig(BaseModel):
     )
 
 
-class PricesConfig(BaseModel):
+class PricesConfig(TokenWeights):
     """Money per million tokens of each kind; the run report then shows money."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    policy_output: float = Field(0.0, ge=0, description="money per million policy output tokens")
-    policy_input: float = Field(0.0, ge=0, description="money per million policy prompt tokens")
-    prm_input: float = Field(0.0, ge=0, description="money per million PRM prompt tokens")
-    prm_output: float = Field(0.0, ge=0, description="money per million PRM generated tokens")
+    policy_output: float = Field(
+        0.0, ge=0, allow_inf_nan=False, description="money per million policy output tokens"
+    )
     currency: str = Field("USD", description="the currency's name, as the report shows it")
 
 

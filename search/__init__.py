@@ -6,7 +6,7 @@ milliseconds against the scripted policy and scorer.
 
 from search.algorithms import Expansion, SearchAlgorithm, make_algorithm
 from search.answers import extract_boxed, is_answered
-from search.budget import Budget, BudgetViolation, CostModel
+from search.budget import Budget, BudgetViolation, TokenWeights
 from search.config import ALGORITHMS, AnswerRule, NodeUnit, SearchConfig, parse_search_config
 from search.driver import SearchResult, TracePoint, derive_seed, run_search, trace_rows
 from search.protocols import (
@@ -26,7 +26,6 @@ __all__ = [
     "AnswerRule",
     "Budget",
     "BudgetViolation",
-    "CostModel",
     "Expansion",
     "FinishReason",
     "Generation",
@@ -41,6 +40,7 @@ __all__ = [
     "SearchConfig",
     "SearchResult",
     "TokenCounts",
+    "TokenWeights",
     "TracePoint",
     "Tree",
     "derive_seed",

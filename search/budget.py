@@ -1,6 +1,6 @@
-"""Token budget B, the budget sufficiency ratio rho (Eq. 2) and the cost model.
+"""Token budget B, the budget sufficiency ratio rho (Eq. 2) and the token weights.
 
-The paper charges only policy output tokens.  `CostModel` adds one weight per
+The paper charges only policy output tokens.  `TokenWeights` adds one weight per
 token kind so that the paper's stated future work (budgets over input tokens
 and reward-model computation) is a config change; the default weights
 reproduce the paper exactly.
@@ -9,7 +9,10 @@ reproduce the paper exactly.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from search.protocols import TokenCounts
 
@@ -18,24 +21,54 @@ class BudgetViolation(RuntimeError):
     """A service reported more cost than the budget allowed it to spend."""
 
 
-@dataclass(frozen=True, slots=True)
-class CostModel:
-    """Cost units per token, by kind.  Defaults: the paper (output tokens only)."""
+class TokenWeights(BaseModel):
+    """One weight per token kind: policy output, policy input, PRM input, PRM output.
 
-    policy_output: float = 1.0
-    policy_input: float = 0.0
-    prm_input: float = 0.0
-    prm_output: float = 0.0
+    The one type for anything priced per token: the search's cost units (`search.cost`,
+    `CostWeights`: defaults are the paper, output tokens only) and the run report's money
+    per million tokens (`prices`, `PricesConfig`).
+    """
 
-    def __post_init__(self) -> None:
-        for name in ("policy_output", "policy_input", "prm_input", "prm_output"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"cost weight {name} must be a finite number >= 0, got {value!r}")
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy_output: float = Field(
+        1.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="weight of one policy output token (cost units: 1 is the paper's budget)",
+    )
+    policy_input: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="weight of one policy prompt token, counted per request; 0: prompts are "
+        "free (the paper)",
+    )
+    prm_input: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="weight of one PRM prompt token; 0: scoring is free (the paper)",
+    )
+    prm_output: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="weight of one PRM generated token; 0: scoring is free (the paper)",
+    )
 
     @property
     def charges_scoring(self) -> bool:
         return self.prm_input > 0 or self.prm_output > 0
+
+    def weigh(self, counts: Mapping[str, float]) -> float:
+        """Weighted sum of token counts keyed `<kind>_tokens` (as the `trees` rows have them)."""
+        return (
+            counts["policy_output_tokens"] * self.policy_output
+            + counts["policy_input_tokens"] * self.policy_input
+            + counts["prm_input_tokens"] * self.prm_input
+            + counts["prm_output_tokens"] * self.prm_output
+        )
 
 
 @dataclass(slots=True)
@@ -47,7 +80,7 @@ class Budget:
     """
 
     total: float
-    cost: CostModel = field(default_factory=CostModel)
+    cost: TokenWeights = field(default_factory=TokenWeights)
     used: float = 0.0
     tokens: TokenCounts = field(default_factory=TokenCounts)
 

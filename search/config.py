@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from search.answers import AnswerExtraction
-from search.budget import CostModel
+from search.budget import TokenWeights
 
 CONTINUATION_PROMPT = "But wait, let me think about the problem again."
 
@@ -49,26 +49,9 @@ class AnswerRule(enum.StrEnum):
     Q_WEIGHTED = "q_weighted"
 
 
-class CostWeights(BaseModel):
+class CostWeights(TokenWeights):
     """Cost units per token kind; the defaults are the paper's output-token budget."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    policy_output: float = Field(
-        1.0, ge=0, description="cost units per policy output token (the paper's budget: 1)"
-    )
-    policy_input: float = Field(
-        0.0,
-        ge=0,
-        description="cost units per policy prompt token, counted per request; 0: prompts are "
-        "free (paper)",
-    )
-    prm_input: float = Field(
-        0.0, ge=0, description="cost units per PRM prompt token; 0: scoring is free (paper)"
-    )
-    prm_output: float = Field(
-        0.0, ge=0, description="cost units per PRM generated token; 0: scoring is free (paper)"
-    )
     # What one score may cost at most, reserved before each expansion when PRM tokens are charged.
     prm_reserve_input_tokens: int = Field(
         4096,
@@ -82,9 +65,6 @@ class CostWeights(BaseModel):
         description="PRM generated tokens one score may use at most; reserved like "
         "prm_reserve_input_tokens",
     )
-
-    def model(self) -> CostModel:
-        return CostModel(self.policy_output, self.policy_input, self.prm_input, self.prm_output)
 
     def score_reserve(self) -> float:
         return (

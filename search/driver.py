@@ -117,7 +117,7 @@ class _Search:
         self.scorer = scorer
         self.seed = seed
         self.tree = Tree(problem, config.response_prefix)
-        self.budget = Budget(total=budget, cost=config.cost.model())
+        self.budget = Budget(total=budget, cost=config.cost)
         self.algorithm = algorithm or make_algorithm(config, seed=seed)
         self.tally = AnswerTally(config.answer_rule)
         self.trace: list[TracePoint] = []

@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
+from pipeline.config import PricesConfig
 from pipeline.report.anytime import (
     anytime_curves,
     budget_markers,
@@ -49,17 +50,6 @@ _TREE_COLUMNS = [
     "c_used",
     "correct",
 ]
-
-
-@dataclass(frozen=True)
-class Prices:
-    """Money per million tokens of each kind (unset: no money column)."""
-
-    policy_output: float = 0.0
-    policy_input: float = 0.0
-    prm_input: float = 0.0
-    prm_output: float = 0.0
-    currency: str = "USD"
 
 
 @dataclass(frozen=True)
@@ -97,7 +87,7 @@ def read_run(run_dir: Path) -> tuple[Any, Any]:
     return folder.read("trees"), folder.read("nodes").to_pandas()
 
 
-def report_numbers(trees: Any, nodes: Any, prices: Prices | None = None) -> ReportNumbers:
+def report_numbers(trees: Any, nodes: Any, prices: PricesConfig | None = None) -> ReportNumbers:
     """The report's headline numbers from the `trees` table and the `nodes` frame."""
     t = trees.drop_columns(["trace", "node_scores"]).to_pandas()
     n_trees = len(t)
@@ -113,12 +103,7 @@ def report_numbers(trees: Any, nodes: Any, prices: Prices | None = None) -> Repo
     cost = float(t["c_used"].sum()) if n_trees else 0.0
     money = None
     if prices is not None:
-        money = (
-            tokens["policy_output_tokens"] * prices.policy_output
-            + tokens["policy_input_tokens"] * prices.policy_input
-            + tokens["prm_input_tokens"] * prices.prm_input
-            + tokens["prm_output_tokens"] * prices.prm_output
-        ) / 1e6
+        money = prices.weigh(tokens) / 1e6
     scores = trees.column("node_scores").to_pylist() if n_trees else []
     return ReportNumbers(
         trees=n_trees,
@@ -303,7 +288,7 @@ def report_markdown(
     return "\n\n".join(parts) + "\n"
 
 
-def write_run_report(run_dir: str | Path, prices: Prices | None = None) -> list[Path]:
+def write_run_report(run_dir: str | Path, prices: PricesConfig | None = None) -> list[Path]:
     """Write report.md, report.json and the PNGs into `run_dir`; returns the files written."""
     run_dir = Path(run_dir)
     trees, nodes = read_run(run_dir)
@@ -327,7 +312,7 @@ def write_run_report(run_dir: str | Path, prices: Prices | None = None) -> list[
     return [*written, run_dir / REPORT_MD, run_dir / REPORT_JSON]
 
 
-def prices_from_config(config: dict[str, Any]) -> Prices | None:
+def prices_from_config(config: dict[str, Any]) -> PricesConfig | None:
     """The `prices` block of a run config dump (run.json), if any."""
     block = config.get("prices")
-    return None if not block else Prices(**block)
+    return None if not block else PricesConfig.model_validate(block)

@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from search.answers import extract_boxed, is_answered
-from search.budget import Budget, BudgetViolation, CostModel
+from search.budget import Budget, BudgetViolation, TokenWeights
 from search.protocols import FinishReason
 from search.tree import Tree
 from tests.search.conftest import small_tree
@@ -113,7 +113,7 @@ def test_max_tokens_never_lets_n_choices_overspend() -> None:
 
 
 def test_cost_model_weights_input_and_prm_tokens() -> None:
-    budget = Budget(total=1000, cost=CostModel(policy_output=1, policy_input=0.5, prm_output=2))
+    budget = Budget(total=1000, cost=TokenWeights(policy_output=1, policy_input=0.5, prm_output=2))
     budget.charge_generation(output_tokens=100, input_tokens=200, inserted_tokens=10)
     budget.charge_score(input_tokens=50, output_tokens=20)
     assert budget.used == pytest.approx(100 + 100 + 10 + 40)
@@ -126,4 +126,4 @@ def test_bad_budget_and_weights_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="budget must be a positive"):
         Budget(total=0)
     with pytest.raises(ValueError, match="policy_input"):
-        CostModel(policy_input=-1)
+        TokenWeights(policy_input=-1)
