@@ -2,7 +2,7 @@
 
 For each score distribution and algorithm: nodes created per budget third, their
 mean depth and how many came through the virtual generative child, pooled over
-seeds.  Backs the "What the equations do" section of the README.
+seeds.  Backs the "What the equations do" section of docs/search.md.
 
     .venv/bin/python -m benchmarks.wide_to_deep [--seeds 60] [--budget 4000]
 """

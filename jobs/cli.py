@@ -13,40 +13,44 @@ Each subcommand is also a module (`python -m jobs.synthesize` ...), which is wha
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from jobs import evaluate, nightly, publish, synthesize
+from jobs.exits import OK, add_verbose, guarded
 
 
 def _report(args: argparse.Namespace) -> int:
+    # a folder that is no run, or a bucket that denies access: fix the argument (exit 2)
+    return guarded(
+        lambda: _write_report(args),
+        verbose=args.verbose,
+        bad_input=(FileNotFoundError, PermissionError),
+    )
+
+
+def _write_report(args: argparse.Namespace) -> int:
     from pipeline.store.filesystem import is_remote
 
     remote = is_remote(args.folder)
     path = Path(args.folder)
     if not remote and (path / "eval_trees.parquet").is_file():
         return evaluate.report_folder(path)
-    from pipeline.errors import OutputLocationError
     from pipeline.report.run_report import REPORT_FILES, prices_from_config, write_run_report
     from pipeline.run.summary import summarize_run_dir
     from pipeline.store.run_folder import RunFolder, local_run_dir
 
-    try:
-        # A bucket's run (s3://.../run=<id>) is read through a local copy of its committed
-        # parts; the report files are written back next to them.
-        with local_run_dir(args.folder, write_back=REPORT_FILES) as local:
-            summary = summarize_run_dir(local)
-            if remote:
-                summary.run_dir = args.folder
-            summary.render()
-            config = RunFolder.at(local).read_manifest().get("config") or {}
-            written = write_run_report(local, prices_from_config(config))
-    except (FileNotFoundError, OutputLocationError, PermissionError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    # A bucket's run (s3://.../run=<id>) is read through a local copy of its committed
+    # parts; the report files are written back next to them.
+    with local_run_dir(args.folder, write_back=REPORT_FILES) as local:
+        summary = summarize_run_dir(local)
+        if remote:
+            summary.run_dir = args.folder
+        summary.render()
+        config = RunFolder.at(local).read_manifest().get("config") or {}
+        written = write_run_report(local, prices_from_config(config))
     where = f"{args.folder.rstrip('/')}/{written[-2].name}" if remote else written[-2]
     print(f"report: {where} ({len(written) - 2} images)")
-    return 0
+    return OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "folder", help="out/run=<id>, s3://bucket/prefix/run=<id> or an evaluation folder"
     )
+    add_verbose(report)
     report.set_defaults(handler=_report)
     return parser
 

@@ -17,12 +17,15 @@ import sys
 import time
 from pathlib import Path
 
+from jobs.exits import FAILED, OK, add_verbose, guarded
+
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/eval-sim.yaml", help="YAML eval config")
     parser.add_argument("--output-dir", help="overrides output_dir of the config")
     parser.add_argument("--name", help="overrides name (the report folder under output_dir)")
+    add_verbose(parser)
     return parser
 
 
@@ -38,14 +41,14 @@ def report_folder(folder: Path, *, rewrite: bool = True) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.config import ConfigError, load_config
+    return guarded(lambda: _run(args), verbose=args.verbose)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pipeline.config import load_config
     from pipeline.evaluation.config import EvalConfig
 
-    try:
-        config = load_config(args.config, EvalConfig, output_dir=args.output_dir, name=args.name)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    config = load_config(args.config, EvalConfig, output_dir=args.output_dir, name=args.name)
     from pipeline.evaluation.runner import run_evaluation
 
     label = f"searches ({config.environment.kind})"
@@ -75,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
             f"error: {len(meta['failed_searches'])} searches failed (see meta.json)",
             file=sys.stderr,
         )
-        return 1
-    return 0
+        return FAILED
+    return OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,18 +27,35 @@ def add_verbose(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def guarded(action: Callable[[], int], *, verbose: bool) -> int:
-    """Run `action`; turn an exception into one line and the documented exit status."""
+def guarded(
+    action: Callable[[], int],
+    *,
+    verbose: bool,
+    bad_input: tuple[type[BaseException], ...] = (),
+    failures: tuple[type[BaseException], ...] = (),
+) -> int:
+    """Run `action`; turn an exception into one line and the documented exit status.
+
+    `InputError` and the `bad_input` types exit 2, the `failures` types (a Hub that
+    refused a push) exit 1, each with its own message; anything else exits 1 naming its
+    type.  Every message goes through `redact_text`.
+    """
     from actors.redact import redact_text
     from pipeline.errors import InputError
 
+    fix_input: tuple[type[BaseException], ...] = (InputError, *bad_input)
     try:
         return action()
-    except InputError as exc:
+    except fix_input as exc:
         if verbose:
             traceback.print_exc()
         print(f"error: {redact_text(str(exc))}", file=sys.stderr)
         return BAD_INPUT
+    except failures as exc:
+        if verbose:
+            traceback.print_exc()
+        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
+        return FAILED
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

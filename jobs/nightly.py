@@ -14,9 +14,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-import traceback
 
-from jobs.exits import add_verbose
+from jobs.exits import FAILED, OK, add_verbose, guarded
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -29,21 +28,25 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.config import ConfigError, load_run_config
+    from pipeline.publish.hub import HubPublishError
 
-    try:
-        config = load_run_config(args.config, output_root=args.output_root)
-        date = dt.date.fromisoformat(args.date) if args.date else dt.datetime.now(dt.UTC).date()
-    except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    from actors.redact import redact_text
-    from pipeline.errors import InputError
+    return guarded(
+        lambda: _night(args),
+        verbose=args.verbose,
+        bad_input=(ValueError,),  # a --date that is no YYYY-MM-DD
+        failures=(HubPublishError,),
+    )
+
+
+def _night(args: argparse.Namespace) -> int:
+    from pipeline.config import load_run_config
     from pipeline.publish.hub import HubPublishError
     from pipeline.publish.publish_run import publish_configured
     from pipeline.run.nightly import night_config, plan_night, run_night, run_spent
     from pipeline.run.synthesis import synthesize
 
+    config = load_run_config(args.config, output_root=args.output_root)
+    date = dt.date.fromisoformat(args.date) if args.date else dt.datetime.now(dt.UTC).date()
     ledger, night = plan_night(config, date)
     for old in ledger.unfinished(before=night.date):
         print(
@@ -65,27 +68,22 @@ def run(args: argparse.Namespace) -> int:
                 print(f"published to {published.repo_id}: {published.commit_url}")
             else:
                 print("no sft or dpo rows in this night's run: nothing to publish")
-    except HubPublishError as exc:
+    except HubPublishError:
         ledger.mark(night.date, "failed", reason="publish")
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:
+        raise
+    except Exception:  # the night stays unfinished; `guarded` prints the one line
         ledger.mark(night.date, "failed", reason="crash")
-        if args.verbose:
-            traceback.print_exc()
-        hint = "" if args.verbose else " (run with --verbose for the traceback)"
-        print(f"error: {type(exc).__name__}: {redact_text(str(exc))}{hint}", file=sys.stderr)
-        return 2 if isinstance(exc, InputError) else 1
+        raise
     if summary.search_failures:
         # Failed searches (an engine outage, the circuit breaker) are retried by rerunning
         # the date: the night stays unfinished, and its slice unspent.
         ledger.mark(night.date, "failed", reason="search errors", errors=summary.errors)
-        return 1
+        return FAILED
     # Source errors are final (bad rows stay bad), so the night is done either way;
     # the exit status still tells the scheduler that some rows failed.
     spent = run_spent(config, night.run_id)
     ledger.mark(night.date, "done", searched=summary.searched, errors=summary.errors, spent=spent)
-    return 1 if summary.errors else 0
+    return FAILED if summary.errors else OK
 
 
 def main(argv: list[str] | None = None) -> int:

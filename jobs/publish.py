@@ -11,7 +11,8 @@ local files are untouched), 2 bad arguments or not a run folder.
 from __future__ import annotations
 
 import argparse
-import sys
+
+from jobs.exits import OK, add_verbose, guarded
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -25,31 +26,36 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--token-env", default="HF_TOKEN", help="env var holding the token")
     parser.add_argument("--public", action="store_true", help="create the repo public")
     parser.add_argument("--endpoint", help="Hub endpoint (default: huggingface.co)")
+    add_verbose(parser)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     from pipeline.publish.hub import HubPublishError
+
+    return guarded(
+        lambda: _publish(args),
+        verbose=args.verbose,
+        # a missing folder, a bad run id, a bucket that denies access: fix and rerun
+        bad_input=(FileNotFoundError, ValueError, PermissionError),
+        failures=(HubPublishError,),
+    )
+
+
+def _publish(args: argparse.Namespace) -> int:
     from pipeline.publish.publish_run import publish_run_dir
 
-    try:
-        result = publish_run_dir(
-            args.run_dir,
-            args.repo,
-            run_id=args.run_id,
-            token_env=args.token_env,
-            private=not args.public,
-            endpoint=args.endpoint,
-        )
-    except (FileNotFoundError, ValueError, PermissionError) as exc:  # (a bucket: denied)
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except HubPublishError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    result = publish_run_dir(
+        args.run_dir,
+        args.repo,
+        run_id=args.run_id,
+        token_env=args.token_env,
+        private=not args.public,
+        endpoint=args.endpoint,
+    )
     counts = ", ".join(f"{k} {v} rows" for k, v in result.counts.items())
     print(f"published run {result.run_id} to {result.repo_id} ({counts}): {result.commit_url}")
-    return 0
+    return OK
 
 
 def main(argv: list[str] | None = None) -> int:

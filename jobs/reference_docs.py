@@ -405,13 +405,18 @@ def splice(existing: str | None, title: str, generated: str) -> str:
     return before + block + after
 
 
+def _read(path: Path) -> str:
+    """The file's text with its line endings as they are (read_text would fold CRLF)."""
+    return path.read_bytes().decode("utf-8")
+
+
 def rendered(root: Path | None = None, docs: Sequence[Doc] | None = None) -> dict[Path, str]:
     """Each docs file's path and the full text it should have (default: this repository's)."""
     root = REPO_ROOT if root is None else root
     out: dict[Path, str] = {}
     for doc in DOCS if docs is None else docs:
         path = root / doc.relative
-        existing = path.read_text(encoding="utf-8") if path.is_file() else None
+        existing = _read(path) if path.is_file() else None
         try:
             out[path] = splice(existing, doc.title, doc.render())
         except MarkerError as exc:
@@ -424,7 +429,7 @@ def stale(root: Path | None = None, docs: Sequence[Doc] | None = None) -> list[P
     return [
         path
         for path, text in rendered(root, docs).items()
-        if not path.is_file() or path.read_text(encoding="utf-8") != text
+        if not path.is_file() or _read(path) != text
     ]
 
 
@@ -432,10 +437,10 @@ def write(root: Path | None = None, docs: Sequence[Doc] | None = None) -> list[P
     """Rewrite the generated part of every stale docs file; returns the files written."""
     written = []
     for path, text in rendered(root, docs).items():
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
+        if path.is_file() and _read(path) == text:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(text.encode("utf-8"))
         written.append(path)
     return written
 

@@ -37,7 +37,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded(lambda: _run(args), verbose=args.verbose)
+    from actors.engines.base import EngineError
+    from pipeline.publish.hub import HubPublishError
+
+    return guarded(
+        lambda: _run(args),
+        verbose=args.verbose,
+        bad_input=(EngineError,),  # --dry-run: an engine package or model file is missing
+        failures=(HubPublishError,),  # the local Parquet stays; the message says how to retry
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -46,7 +54,6 @@ def _run(args: argparse.Namespace) -> int:
     config = load_run_config(args.config, output_root=args.output_root, run_id=args.run_id)
     if args.dry_run:
         return dry_run(config)
-    from pipeline.publish.hub import HubPublishError
     from pipeline.publish.publish_run import publish_configured
     from pipeline.run.synthesis import synthesize
 
@@ -59,27 +66,16 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if config.publish.repo is not None:
-        try:
-            published = publish_configured(config, summary.run_dir)
-        except HubPublishError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return FAILED
+        published = publish_configured(config, summary.run_dir)
         print(f"published to {published.repo_id}: {published.commit_url}")
     return FAILED if summary.errors else OK
 
 
 def dry_run(config: RunConfig) -> int:
-    from actors.engines.base import EngineError
-    from pipeline.problems.sources import SourceConfigError
     from pipeline.run.plan import plan_run, render_plan
 
-    try:
-        plan = plan_run(config)
-    except (SourceConfigError, EngineError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    render_plan(plan)
-    return 0
+    render_plan(plan_run(config))  # a source or engine error: exit 2 through `guarded`
+    return OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,8 +63,18 @@ class NightlyConfig(BaseModel):
 class PricesConfig(TokenWeights):
     """Money per million tokens of each kind; the run report then shows money."""
 
+    # Same four kinds as the search's cost weights; here money, and unset means free.
     policy_output: float = Field(
         0.0, ge=0, allow_inf_nan=False, description="money per million policy output tokens"
+    )
+    policy_input: float = Field(
+        0.0, ge=0, allow_inf_nan=False, description="money per million policy prompt tokens"
+    )
+    prm_input: float = Field(
+        0.0, ge=0, allow_inf_nan=False, description="money per million PRM prompt tokens"
+    )
+    prm_output: float = Field(
+        0.0, ge=0, allow_inf_nan=False, description="money per million PRM generated tokens"
     )
     currency: str = Field("USD", description="the currency's name, as the report shows it")
 

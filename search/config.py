@@ -30,7 +30,7 @@ class Conventions(enum.StrEnum):
 
     `paper` follows the equations; `reference` follows the released code
     (github.com/Sora-Miyamoto/bg-mcts), which produced the paper's tables.  The
-    README's "Points the paper leaves open" lists every difference.
+    docs/search.md, "Points the paper leaves open", lists every difference.
     """
 
     PAPER = "paper"
@@ -130,7 +130,7 @@ class _Common(BaseModel):
     conventions: Conventions = Field(
         Conventions.PAPER,
         description="paper: follow the equations; reference: the released code's decisions "
-        "(README, 'conventions'), which also sets the fixed charges' defaults",
+        "(docs/search.md, 'conventions'), which also sets the fixed charges' defaults",
     )
     # Fixed charges, each settable apart from `conventions` (which only picks their defaults).
     root_child_charge: int = Field(

@@ -2,7 +2,7 @@
 
 Eight record types (`SCHEMAS`, in `types`), one `pyarrow.Schema` each (every
 field carries its own ``description`` in the field metadata; `schema_markdown`
-renders them for the README):
+renders them for docs/records.md):
 
 * ``nodes`` (`NODES_SCHEMA`) - every answered node, correct or not, with its
   full trajectory, PRM score and label;

@@ -6,7 +6,7 @@
   and the nested types (`MESSAGES_TYPE` for chat turns, `TRACE_POINT`);
 * `to_table`: rows as a `pyarrow.Table` of exactly one schema, a bad row raising
   `RecordValidationError` naming the record, the field and the row;
-* `schema_markdown`: a schema's fields as a Markdown table (the README's).
+* `schema_markdown`: a schema's fields as a Markdown table (docs/records.md is generated from them).
 """
 
 from __future__ import annotations

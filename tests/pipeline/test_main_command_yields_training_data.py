@@ -2,14 +2,14 @@
 
 Everything is real: Ray, both Serve deployments, SmolLM2 on llama.cpp as policy and GenPRM
 scorer, math-verify against the generated problems' reference answers, the Parquet files.
-Only the slice is smaller than the full default (the README states the full run's numbers).
+Only the slice is smaller than the full default (docs/benchmarks.md states the full run's numbers).
 
 Why this does not flake: the problems are generated from a fixed seed, every policy and
 PRM request carries a seed derived from the run's seed, and llama.cpp's sampling with a
 seed is reproducible (checked: `test_llamacpp_sampling_with_a_seed_is_reproducible`).
 What could still move a sample is llama.cpp batching requests of several trees together
 (floating-point sums in another order), so the slice is chosen for margin, not for one
-lucky tree: in the three full runs of the README's table (A, C, D), arith/0/0, 0/1 and
+lucky tree: in the three full runs of the table in docs/benchmarks.md (A, C, D), arith/0/0, 0/1 and
 0/2 had correct answered nodes every time (correct/answered: 2/5 3/6 3/5, 2/2 2/2 2/5,
 2/6 2/6 2/4), and 0/0 and 0/2 also wrong ones in the same tree every time, so each run
 has several SFT paths and DPO pairs to lose before this test fails.  Measured: passed
