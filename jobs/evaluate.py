@@ -61,15 +61,15 @@ def _run(args: argparse.Namespace) -> int:
                 config, lambda done, total: bar.update(task, completed=done, total=total)
             )
     else:  # logs (ray job logs, nohup): one plain line at most every 10 s
-        from pipeline.run.summary import ProgressLine
+        from pipeline.run.live import ProgressLine
 
         line, start = ProgressLine(), time.monotonic()
-        folder = run_evaluation(
-            config,
-            lambda done, total: line.show(
-                f"{label}: {done}/{total} ({time.monotonic() - start:.0f}s)", final=done == total
-            ),
-        )
+
+        def show(done: int, total: int) -> None:
+            elapsed = time.monotonic() - start
+            line.show(f"{label}: {done}/{total} ({elapsed:.0f}s)", final=done == total)
+
+        folder = run_evaluation(config, show)
     report_folder(folder, rewrite=False)
     meta = json.loads((folder / "meta.json").read_text())
     print(f"{meta['searches']} searches in {meta['wall_time_s']:.1f}s")

@@ -86,6 +86,34 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+class ProgressLine:
+    """One status line: redrawn in place on a terminal; elsewhere (``ray job logs``, cron
+    mail, nohup) printed as a plain line at most every `every_s` seconds, so logs stay
+    readable."""
+
+    def __init__(self, file: TextIO | None = None, every_s: float = 10.0) -> None:
+        self.file = file or sys.stderr
+        self.every_s = every_s
+        self.live = self.file.isatty()
+        self._last = time.perf_counter()  # the first plain line after `every_s`
+
+    def show(self, line: str, *, final: bool = False) -> bool:
+        """Show `line`; True when it was printed (a plain line is throttled)."""
+        now = time.perf_counter()
+        if self.live:
+            print(f"\r{line}", end="", file=self.file, flush=True)
+            return True
+        if final or now - self._last >= self.every_s:
+            print(line, file=self.file, flush=True)
+            self._last = now
+            return True
+        return False
+
+    def close(self) -> None:
+        if self.live:
+            print(file=self.file)
+
+
 class LiveProgress:
     """Polls `fetch` (a counters snapshot) on a thread and shows it; `stop()` ends it."""
 
@@ -168,13 +196,10 @@ class LiveProgress:
                     self.frames += 1
                 live.update(self.view(self._snapshot()).table())
             return
-        last = time.perf_counter()
+        plain = ProgressLine(self.file, self.every_s)
         while not self._stop.wait(self.poll_s):
-            if time.perf_counter() - last >= self.every_s:
-                last = time.perf_counter()
-                print(self.view(self._snapshot()).line(), file=self.file, flush=True)
-                self.frames += 1
-        print(self.view(self._snapshot()).line(), file=self.file, flush=True)
+            self.frames += plain.show(self.view(self._snapshot()).line())
+        plain.show(self.view(self._snapshot()).line(), final=True)
 
     def begin(self) -> None:
         self.start = time.perf_counter()

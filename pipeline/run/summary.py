@@ -8,7 +8,6 @@ what `report` prints (the totals of every invocation of that run, resumes includ
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -117,27 +116,3 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     summary.grade_timeouts = sum(int(t.get("grade_timeouts") or 0) for t in trees)
     summary.rows = folder.counts()
     return summary
-
-
-class ProgressLine:
-    """One status line: redrawn in place on a terminal; elsewhere (``ray job logs``, cron
-    mail, nohup) printed as a plain line at most every `every_s` seconds, so logs stay
-    readable."""
-
-    def __init__(self, file: TextIO | None = None, every_s: float = 10.0) -> None:
-        self.file = file or sys.stderr
-        self.every_s = every_s
-        self.live = self.file.isatty()
-        self._last = 0.0
-
-    def show(self, line: str, *, final: bool = False) -> None:
-        now = time.perf_counter()
-        if self.live:
-            print(f"\r{line}", end="", file=self.file, flush=True)
-        elif final or now - self._last >= self.every_s:
-            print(line, file=self.file, flush=True)
-            self._last = now
-
-    def close(self) -> None:
-        if self.live:
-            print(file=self.file)

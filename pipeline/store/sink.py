@@ -32,11 +32,41 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.records import RECORD_TYPES, SCHEMAS, to_table
+from pipeline.store.filesystem import Store
 from pipeline.store.run_folder import MARKERS, RunFolder, batch_of
 
 
 def _parquet() -> Any:
     return importlib.import_module("pyarrow.parquet")
+
+
+def commit_batch(store: Store, tables: Mapping[str, Any]) -> str:
+    """Write `tables` (folder name -> pyarrow Table) as one batch and commit it; returns
+    the batch id.  The one crash-safe Parquet writer: the run sink and the evaluation's
+    saved searches (`pipeline.evaluation.parts`) both commit through it.
+
+    Locally each part is written under a temporary name and renamed into place; on a
+    bucket each part is one PUT to its final name.  Either way the marker goes last, and
+    a reader counts only parts whose batch has a marker.
+    """
+    batch = uuid.uuid4().hex
+    for kind, table in tables.items():
+        if table.num_rows == 0:
+            continue
+        if store.remote:
+            # One PUT of a buffer serialised in memory (a batch is a few trees), so an
+            # object is either absent or whole.
+            buffer = io.BytesIO()
+            _parquet().write_table(table, buffer)
+            store.write_bytes(buffer.getvalue(), kind, f"part-{batch}.parquet")
+        else:
+            store.makedirs(kind)
+            final = Path(store.join(kind, f"part-{batch}.parquet"))
+            temp = final.with_suffix(".tmp")
+            _parquet().write_table(table, temp)
+            temp.rename(final)
+    store.write_bytes(b"", MARKERS, batch)
+    return batch
 
 
 class ParquetSink:
@@ -74,31 +104,5 @@ class ParquetSink:
         unknown = set(records) - set(RECORD_TYPES)
         if unknown:
             raise ValueError(f"unknown record types {sorted(unknown)}")
-        batch = uuid.uuid4().hex
         tables = {kind: to_table(rows, SCHEMAS[kind]) for kind, rows in records.items()}
-        if self.store.remote:
-            self._write_remote(batch, tables)
-            return batch
-        written: list[tuple[Path, Path]] = []
-        for kind, table in tables.items():
-            if table.num_rows == 0:
-                continue
-            final = Path(self.store.join(kind, f"part-{batch}.parquet"))
-            temp = final.with_suffix(".tmp")
-            _parquet().write_table(table, temp)
-            written.append((temp, final))
-        for temp, final in written:
-            temp.rename(final)
-        Path(self.store.join(MARKERS, batch)).touch()
-        return batch
-
-    def _write_remote(self, batch: str, tables: Mapping[str, Any]) -> None:
-        # Each part is one PUT of a buffer serialised in memory (a batch is a few trees),
-        # so an object is either absent or whole; the marker goes last.
-        for kind, table in tables.items():
-            if table.num_rows == 0:
-                continue
-            buffer = io.BytesIO()
-            _parquet().write_table(table, buffer)
-            self.store.write_bytes(buffer.getvalue(), kind, f"part-{batch}.parquet")
-        self.store.write_bytes(b"", MARKERS, batch)
+        return commit_batch(self.store, tables)
