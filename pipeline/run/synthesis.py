@@ -80,7 +80,7 @@ def synthesize(
     if not selection and not config.allow_empty:
         raise EmptySelection(f"source: the selection is empty ({_describe(config)})")
     folder = RunFolder.open(config.output_root, run_id)
-    check_reachable(folder.store)  # a missing bucket: one line, no work
+    check_reachable(folder.store, config.output_root)  # a missing bucket: one line, no work
     try:
         with folder.lease():
             return _synthesize(

@@ -286,15 +286,16 @@ def is_storage_error(exc: BaseException) -> bool:
     return isinstance(exc, BotoCoreError | ClientError)
 
 
-def check_reachable(store: Store) -> None:
-    """Fail before any work when a bucket is missing or the credentials are refused."""
+def check_reachable(store: Store, root: str | Path | None = None) -> None:
+    """Fail before any work when a bucket is missing or the credentials are refused; the
+    message names `root` (the output root the user wrote) when given, else the store."""
     if not store.remote:
         return
     bucket = store.path.split("/", 1)[0]
     try:
         store.fs.ls(bucket, detail=False, refresh=True)
     except Exception as exc:  # botocore/s3fs raise several kinds; all mean "cannot use it"
-        raise OutputLocationError(describe_os_error(store.uri, exc)) from None
+        raise OutputLocationError(describe_os_error(root or store.uri, exc)) from None
 
 
 __all__ = [

@@ -87,7 +87,7 @@ def test_sink_on_a_bucket_commits_by_marker_and_cleans_orphans(s3: S3Server) -> 
     reopened = ParquetSink(RunFolder.open(root, "r1"))
     assert reopened.removed_uncommitted == 1
     assert not any("part-orphan" in k for k in s3.keys(BUCKET))
-    assert reopened.read("errors").num_rows == 2
+    assert reopened.folder.read("errors").num_rows == 2
 
 
 def test_lease_on_a_bucket_admits_one_writer_and_takes_over_dead_ones(s3: S3Server) -> None:

@@ -252,7 +252,7 @@ def _as_streamed(row: Any) -> tuple[Any, ...]:
 def _commit_tree(sink: ParquetSink, problem_id: str) -> None:
     """Commit a minimal `trees` row for `problem_id` (resume reads only its problem_id)."""
     tree = {
-        "run_id": sink.run_id,
+        "run_id": sink.folder.run_id,
         "problem_id": problem_id,
         "label_source": "reference",
         "policy_output_tokens": 1,
