@@ -35,19 +35,17 @@ def _write_report(args: argparse.Namespace) -> int:
     path = Path(args.folder)
     if not remote and (path / "eval_trees.parquet").is_file():
         return evaluate.report_folder(path)
-    from pipeline.report.run_report import REPORT_FILES, prices_from_config, write_run_report
-    from pipeline.run.summary import summarize_run_dir
-    from pipeline.store.run_folder import RunFolder, local_run_dir
+    from pipeline.report.run_report import REPORT_FILES
+    from pipeline.run.summary import refresh_run_report
+    from pipeline.store.run_folder import local_run_dir
 
     # A bucket's run (s3://.../run=<id>) is read through a local copy of its committed
     # parts; the report files are written back next to them.
     with local_run_dir(args.folder, write_back=REPORT_FILES) as local:
-        summary = summarize_run_dir(local)
+        summary, _, written = refresh_run_report(local)
         if remote:
             summary.run_dir = args.folder
         summary.render()
-        config = RunFolder.at(local).read_manifest().get("config") or {}
-        written = write_run_report(local, prices_from_config(config))
     where = f"{args.folder.rstrip('/')}/{written[-2].name}" if remote else written[-2]
     print(f"report: {where} ({len(written) - 2} images)")
     return OK

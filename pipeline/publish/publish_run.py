@@ -12,10 +12,10 @@ from typing import Any
 
 from pipeline.config import RunConfig
 from pipeline.publish.hub import CardInfo, PublishResult, publish_run
-from pipeline.report.run_report import REPORT_FILES, REPORT_MD, prices_from_config, write_run_report
-from pipeline.run.summary import RunSummary, summarize_run_dir
+from pipeline.report.run_report import REPORT_FILES, REPORT_MD
+from pipeline.run.summary import RunSummary, refresh_run_report
 from pipeline.store.filesystem import is_remote
-from pipeline.store.run_folder import RunFolder, local_run_dir
+from pipeline.store.run_folder import local_run_dir
 
 
 def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path] = ()) -> CardInfo:
@@ -74,9 +74,7 @@ def publish_run_dir(
     """
     source = run_dir if is_remote(str(run_dir)) else None
     with local_run_dir(run_dir, write_back=REPORT_FILES) as local:
-        summary = summarize_run_dir(local)
-        config = RunFolder.at(local).read_manifest().get("config") or {}
-        report = write_run_report(local, prices_from_config(config))  # fresh, from the Parquet
+        summary, config, report = refresh_run_report(local)
         return publish_run(
             local,
             repo,

@@ -81,9 +81,8 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def read_run(run_dir: Path) -> tuple[Any, Any]:
+def read_run(folder: RunFolder) -> tuple[Any, Any]:
     """The committed `trees` (as a pyarrow Table) and `nodes` (pandas) of a run folder."""
-    folder = RunFolder.at(run_dir)
     return folder.read("trees"), folder.read("nodes").to_pandas()
 
 
@@ -291,7 +290,8 @@ def report_markdown(
 def write_run_report(run_dir: str | Path, prices: PricesConfig | None = None) -> list[Path]:
     """Write report.md, report.json and the PNGs into `run_dir`; returns the files written."""
     run_dir = Path(run_dir)
-    trees, nodes = read_run(run_dir)
+    folder = RunFolder.at(run_dir)
+    trees, nodes = read_run(folder)
     numbers = report_numbers(trees, nodes, prices)
     written: list[Path] = []
     figures: list[Path] = []
@@ -306,8 +306,9 @@ def write_run_report(run_dir: str | Path, prices: PricesConfig | None = None) ->
             percentiles = percentiles_markdown(prm_percentiles_table(grid.nodes))
     written += figures
     written.append(_prm_figure(trees, nodes, run_dir / PRM_FIGURE))
-    run_id = RunFolder.at(run_dir).run_id
-    (run_dir / REPORT_MD).write_text(report_markdown(run_id, numbers, figures, trees, percentiles))
+    (run_dir / REPORT_MD).write_text(
+        report_markdown(folder.run_id, numbers, figures, trees, percentiles)
+    )
     (run_dir / REPORT_JSON).write_text(json.dumps(asdict(numbers), indent=2) + "\n")
     return [*written, run_dir / REPORT_MD, run_dir / REPORT_JSON]
 

@@ -7,9 +7,9 @@ A problem's way from its source to the sink, and the one form it has at each ste
       -> STREAM_SCHEMA row     what the resume filter yields: kind "problem" (to search) or
                                "tally" (the input batch's new source errors, and how many
                                records were already done)
-      -> `Problem`             all the search actor sees (`problems_of`)
+      -> `Problem`             all the search actor sees (`map_problems`)
       -> records               `{record type: [rows]}` from `pipeline.records`
-      -> RESULT row            kind, problem_id, records (JSON) and skipped, to the driver
+      -> STREAM_SCHEMA row     the same row with `records` (JSON) filled in, to the driver
       -> `StreamResult`        what the driver commits and counts (`results_of`)
 
 Records cross the stream as JSON text (one encode in the actor, one decode in the driver:

@@ -87,31 +87,23 @@ def _duration(seconds: float) -> str:
 
 
 class ProgressLine:
-    """One status line: redrawn in place on a terminal; elsewhere (``ray job logs``, cron
-    mail, nohup) printed as a plain line at most every `every_s` seconds, so logs stay
-    readable."""
+    """Progress where no terminal is (``ray job logs``, cron mail, nohup): a plain line at
+    most every `every_s` seconds, so logs stay readable.  A terminal gets a rich display
+    instead (`LiveProgress`, `jobs.evaluate`)."""
 
     def __init__(self, file: TextIO | None = None, every_s: float = 10.0) -> None:
         self.file = file or sys.stderr
         self.every_s = every_s
-        self.live = self.file.isatty()
-        self._last = time.perf_counter()  # the first plain line after `every_s`
+        self._last = time.perf_counter()  # the first line after `every_s`
 
     def show(self, line: str, *, final: bool = False) -> bool:
-        """Show `line`; True when it was printed (a plain line is throttled)."""
+        """Print `line` if `every_s` has passed (always when `final`); True when printed."""
         now = time.perf_counter()
-        if self.live:
-            print(f"\r{line}", end="", file=self.file, flush=True)
-            return True
-        if final or now - self._last >= self.every_s:
-            print(line, file=self.file, flush=True)
-            self._last = now
-            return True
-        return False
-
-    def close(self) -> None:
-        if self.live:
-            print(file=self.file)
+        if not final and now - self._last < self.every_s:
+            return False
+        print(line, file=self.file, flush=True)
+        self._last = now
+        return True
 
 
 class LiveProgress:

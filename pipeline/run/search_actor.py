@@ -4,9 +4,10 @@ It lives in `pipeline/` (not `actors/`) because it builds records with `pipeline
 and reads the run config: the layers import one way, jobs -> pipeline -> actors -> search.
 
 Ray Data calls it once per problem (a batch of one row) with up to `trees_per_actor`
-calls running at once (`pipeline.run.synthesis`); a row that is no problem (a "tally" of source
-errors and skipped problems, `pipeline.run.stream`) is passed through for the driver to
-count and commit.  Every call's search runs on the actor's one
+calls running at once (`pipeline.run.synthesis`).  The stream's envelope
+(`pipeline.run.envelope.map_problems`) hands it `Problem`s only and passes any other row
+(a "tally" of source errors and skipped problems) through to the driver.  Every call's
+search runs on the actor's one
 event loop against the *shared* policy and scorer deployments, and returns that tree's
 records the moment it is graded, so the driver commits it while the other trees go on.
 A problem that fails becomes an `errors` record; it never fails the call.

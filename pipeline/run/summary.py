@@ -1,4 +1,4 @@
-"""What a run did: the final summary table (and the progress-line class logs use).
+"""What a run did: the final summary table.
 
 `RunSummary` is filled as batches stream in and can be
 rebuilt from a run folder's Parquet at any time (`summarize_run_dir`), which is
@@ -14,6 +14,9 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
+
+from pipeline.report.run_report import prices_from_config, write_run_report
+from pipeline.store.run_folder import RunFolder
 
 
 @dataclass
@@ -98,14 +101,12 @@ class RunSummary:
 
 def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     """Rebuild the totals of everything committed in `run_dir` (``<root>/run=<id>``)."""
-    from pipeline.store.run_folder import RunFolder
-
     folder = RunFolder.at(run_dir)
     summary = RunSummary(folder.run_id, folder.location)
     trees = folder.read("trees").to_pylist()
     nodes = folder.read("nodes")
     summary.searched = len(trees)
-    summary.errors = folder.read("errors").num_rows
+    summary.errors = folder.count("errors")
     summary.problems = summary.searched + summary.errors
     summary.answered_nodes = nodes.num_rows
     summary.correct_nodes = sum(bool(v) for v in nodes.column("label").to_pylist())
@@ -116,3 +117,11 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     summary.grade_timeouts = sum(int(t.get("grade_timeouts") or 0) for t in trees)
     summary.rows = folder.counts()
     return summary
+
+
+def refresh_run_report(run_dir: Path) -> tuple[RunSummary, dict[str, Any], list[Path]]:
+    """A local run folder's totals, the config of its manifest, and its run report written
+    anew from the committed Parquet: what `bgmcts report` and publishing both start from."""
+    summary = summarize_run_dir(run_dir)
+    config = RunFolder.at(run_dir).read_manifest().get("config") or {}
+    return summary, config, write_run_report(run_dir, prices_from_config(config))

@@ -31,7 +31,7 @@ from actors.redact import install_log_redaction, redact_secrets
 from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, OutputLocationError
 from pipeline.problems.sources import check_source
-from pipeline.report.run_report import REPORT_FILES, prices_from_config, write_run_report
+from pipeline.report.run_report import REPORT_FILES, write_run_report
 from pipeline.run.cluster import quiet_ray, start_ray
 from pipeline.run.envelope import results_of
 from pipeline.run.live import LiveProgress
@@ -192,7 +192,7 @@ def _synthesize(
     write_manifest(config, folder, summary=_summary_fields(summary))
     try:
         with folder.local_copy(write_back=REPORT_FILES) as run_dir:
-            write_run_report(run_dir, prices_from_config(config.model_dump(mode="json")))
+            write_run_report(run_dir, config.prices)
     except Exception as exc:  # the data is written; a report failure must not lose the run
         print(f"warning: the run report could not be written: {exc}", file=sys.stderr)
     return summary

@@ -29,7 +29,8 @@ from typing import Any
 
 from pipeline.records import RECORD_TYPES, SCHEMAS
 from pipeline.store.filesystem import Store, is_remote, open_store
-from pipeline.store.lease import Lease
+from pipeline.store.lease import FlockLease, Lease
+from pipeline.store.object_lease import ObjectLease
 
 RUN_PREFIX = "run="
 MARKERS = "_committed"
@@ -173,9 +174,6 @@ class RunFolder:
     def lease(self) -> Lease:
         """The writer lease: `flock` on a local folder, a conditional-put lease object on a
         bucket.  Hold it before opening a `ParquetSink`: that cleans uncommitted parts."""
-        from pipeline.store.lease import FlockLease
-        from pipeline.store.object_lease import ObjectLease
-
         if self.remote:
             return ObjectLease(self.store)
         return FlockLease(self.store.local_path)
