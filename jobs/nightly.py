@@ -33,20 +33,23 @@ def run(args: argparse.Namespace) -> int:
     return guarded(
         lambda: _night(args),
         verbose=args.verbose,
-        bad_input=(ValueError,),  # a --date that is no YYYY-MM-DD
         failures=(HubPublishError,),
     )
 
 
 def _night(args: argparse.Namespace) -> int:
     from pipeline.config import load_run_config
+    from pipeline.errors import InputError
     from pipeline.publish.hub import HubPublishError
     from pipeline.publish.publish_run import publish_configured
     from pipeline.run.nightly import night_config, plan_night, run_night, run_spent
     from pipeline.run.synthesis import synthesize
 
     config = load_run_config(args.config, output_root=args.output_root)
-    date = dt.date.fromisoformat(args.date) if args.date else dt.datetime.now(dt.UTC).date()
+    try:
+        date = dt.date.fromisoformat(args.date) if args.date else dt.datetime.now(dt.UTC).date()
+    except ValueError:
+        raise InputError(f"--date {args.date}: not a YYYY-MM-DD date") from None
     ledger, night = plan_night(config, date)
     for old in ledger.unfinished(before=night.date):
         print(

@@ -37,13 +37,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def run(args: argparse.Namespace) -> int:
-    from actors.engines.base import EngineError
     from pipeline.publish.hub import HubPublishError
 
     return guarded(
         lambda: _run(args),
         verbose=args.verbose,
-        bad_input=(EngineError,),  # --dry-run: an engine package or model file is missing
         failures=(HubPublishError,),  # the local Parquet stays; the message says how to retry
     )
 
@@ -72,9 +70,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def dry_run(config: RunConfig) -> int:
+    from actors.engines.base import EngineError
+    from pipeline.errors import InputError
     from pipeline.run.plan import plan_run, render_plan
 
-    render_plan(plan_run(config))  # a source or engine error: exit 2 through `guarded`
+    try:
+        plan = plan_run(config)  # a source error is an InputError already
+    except EngineError as exc:  # a missing engine package or model file: fix the config
+        raise InputError(str(exc)) from None
+    render_plan(plan)
     return OK
 
 

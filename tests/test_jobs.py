@@ -36,3 +36,24 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
     broken.write_text("source: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_run_config(broken)
+
+
+def test_every_entry_point_answers_bad_input_with_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each job goes through `jobs.exits.guarded`: one `error:` line, no traceback."""
+    from jobs import cli, evaluate, nightly
+
+    missing = str(tmp_path / "nope.yaml")
+    calls = {
+        "nightly --date": lambda: nightly.main(
+            ["--config", "configs/nightly.yaml", "--output-root", str(tmp_path), "--date", "x"]
+        ),
+        "evaluate": lambda: evaluate.main(["--config", missing]),
+        "report": lambda: cli.main(["report", str(tmp_path / "run=none")]),
+    }
+    for name, call in calls.items():
+        assert call() == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "Traceback" not in err, (name, err)
+    assert main(["--config", missing]) == 2
