@@ -19,11 +19,17 @@ class EnginePolicy:
     """
 
     def __init__(
-        self, engine: Engine, name: str | None = None, instruction: str = POLICY_INSTRUCTION
+        self,
+        engine: Engine,
+        name: str | None = None,
+        instruction: str = POLICY_INSTRUCTION,
+        solution_stops: tuple[str, ...] = (),
     ) -> None:
         self.engine = engine
         self.name = name or engine.name
         self.instruction = instruction  # the user turn's template (`PromptConfig`)
+        # `PromptConfig.policy_stop`: what the prompt's format writes after a solution
+        self.solution_stops = tuple(solution_stops)
 
     async def render(self, problem: str, assistant_prefix: str) -> str:
         return await self.engine.render_chat(
@@ -32,13 +38,14 @@ class EnginePolicy:
 
     async def generate(self, request: GenerationRequest) -> list[Generation]:
         prompt = await self.render(request.problem, request.assistant_prefix)
+        stop = tuple(dict.fromkeys((*request.stop, *self.solution_stops)))
         completions = await asyncio.gather(
             *(
                 self.engine.complete(
                     prompt,
                     Sampling(
                         max_tokens=request.max_tokens,
-                        stop=request.stop,
+                        stop=stop,
                         temperature=request.temperature,
                         seed=(request.seed + i) & 0x7FFFFFFF,
                     ),
@@ -46,7 +53,8 @@ class EnginePolicy:
                 for i in range(request.n)
             )
         )
-        return [_generation(c) for c in completions]
+        ends = frozenset(self.solution_stops) - frozenset(request.stop)
+        return [_generation(c, ends) for c in completions]
 
     async def count_tokens(self, text: str) -> int:
         return len(await self.engine.tokenize(text))
@@ -55,9 +63,12 @@ class EnginePolicy:
         return len(await self.engine.tokenize(await self.render(problem, assistant_prefix)))
 
 
-def _generation(completion: Completion) -> Generation:
+def _generation(completion: Completion, solution_ends: frozenset[str]) -> Generation:
     if completion.finish is FinishReason.ERROR:
         return Generation("", 0, FinishReason.ERROR, completion.input_tokens, completion.error)
-    return Generation(
-        completion.text, completion.output_tokens, completion.finish, completion.input_tokens
-    )
+    finish = completion.finish
+    if finish is FinishReason.STOP_STRING and completion.stop_string in solution_ends:
+        # The model began what the prompt's format puts after a solution (a few-shot
+        # prompt's next "Problem:"): its solution ended as at the end of sequence.
+        finish = FinishReason.EOS
+    return Generation(completion.text, completion.output_tokens, finish, completion.input_tokens)

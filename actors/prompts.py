@@ -75,6 +75,13 @@ class PromptConfig(BaseModel):
         "(literal braces doubled); or policy_instruction_file: a path to read it from; "
         "default: our App. E-style prompt",
     )
+    policy_stop: tuple[str, ...] = Field(
+        (),
+        description="stop strings that end the policy's solution, added to every request: "
+        "text the prompt's format puts after a solution (a few-shot prompt's next "
+        "'Problem:'); a generation that meets one ended naturally (finish eos), as at the "
+        "end of sequence",
+    )
     prm_system: str = Field(
         PRM_SYSTEM,
         description="GenPRM's system prompt; or prm_system_file: a path to read it from; "
@@ -110,4 +117,6 @@ class PromptConfig(BaseModel):
             ) from None
         if "{problem}" not in self.policy_instruction:
             raise ValueError("policy_instruction: has no {problem} field")
+        if any(not stop for stop in self.policy_stop):
+            raise ValueError("policy_stop: an empty stop string would end every generation")
         return self

@@ -97,7 +97,11 @@ class PolicyServer:
         install_log_redaction()  # engine errors may quote an endpoint URL with credentials
         service = ServiceConfig.model_validate(config)
         self.engine = _CountingEngine(build_engine(service.engine))
-        self.policy = EnginePolicy(self.engine, instruction=service.prompts.policy_instruction)
+        self.policy = EnginePolicy(
+            self.engine,
+            instruction=service.prompts.policy_instruction,
+            solution_stops=service.prompts.policy_stop,
+        )
         self.linger_s = service.coalesce_linger_s
 
     async def generate(self, request: GenerationRequest) -> list[Generation]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import re
+from dataclasses import dataclass
 
 from search.protocols import FinishReason
 
@@ -68,6 +69,65 @@ def extract_last_number(text: str) -> str | None:
     return matches[-1].replace(",", "") if matches else None
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerSpan:
+    """Where the answer statement that `extract_answer` read ends in a node's text.
+
+    `end`: the index just past the statement's sentence (its period kept, a line
+    break left out); `closed`: False when that sentence runs to the end of the
+    text (the generation stopped inside it, e.g. at the token cap).
+    """
+
+    end: int
+    closed: bool
+
+
+def answer_span(text: str, mode: AnswerExtraction = AnswerExtraction.BOXED) -> AnswerSpan | None:
+    """The end of the statement `extract_answer(text, mode)` read, else None.
+
+    The statement is the sentence of the last complete ``\\boxed{}``; in
+    `LAST_NUMBER` mode without a box, the sentence after the first "answer is",
+    else the sentence of the last number.  Training rows end there: what a model
+    writes after its answer (SmolLM2 invents a new problem) is not the solution.
+    """
+    box = _last_box(text)
+    if box is not None:
+        return _sentence_end(text, box[1])
+    if mode is AnswerExtraction.BOXED:
+        return None
+    stated = _STATED.search(text)
+    if stated is not None:
+        return _sentence_end(text, stated.end())
+    numbers = list(_NUMBER.finditer(text))
+    return _sentence_end(text, numbers[-1].end()) if numbers else None
+
+
+def _sentence_end(text: str, start: int) -> AnswerSpan:
+    found = _SENTENCE_END.search(text, start)
+    if found is None:
+        return AnswerSpan(len(text), closed=False)
+    return AnswerSpan(found.end() if found.group() == "." else found.start(), closed=True)
+
+
+# One sentence that states an answer: a box, or "answer is" and a number.
+_STATEMENT = re.compile(r"\\boxed\s*\{|answer is\W{0,4}-?\d", re.IGNORECASE)
+
+
+def answer_statements(text: str) -> list[str]:
+    """The sentences of `text` that state an answer (a ``\\boxed{}``, or "answer is" and a
+    number), in order: a clean solution has one, its last."""
+    sentences = _SENTENCE_END.split(text)
+    return [s for s in sentences if _STATEMENT.search(s)]
+
+
+def stated_answers(text: str, mode: AnswerExtraction = AnswerExtraction.BOXED) -> list[str]:
+    """Every answer `text` states: each statement sentence's answer, and what
+    `extract_answer` reads from the whole text (distinct, in order)."""
+    found = [extract_answer(s, AnswerExtraction.LAST_NUMBER) for s in answer_statements(text)]
+    found.append(extract_answer(text, mode))
+    return list(dict.fromkeys(a for a in found if a))
+
+
 def is_answered(text: str, finish: FinishReason, mode: AnswerExtraction | None = None) -> bool:
     """Appendix A: the answer pattern matches, or the generation ended naturally.
 
@@ -84,16 +144,22 @@ def extract_boxed(text: str) -> str | None:
     An unclosed last box (generation cut mid-answer) falls back to the previous
     complete one.
     """
+    box = _last_box(text)
+    return None if box is None else box[0].strip()
+
+
+def _last_box(text: str) -> tuple[str, int] | None:
+    """(content, index past the closing brace) of the last complete box."""
     start = text.rfind(_BOXED)
     while start != -1:
-        content = _balanced_group(text, start + len(_BOXED))
-        if content is not None:
-            return content.strip()
+        group = _balanced_group(text, start + len(_BOXED))
+        if group is not None:
+            return group
         start = text.rfind(_BOXED, 0, start)
     return None
 
 
-def _balanced_group(text: str, pos: int) -> str | None:
+def _balanced_group(text: str, pos: int) -> tuple[str, int] | None:
     while pos < len(text) and text[pos] == " ":
         pos += 1
     if pos >= len(text) or text[pos] != "{":
@@ -108,5 +174,5 @@ def _balanced_group(text: str, pos: int) -> str | None:
         elif char == "}" and (i == 0 or text[i - 1] != "\\"):
             depth -= 1
             if depth == 0:
-                return text[pos + 1 : i]
+                return text[pos + 1 : i], i + 1
     return None

@@ -18,7 +18,14 @@ from typing import Any
 
 _NAMES = ("Ana", "Ben", "Carla", "Dev", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jon")
 _ITEMS = ("apples", "marbles", "pencils", "stickers", "cookies", "books", "coins", "shells")
-_BOXES = ("box", "bag", "jar", "basket", "shelf")
+# (singular, plural): "4 boxes", "2 shelves" (the same draws as before the plurals were fixed)
+_BOXES = (
+    ("box", "boxes"),
+    ("bag", "bags"),
+    ("jar", "jars"),
+    ("basket", "baskets"),
+    ("shelf", "shelves"),
+)
 
 Step = Callable[[random.Random, str, str, int], tuple[str, int]]
 
@@ -42,8 +49,8 @@ def _double(rng: random.Random, name: str, item: str, have: int) -> tuple[str, i
 def _start(rng: random.Random, name: str, item: str) -> tuple[str, int]:
     if rng.random() < 0.3:  # a multiplication to start with
         per, count = rng.randint(2, 9), rng.randint(2, 6)
-        box = rng.choice(_BOXES)
-        return f"{name} has {count} {box}s with {per} {item} in each {box}.", per * count
+        box, boxes = rng.choice(_BOXES)
+        return f"{name} has {count} {boxes} with {per} {item} in each {box}.", per * count
     n = rng.randint(3, 20)
     return f"{name} has {n} {item}.", n
 

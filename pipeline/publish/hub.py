@@ -1,10 +1,29 @@
 """Publish a run's Parquet files to a Hugging Face dataset repo.
 
-One dataset repo holds every run; every record type is a config (`CONFIGS`: sft, dpo, prm, kto,
-nodes, trees, tree_nodes, errors), its files under ``data/<config>/run=<run_id>/<file>.parquet``.
+One dataset repo holds every run; every record type is a config (`CONFIGS`: the training types
+first, then nodes, trees, tree_nodes, errors). A run's rows are split by problem: each local
+Parquet file ``<run_dir>/<config>/<file>.parquet`` is written to the repo as
+``data/<config>/run=<run_id>/train-<file>.parquet`` (its rows whose ``split`` column is "train")
+and ``data/<config>/run=<run_id>/test-<file>.parquet`` (its "test" rows); only the non-empty ones
+are uploaded (an empty file goes up as ``train-<file>`` so its config keeps its schema). A file
+all of one split goes up byte for byte; a mixed one is rewritten with the same schema and
+schema metadata.  The split is `pipeline.records.splits.split_of` (a hash of the problem id and
+``records.test_fraction``), so a problem is in one split in every config.  A table without a
+``split`` column (a run written before the split existed) goes up as train: the ``errors`` table
+as it is, any other table with a ``split`` column of "train" appended, so its columns match
+newer runs' and ``datasets`` can read both as one config.
 
-The README.md dataset card declares each config present in its YAML header with a glob over all
-runs, so ``datasets.load_dataset(repo_id, "prm")`` returns the prm rows of every published run.
+The README.md dataset card declares each config present in its YAML header: split ``train``
+globs ``data/<config>/run=*/train-*.parquet`` and split ``test`` globs
+``data/<config>/run=*/test-*.parquet`` (listed only when the repo holds a test file of that
+config: a glob that matches nothing makes ``datasets`` fail). Runs published before the split
+(files without the prefix) are listed in their config's ``train`` split one run folder each,
+``data/<config>/run=<run_id>/*.parquet``, after the ``train-*`` glob (``datasets`` takes the
+columns from the first file, so it reads their missing ``split`` as null), until they are
+re-published. ``sft`` (else the first training config present) is marked ``default: true``,
+so ``datasets.load_dataset(repo_id)`` returns its train and test splits, and
+``load_dataset(repo_id, "prm", split="test")`` the held-out prm rows of every published run.
+
 Re-publishing a run replaces that run's files only: one commit deletes ``data/*/run=<run_id>/*``
 and adds the new files (other runs are untouched).
 
@@ -20,11 +39,14 @@ import logging
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 import yaml  # type: ignore[import-untyped, unused-ignore]
 from huggingface_hub import (
@@ -37,15 +59,19 @@ from huggingface_hub import (
 
 from actors.redact import redact_secrets, redact_text, scrub
 from pipeline.records import RECORD_TYPES, TRAINING_TYPES
+from pipeline.records.splits import SPLITS
 from pipeline.store.filesystem import open_store
 from pipeline.store.run_folder import RunFolder
 
 __all__ = [
     "CONFIGS",
     "PAPER_TITLE",
+    "SPLIT_COLUMN",
     "CardInfo",
     "HubPublishError",
     "PublishResult",
+    "card_configs",
+    "default_config",
     "publish_run",
     "redact_secrets",
     "render_card",
@@ -69,7 +95,17 @@ CONFIG_DOCS: Mapping[str, str] = {
     "trees": "one row per searched problem: answer, tokens, shape, contamination",
     "tree_nodes": "every node of every tree (parent, text, Q, label, tokens, C_used, order)",
     "errors": "problems that failed, and where",
+    "step_dpo": "step-level preference pairs (`prompt`, `initial_reason_steps`, `chosen`, "
+    "`rejected`, `full_chosen`, `full_rejected`, `answer`) as Step-DPO publishes them",
 }
+# The column that names a row's split (pipeline.records.splits); `errors` rows have none.
+SPLIT_COLUMN = "split"
+_SPLIT_FIELD = pa.field(
+    SPLIT_COLUMN,
+    pa.string(),
+    nullable=False,
+    metadata={"description": "train (added when published: the run predates the split)"},
+)
 PAPER_TITLE = "Budget-Guided Monte Carlo Tree Search for LLM Data Synthesis (BG-MCTS)"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SAMPLE_STR_MAX = 400
@@ -105,9 +141,10 @@ class PublishResult:
     repo_id: str
     run_id: str
     commit_url: str
-    counts: dict[str, int]
+    counts: dict[str, int]  # config -> rows of this run (train + test)
     uploaded: list[str]
     deleted: list[str]
+    split_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # config -> split -> rows
 
 
 def retry_command(
@@ -147,10 +184,6 @@ def _local_files(run_dir: Path) -> dict[str, list[Path]]:
     return {name: folder.parts(name) for name in CONFIGS}
 
 
-def _count_rows(files: Sequence[Path]) -> int:
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-
-
 def _truncate(value: Any) -> Any:
     if isinstance(value, str) and len(value) > _SAMPLE_STR_MAX:
         return value[:_SAMPLE_STR_MAX] + f"… [{len(value) - _SAMPLE_STR_MAX} more chars]"
@@ -171,29 +204,119 @@ def _sample_row(files: Sequence[Path]) -> dict[str, Any] | None:
     return None
 
 
+def _split_file(config: str, source: Path, workdir: Path) -> list[tuple[str, Path, int]]:
+    """One local Parquet file as (split, file to upload, rows), non-empty splits only (an
+    empty file is an empty train file).  Raises ValueError on a split value other than
+    train/test."""
+    parquet = pq.ParquetFile(source)
+    rows = parquet.metadata.num_rows
+    if SPLIT_COLUMN not in parquet.schema_arrow.names:  # written before the split existed
+        if config == "errors":
+            return [("train", source, rows)]
+        table = parquet.read()
+        table = table.append_column(_SPLIT_FIELD, pa.array(["train"] * rows, pa.string()))
+        return [("train", _write(table, workdir / config / f"train-{source.name}"), rows)]
+    column = parquet.read(columns=[SPLIT_COLUMN]).column(SPLIT_COLUMN)
+    unknown = set(pc.unique(column).to_pylist()) - set(SPLITS)
+    if unknown:
+        raise ValueError(
+            f"{source}: column {SPLIT_COLUMN!r} holds {sorted(map(repr, unknown))}; "
+            f"expected one of {list(SPLITS)}"
+        )
+    is_test = pc.equal(column, "test")
+    tests = int(pc.sum(is_test).as_py() or 0)
+    if tests == 0:
+        return [("train", source, rows)]
+    if tests == rows:
+        return [("test", source, rows)]
+    table = parquet.read()  # schema and schema metadata come back as written
+    return [
+        (split, _write(part, workdir / config / f"{split}-{source.name}"), part.num_rows)
+        for split, mask in (("train", pc.invert(is_test)), ("test", is_test))
+        if (part := table.filter(mask)).num_rows
+    ]
+
+
+def _write(table: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def _repo_file(path: str) -> tuple[str, str, str] | None:
+    """(config, run folder, split) of a repo data file; split "" for a file published
+    before the split (no train-/test- prefix)."""
+    parts = path.split("/")
+    if (
+        len(parts) != 4
+        or parts[0] != "data"
+        or parts[1] not in CONFIGS
+        or not parts[2].startswith("run=")
+        or not parts[3].endswith(".parquet")
+    ):
+        return None
+    split = next((s for s in SPLITS if parts[3].startswith(f"{s}-")), "")
+    return parts[1], parts[2], split
+
+
+def default_config(configs_present: Sequence[str]) -> str | None:
+    """The config ``load_dataset(repo_id)`` loads: sft, else the first training config
+    present, else the first config present."""
+    for name in ("sft", *TRAINING_TYPES, *configs_present):
+        if name in configs_present:
+            return name
+    return None
+
+
+def card_configs(repo_files: Iterable[str]) -> list[dict[str, Any]]:
+    """The card's YAML ``configs:`` for the files a repo holds (see the module docstring)."""
+    found: dict[str, dict[str, set[str]]] = {}  # config -> split ("" = before the split) -> runs
+    for path in repo_files:
+        if (parsed := _repo_file(path)) is not None:
+            config, run_folder, split = parsed
+            found.setdefault(config, {}).setdefault(split, set()).add(run_folder)
+    present = [name for name in CONFIGS if name in found]
+    default = default_config(present)
+    configs = []
+    for name in present:
+        splits = found[name]
+        train = [f"data/{name}/run=*/train-*.parquet"] if "train" in splits else []
+        train += [f"data/{name}/{run}/*.parquet" for run in sorted(splits.get("", ()))]
+        data_files: list[dict[str, Any]] = []
+        if train:
+            data_files.append({"split": "train", "path": train[0] if len(train) == 1 else train})
+        if "test" in splits:
+            data_files.append({"split": "test", "path": f"data/{name}/run=*/test-*.parquet"})
+        entry: dict[str, Any] = {"config_name": name, "data_files": data_files}
+        if name == default:
+            entry["default"] = True
+        configs.append(entry)
+    return configs
+
+
 def render_card(
     repo_id: str,
     run_id: str,
     card_info: CardInfo,
     *,
-    counts: Mapping[str, int],
+    counts: Mapping[str, Mapping[str, int]],
     samples: Mapping[str, dict[str, Any] | None],
-    configs_present: Sequence[str],
-    runs_present: Sequence[str],
+    repo_files: Sequence[str],
     secrets: Sequence[str] = (),
 ) -> str:
-    """The README.md dataset card: YAML header with ``configs:`` + a description of the run."""
+    """The README.md dataset card for a repo holding `repo_files` after this publish: YAML
+    header with ``configs:`` (`card_configs`) + a description of run `run_id`, whose rows per
+    config and split are `counts`."""
+    configs = card_configs(repo_files)
+    splits = {c["config_name"]: [f["split"] for f in c["data_files"]] for c in configs}
+    with_test = [name for name, names in splits.items() if "test" in names]
+    default = next((c["config_name"] for c in configs if c.get("default")), None)
+    runs_present = sorted({r for p in repo_files if (r := _run_of(p)) is not None})
     card_data = DatasetCardData(
         pretty_name=card_info.pretty_name or repo_id.split("/")[-1],
         license=card_info.license,
         tags=["synthetic", "bg-mcts", "sft", "dpo", "prm", "kto"],
-        configs=[
-            {
-                "config_name": name,
-                "data_files": [{"split": "train", "path": f"data/{name}/run=*/*.parquet"}],
-            }
-            for name in configs_present
-        ],
+        configs=configs,
     )
     config_yaml = yaml.safe_dump(
         redact_secrets(dict(card_info.config), secrets), sort_keys=True, allow_unicode=True
@@ -206,6 +329,25 @@ def render_card(
     )
     decontaminated = sum(card_info.decontaminated.values())
     by_benchmark = ", ".join(f"{k}: {v}" for k, v in sorted(card_info.decontaminated.items()))
+    fraction = (card_info.config.get("records") or {}).get("test_fraction")
+    load = [
+        *(
+            [
+                f'data = load_dataset("{repo_id}")  # {default}, the default config: '
+                + " and ".join(splits[default])
+                + " splits"
+            ]
+            if default
+            else []
+        ),
+        *(
+            f'{name} = load_dataset("{repo_id}", "{name}", split="train")'
+            for name, names in splits.items()
+            if "train" in names
+        ),
+        # the held-out rows of one config (the others' are named the same way)
+        *(f'{n}_test = load_dataset("{repo_id}", "{n}", split="test")' for n in with_test[:1]),
+    ]
     lines = [
         f"# {card_data.pretty_name}",
         "",
@@ -217,17 +359,27 @@ def render_card(
         "```python",
         "from datasets import load_dataset",
         "",
-        *(
-            f'{name} = load_dataset("{repo_id}", "{name}", split="train")'
-            for name in configs_present
-        ),
+        *load,
         "```",
         "",
-        "Each run lives under `data/<config>/run=<run_id>/`; the configs glob over all runs.",
+        "Each run lives under `data/<config>/run=<run_id>/`: its `train-*.parquet` and "
+        "`test-*.parquet` files; a config's `train` and `test` splits glob over all runs.",
+        "",
+        "**Held-out split, by problem**: a problem's rows are all `train` or all `test`, in "
+        "every config and every run (a hash of the problem id, "
+        + (
+            f"`records.test_fraction` = {fraction}"
+            if fraction is not None
+            else "`records.test_fraction`"
+        )
+        + "; the `split` column says which). `errors` rows, and runs made before the split, "
+        "are all `train`. Configs with a `test` split: "
+        + (", ".join(f"`{n}`" for n in with_test) or "none")
+        + ".",
         "",
         "| config | what |",
         "| --- | --- |",
-        *(f"| {name} | {CONFIG_DOCS.get(name, '')} |" for name in configs_present),
+        *(f"| {name} | {CONFIG_DOCS.get(name, '')} |" for name in splits),
         "",
         "## Runs in this repo",
         "",
@@ -235,9 +387,13 @@ def render_card(
         "",
         f"## Latest published run: `{run_id}`",
         "",
-        "| config | rows |",
-        "| --- | --- |",
-        *(f"| {name} | {counts.get(name, 0)} |" for name in CONFIGS if name in counts),
+        "| config | train rows | test rows |",
+        "| --- | --- | --- |",
+        *(
+            f"| {name} | {counts[name].get('train', 0)} | {counts[name].get('test', 0)} |"
+            for name in CONFIGS
+            if name in counts
+        ),
         "",
         f"Precision of answered nodes: {precision}",
         "",
@@ -313,7 +469,8 @@ def publish_run(
     card_info: CardInfo,
     source_dir: str | Path | None = None,
 ) -> PublishResult:
-    """Push ``<run_dir>/<config>/*.parquet`` as run ``run_id`` of dataset repo ``repo_id``.
+    """Push ``<run_dir>/<config>/*.parquet`` as run ``run_id`` of dataset repo ``repo_id``,
+    each file as its train and test rows (see the module docstring).
 
     Raises :class:`HubPublishError` (message includes :func:`retry_command`) on any failure.
     Local files are only read.  `source_dir`: where the run really lives when
@@ -348,11 +505,73 @@ def publish_run(
     if not any(local.values()):
         raise fail(f"No Parquet files under {run_dir}/<{'|'.join(CONFIGS)}>; nothing to publish.")
     # sft and dpo are always listed (0 rows is news); other configs when the run has them
-    present = {name: files for name, files in local.items() if files or name in ("sft", "dpo")}
-    counts = {name: _count_rows(files) for name, files in present.items()}
-    samples = {name: _sample_row(files) for name, files in present.items()}
+    present = [name for name, files in local.items() if files or name in ("sft", "dpo")]
 
-    api = HfApi(endpoint=endpoint, token=token)
+    with tempfile.TemporaryDirectory(prefix="bgmcts-publish-") as workdir:
+        # repo path -> local file: each local file as its train and test rows
+        added: dict[str, Path] = {}
+        split_counts: dict[str, dict[str, int]] = {n: dict.fromkeys(SPLITS, 0) for n in present}
+        for name in present:
+            for source in local[name]:
+                try:
+                    pieces = _split_file(name, source, Path(workdir))
+                except ValueError as err:
+                    raise fail(f"Cannot split {name}: {err}") from None
+                for split, upload, rows in pieces:
+                    added[f"data/{name}/run={run_id}/{split}-{source.name}"] = upload
+                    split_counts[name][split] += rows
+        counts = {name: sum(by_split.values()) for name, by_split in split_counts.items()}
+        samples = {
+            name: _sample_row([f for p, f in added.items() if p.startswith(f"data/{name}/")])
+            for name in present
+        }
+        added.update({report_path(run_id, f.name): Path(f) for f in card_info.report_files})
+        info, deleted = _commit(
+            repo_id,
+            run_id,
+            added,
+            card_info,
+            counts=split_counts,
+            samples=samples,
+            api=HfApi(endpoint=endpoint, token=token),
+            private=private,
+            secrets=secrets,
+            fail=fail,
+        )
+
+    logger.info(
+        "published run %s to %s (%s): %s",
+        run_id,
+        repo_id,
+        ", ".join(f"{k}={v['train']}+{v['test']} test" for k, v in split_counts.items()),
+        info.commit_url,
+    )
+    return PublishResult(
+        repo_id=repo_id,
+        run_id=run_id,
+        commit_url=str(info.commit_url),
+        counts=counts,
+        uploaded=sorted(added),
+        deleted=deleted,
+        split_counts=split_counts,
+    )
+
+
+def _commit(
+    repo_id: str,
+    run_id: str,
+    added: Mapping[str, Path],
+    card_info: CardInfo,
+    *,
+    counts: Mapping[str, Mapping[str, int]],
+    samples: Mapping[str, dict[str, Any] | None],
+    api: HfApi,
+    private: bool,
+    secrets: Sequence[str],
+    fail: Callable[[str], HubPublishError],
+) -> tuple[Any, list[str]]:
+    """One commit: delete the run's old files, add `added` and the card; returns the commit
+    info and the deleted paths."""
     try:
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         existing = api.list_repo_files(repo_id, repo_type="dataset")
@@ -360,23 +579,16 @@ def publish_run(
             *(f"data/{name}/run={run_id}/" for name in CONFIGS),
             report_path(run_id, ""),
         )
-        added = {
-            f"data/{name}/run={run_id}/{f.name}": f for name, files in local.items() for f in files
-        }
-        added.update({report_path(run_id, f.name): Path(f) for f in card_info.report_files})
         # Files re-added under the same path are overwritten, not deleted (as upload_folder does).
         deleted = sorted(p for p in existing if p.startswith(prefixes) and p not in added)
-        after = (set(existing) - set(deleted)) | set(added)
-        configs_present = [n for n in CONFIGS if any(p.startswith(f"data/{n}/") for p in after)]
-        runs_present = sorted({r for p in after if (r := _run_of(p)) is not None})
+        after = sorted((set(existing) - set(deleted)) | set(added))
         card = render_card(
             repo_id,
             run_id,
             card_info,
             counts=counts,
             samples=samples,
-            configs_present=configs_present,
-            runs_present=runs_present,
+            repo_files=after,
             secrets=secrets,
         )
         operations: list[CommitOperationAdd | CommitOperationDelete] = [
@@ -398,19 +610,4 @@ def publish_run(
         detail = scrub(f"{type(err).__name__}: {err}", secrets)
         # `from None`: the chained HTTP error carries request objects (headers included).
         raise fail(f"Publishing run {run_id} to {repo_id} failed: {detail}") from None
-
-    logger.info(
-        "published run %s to %s (%s): %s",
-        run_id,
-        repo_id,
-        ", ".join(f"{k}={v}" for k, v in counts.items()),
-        info.commit_url,
-    )
-    return PublishResult(
-        repo_id=repo_id,
-        run_id=run_id,
-        commit_url=str(info.commit_url),
-        counts=counts,
-        uploaded=sorted(added),
-        deleted=deleted,
-    )
+    return info, deleted

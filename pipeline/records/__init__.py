@@ -1,6 +1,6 @@
 """Graded search trees as flat records: the Parquet schemas and the pure functions that fill them.
 
-Eight record types (`SCHEMAS`, in `types`), one `pyarrow.Schema` each (every
+Nine record types (`SCHEMAS`, in `types`), one `pyarrow.Schema` each (every
 field carries its own ``description`` in the field metadata; `schema_markdown`
 renders them for docs/records.md):
 
@@ -19,6 +19,9 @@ renders them for docs/records.md):
   plus a soft Monte-Carlo ``values`` column;
 * ``kto`` (`KTO_SCHEMA`) - TRL unpaired preference rows (``prompt``,
   ``completion``, ``label``);
+* ``step_dpo`` (`STEP_DPO_SCHEMA`) - step-level pairs in Step-DPO's columns
+  (``prompt``, ``initial_reason_steps``, ``chosen``, ``rejected``,
+  ``full_chosen``, ``full_rejected``, ``answer``);
 * ``tree_nodes`` (`TREE_NODES_SCHEMA`) - every node of every tree, so any
   relabelling or analysis can be redone from Parquet alone;
 * ``errors`` (`ERRORS_SCHEMA`) - a problem (or a source) that failed, and where.
@@ -32,10 +35,13 @@ The modules, each importing only those above it:
   `RecordValidationError`, `schema_markdown`;
 * `grading` - `grade_result` labels every answered node (reference or pseudo
   labels; the rules are there) into a `GradedTree`;
-* `trajectories` - what the training builders share: chat turns, distinct
-  trajectories, the self-correction rule;
+* `training_text` - the text a training row holds: cut after the answer
+  statement, ``truncated`` when the token cap cut that sentence;
+* `splits` - `split_of`, the held-out split of a problem (hashed on its id);
+* `trajectories` - what the training builders share: chat turns, (near)
+  duplicates, the self-correction rule and the gates' drop counts;
 * one module per record type, its schema next to its builder: `nodes`, `trees`,
-  `sft`, `dpo`, `prm`, `kto`, `tree_nodes`, `errors` (each training module's
+  `sft`, `dpo`, `step_dpo`, `prm`, `kto`, `tree_nodes`, `errors` (each training module's
   docstring holds its rules);
 * `types` - `SCHEMAS`, the one list of record types, `RECORD_TYPES`, `TRAINING_TYPES`;
 * `build` - `records_for`: one result graded and turned into every record type
@@ -49,12 +55,14 @@ from __future__ import annotations
 from pipeline.records.build import records_for
 from pipeline.records.config import (
     DpoConfig,
+    GatesConfig,
     Pairing,
     PrmConfig,
     PseudoLabel,
     RecordsConfig,
     SelfCorrection,
     SftConfig,
+    TrainingPromptConfig,
 )
 from pipeline.records.dpo import DPO_SCHEMA, PAIR_POOL, dpo_rows
 from pipeline.records.errors import ERRORS_SCHEMA, error_row
@@ -75,6 +83,9 @@ from pipeline.records.schema import (
     to_table,
 )
 from pipeline.records.sft import SFT_SCHEMA, sft_rows
+from pipeline.records.splits import split_of
+from pipeline.records.step_dpo import STEP_DPO_SCHEMA, step_dpo_rows
+from pipeline.records.training_text import TrainingText, training_text
 from pipeline.records.tree_nodes import TREE_NODES_SCHEMA, tree_node_rows
 from pipeline.records.trees import TREES_SCHEMA, tree_row
 from pipeline.records.types import RECORD_TYPES, SCHEMAS, TRAINING_TYPES
@@ -92,11 +103,13 @@ __all__ = [
     "SCHEMAS",
     "SCHEMA_VERSION",
     "SFT_SCHEMA",
+    "STEP_DPO_SCHEMA",
     "TRACE_POINT",
     "TRAINING_TYPES",
     "TREES_SCHEMA",
     "TREE_NODES_SCHEMA",
     "DpoConfig",
+    "GatesConfig",
     "GradedTree",
     "LabelSource",
     "Pairing",
@@ -107,6 +120,8 @@ __all__ = [
     "Row",
     "SelfCorrection",
     "SftConfig",
+    "TrainingPromptConfig",
+    "TrainingText",
     "answer_key",
     "doc_field",
     "dpo_rows",
@@ -119,7 +134,10 @@ __all__ = [
     "records_for",
     "schema_markdown",
     "sft_rows",
+    "split_of",
+    "step_dpo_rows",
     "to_table",
+    "training_text",
     "tree_node_rows",
     "tree_row",
 ]

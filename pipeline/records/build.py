@@ -9,6 +9,7 @@ Decontamination
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from actors.grading import counting
@@ -21,8 +22,11 @@ from pipeline.records.nodes import node_rows
 from pipeline.records.prm import prm_rows
 from pipeline.records.schema import Row
 from pipeline.records.sft import sft_rows
+from pipeline.records.splits import split_of
+from pipeline.records.step_dpo import step_dpo_rows
 from pipeline.records.tree_nodes import tree_node_rows
 from pipeline.records.trees import tree_row
+from search.answers import AnswerExtraction
 from search.driver import SearchResult
 
 
@@ -37,11 +41,14 @@ async def records_for(
     prm_model: str | None = None,
     contamination: str | None = None,
     instruction: str = POLICY_INSTRUCTION,
+    extraction: AnswerExtraction = AnswerExtraction.BOXED,
 ) -> dict[str, list[Row]]:
     """Grade one result and build every record type's rows with `config`.
 
     `instruction` is the policy's user-turn template (its `prompts.policy_instruction`):
-    the sft/dpo/prm/kto prompts are built from it.
+    the training prompt when `records.prompt.search_prompt` asks for it, else
+    `records.prompt.template` is.  `extraction` is the search's `answer_extraction`
+    (training texts end after the statement it read).
 
     `contamination` names the benchmark the problem overlaps
     (`pipeline.problems.decontamination`): the tree is still recorded (`nodes`, `trees`,
@@ -56,37 +63,74 @@ async def records_for(
             timeout_s=config.grade_timeout_s,
             pseudo_label=config.pseudo_label,
             threshold=config.pseudo_threshold,
+            extraction=extraction,
+            fold_blank_lines=config.fold_blank_lines,
         )
-    graded = replace(graded, grade_timeouts=grading.timeouts, instruction=instruction)
+    template = instruction if config.prompt.search_prompt else config.prompt.template
+    graded = replace(
+        graded,
+        grade_timeouts=grading.timeouts,
+        instruction=instruction,
+        prompt=template.format(problem=result.problem),
+        split=split_of(problem_id, config.test_fraction),
+    )
     models = {"policy_model": policy_model, "prm_model": prm_model}
     records: dict[str, list[Row]] = {
         "nodes": node_rows(graded, run_id=run_id, **models),
-        "trees": [tree_row(graded, run_id=run_id, contaminated=contamination, **models)],
         "tree_nodes": tree_node_rows(graded, run_id=run_id),
     }
-    if contamination is not None:
-        return records
-    records["sft"] = sft_rows(
-        graded,
-        run_id=run_id,
-        min_score=config.min_sft_score,
-        dedupe=config.dedupe,
-        self_correction=config.sft.self_correction,
-    )
-    records["dpo"] = dpo_rows(
-        graded,
-        run_id=run_id,
-        max_pairs_per_problem=config.max_pairs_per_problem,
-        pairing=config.pairing,
-        seed=config.seed,
-        pair_types=config.dpo.pair_types,
-    )
-    records["prm"] = prm_rows(
-        graded, run_id=run_id, dedupe=config.dedupe, pseudo_labels=config.prm.pseudo_labels
-    )
-    records["kto"] = kto_rows(
-        graded, run_id=run_id, dedupe=config.dedupe, self_correction=config.sft.self_correction
-    )
+    drops: Counter[str] = Counter()
+    if contamination is None:
+        gates = config.gates
+        records["sft"] = sft_rows(
+            graded,
+            run_id=run_id,
+            min_score=config.min_sft_score,
+            dedupe=config.dedupe,
+            self_correction=config.sft.self_correction,
+            gates=gates,
+            drops=drops,
+        )
+        records["dpo"] = dpo_rows(
+            graded,
+            run_id=run_id,
+            max_pairs_per_problem=config.max_pairs_per_problem,
+            pairing=config.pairing,
+            seed=config.seed,
+            pair_types=config.dpo.pair_types,
+            gates=gates,
+            self_correction=config.sft.self_correction,
+            drops=drops,
+        )
+        records["step_dpo"] = step_dpo_rows(
+            graded,
+            run_id=run_id,
+            max_pairs_per_problem=config.max_pairs_per_problem,
+            gates=gates,
+            self_correction=config.sft.self_correction,
+            drops=drops,
+        )
+        records["prm"] = prm_rows(
+            graded,
+            run_id=run_id,
+            dedupe=config.dedupe,
+            config=config.prm,
+            gates=gates,
+            threshold=config.pseudo_threshold,
+            self_correction=config.sft.self_correction,
+            drops=drops,
+        )
+        records["kto"] = kto_rows(
+            graded,
+            run_id=run_id,
+            dedupe=config.dedupe,
+            self_correction=config.sft.self_correction,
+            gates=gates,
+            drops=drops,
+        )
+    records["trees"] = [
+        tree_row(graded, run_id=run_id, contaminated=contamination, gate_drops=drops, **models)
+    ]
     return records
 
 

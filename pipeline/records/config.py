@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.problems.decontamination import DecontaminationConfig
 from pipeline.records.tree_paths import PairType
@@ -21,7 +21,8 @@ class SftConfig(BaseModel):
 
     self_correction: SelfCorrection = Field(
         "exclude",
-        description="paths that answered before their last node: exclude (clean paths only), "
+        description="paths that answered before their last node (or whose text states more "
+        "than one answer), in every training table: exclude (clean paths only), "
         "include, or only those",
     )
 
@@ -40,7 +41,7 @@ class DpoConfig(BaseModel):
 
 
 class PrmConfig(BaseModel):
-    """The `prm` record's behaviour without a reference answer."""
+    """The `prm` record: its step separator and which paths become rows."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -49,12 +50,120 @@ class PrmConfig(BaseModel):
         description="without a reference, label steps from the pseudo labels (off: no prm rows, "
         "since prm_threshold pseudo labels are the PRM's own scores)",
     )
+    separator: Literal["\n"] = Field(
+        "\n",
+        description="what joins a row's steps back into its trajectory (TRL's PRM default); "
+        "a step is one line of the trajectory, so no step contains it",
+    )
+    unanswered_branches: bool = Field(
+        False,
+        description="also a row for every scored path that never reached an answer, its "
+        "steps without an answer below labelled from the PRM's own Q (>= pseudo_threshold); "
+        "off by default for the reason pseudo_labels is",
+    )
+
+
+class TrainingPromptConfig(BaseModel):
+    """The user turn of every training row (sft, dpo, kto, prm, step_dpo)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    template: str = Field(
+        "{problem}",
+        description="the training prompt, a template whose only field is {problem} (literal "
+        "braces doubled); default: the bare problem",
+    )
+    search_prompt: bool = Field(
+        False,
+        description="use the policy's own prompt (policy.prompts.policy_instruction, e.g. a "
+        "few-shot scaffold) instead of `template`",
+    )
+
+    @model_validator(mode="after")
+    def _check_template(self) -> TrainingPromptConfig:
+        try:
+            self.template.format(problem="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                "template: must be a template whose only field is {problem} (double literal "
+                f"braces): {type(exc).__name__}: {exc}"
+            ) from None
+        if "{problem}" not in self.template:
+            raise ValueError("template: has no {problem} field")
+        return self
+
+
+class GatesConfig(BaseModel):
+    """Quality gates of the training rows; each counts what it drops (`trees.gate_drops`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    drop_truncated: bool = Field(
+        True,
+        description="no training row from a trajectory the token cap cut inside its answer "
+        "sentence (`truncated`)",
+    )
+    rejected_states_reference: bool = Field(
+        True,
+        description="no DPO/step-DPO rejected and no KTO undesirable text that states the "
+        "reference answer anywhere (it would teach against the right answer)",
+    )
+    min_edit_distance: int = Field(
+        20,
+        ge=0,
+        description="DPO: chosen and rejected texts differ by at least this many characters "
+        "(Levenshtein; rStar-Math: 20)",
+    )
+    min_q_margin: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="DPO/step-DPO: Q(chosen) - Q(rejected) at least this; null: no margin",
+    )
+    sft_top_k: int = Field(
+        2,
+        ge=0,
+        description="SFT rows per problem, the best by Q after near-duplicate removal "
+        "(rStar-Math keeps 2); 0: every one",
+    )
+    near_duplicate: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="two trajectories whose normalised similarity (rapidfuzz ratio) is at "
+        "least this are near duplicates (the better Q is kept); 1: exact copies only",
+    )
+    unpaired_from: Literal["all", "mixed"] = Field(
+        "all",
+        description="KTO rows from every problem, or only from `mixed` problems (both right "
+        "and wrong answers in the tree); pairs always come from mixed problems",
+    )
 
 
 class RecordsConfig(BaseModel):
-    """Knobs of grading and of the SFT / DPO exports."""
+    """Knobs of grading and of the training exports."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: TrainingPromptConfig = Field(
+        default_factory=TrainingPromptConfig,
+        description="the user turn of every training row: the bare problem by default",
+    )
+    gates: GatesConfig = Field(
+        default_factory=GatesConfig, description="quality gates of the training rows"
+    )
+    test_fraction: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        description="share of problems held out as the `test` split (hashed on the problem "
+        "id: the same problem is in the same split in every table and every run)",
+    )
+    fold_blank_lines: bool = Field(
+        True,
+        description="training texts fold blank lines into one line break, so a step (a line) "
+        "is never empty; tree_nodes and nodes keep the raw text",
+    )
 
     min_sft_score: float = Field(
         0.0, ge=0, le=1, description="SFT keeps correct nodes with Q at least this"
@@ -81,10 +190,12 @@ class RecordsConfig(BaseModel):
 
 __all__ = [
     "DpoConfig",
+    "GatesConfig",
     "Pairing",
     "PrmConfig",
     "PseudoLabel",
     "RecordsConfig",
     "SelfCorrection",
     "SftConfig",
+    "TrainingPromptConfig",
 ]

@@ -1,8 +1,10 @@
 """The ``dpo`` record: TRL preference pairs, a correct against an incorrect trajectory.
 
 Per problem, correct trajectories (chosen) against incorrect ones
-(rejected), both deduplicated first (the best-Q copy of a correct one, the
-worst-Q copy of an incorrect one; at most `PAIR_POOL` of each).  Every
+(rejected), both through the gates first (`preference_pools`: no truncated
+text, no self-correction trace, near duplicates removed (the best-Q copy of a
+correct one, the worst-Q copy of an incorrect one), and no rejected text that
+states the reference anywhere; at most `PAIR_POOL` of each).  Every
 candidate pair gets a type from where the two paths part in the tree
 (`pipeline.records.tree_paths.divergence`): ``siblings`` (children of one node),
 ``cousins`` (they part at a non-root node, one or both deeper below it),
@@ -12,7 +14,10 @@ reverse).  Only the types in ``dpo.pair_types`` are kept; ``prefix`` is
 off by default because such a pair prefers *stopping* over an identical
 text, not a better step.  Candidates are then taken greedily in the
 rule's order, every node used at most once, at most
-``max_pairs_per_problem`` pairs:
+``max_pairs_per_problem`` pairs; a pair that would be taken but whose
+texts differ by fewer than `gates.min_edit_distance` characters
+(``edit_distance``) or whose Q gap is below `gates.min_q_margin`
+(``q_margin``) is dropped and counted:
 
 * ``shared_prefix`` (default): the longest shared prefix first (most
   shared steps), so the preference is about the part that differs; ties
@@ -22,9 +27,10 @@ rule's order, every node used at most once, at most
 * ``random``: an order shuffled with a generator seeded from
   ``(seed, problem_id)``; the same inputs give the same pairs.
 
-The prompt is the policy's user turn alone (one message); chosen and
-rejected are whole assistant turns, the shared prefix included (TRL's
-conversational preference format).
+The prompt is the training user turn (one message, `records.prompt`);
+chosen and rejected are whole assistant turns, the shared prefix included,
+each ending after its answer statement (TRL's conversational preference
+format).
 """
 
 from __future__ import annotations
@@ -33,22 +39,28 @@ import random
 from collections.abc import Iterable
 
 import pyarrow as pa  # type: ignore[import-untyped]
+from rapidfuzz.distance import Levenshtein
 
-from pipeline.records.config import Pairing
+from pipeline.records.config import GatesConfig, Pairing, SelfCorrection
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
+    DIFFICULTY_FIELD,
     LABEL_SOURCE_FIELD,
     MESSAGES_TYPE,
     PROBLEM_ID_FIELD,
+    REFERENCE_FIELD,
     RUN_ID_FIELD,
+    SPLIT_FIELD,
     Row,
     doc_field,
     record_schema,
 )
 from pipeline.records.trajectories import (
+    Drops,
     answers_in_path,
     assistant_turn,
-    distinct_trajectories,
+    count,
+    select_paths,
     user_turn,
 )
 from pipeline.records.tree_paths import Divergence, PairType, divergence
@@ -58,9 +70,21 @@ from search.tree import Node
 DPO_SCHEMA = record_schema(
     "dpo",
     [
-        doc_field("prompt", MESSAGES_TYPE, "TRL preference format: the user turn (one message)"),
-        doc_field("chosen", MESSAGES_TYPE, "one assistant message: a correct trajectory"),
-        doc_field("rejected", MESSAGES_TYPE, "one assistant message: an incorrect trajectory"),
+        doc_field(
+            "prompt",
+            MESSAGES_TYPE,
+            "TRL preference format: the training user turn (one message, the same in every table)",
+        ),
+        doc_field(
+            "chosen",
+            MESSAGES_TYPE,
+            "one assistant message: a correct trajectory, up to the end of its answer statement",
+        ),
+        doc_field(
+            "rejected",
+            MESSAGES_TYPE,
+            "one assistant message: an incorrect trajectory that never states the reference",
+        ),
         doc_field("score_chosen", pa.float64(), "PRM score Q of the chosen node"),
         doc_field("score_rejected", pa.float64(), "PRM score Q of the rejected node"),
         doc_field("chosen_node_id", pa.int64(), "node id of the chosen trajectory"),
@@ -79,11 +103,17 @@ DPO_SCHEMA = record_schema(
         doc_field(
             "shared_prefix_chars",
             pa.int64(),
-            "characters of assistant text both trajectories share (the common ancestor's text)",
+            "characters both texts share at their start",
+        ),
+        doc_field(
+            "edit_distance", pa.int64(), "Levenshtein distance of the chosen and rejected texts"
         ),
         doc_field("chosen_answers_in_path", pa.int64(), "answers_in_path of the chosen node"),
         doc_field("rejected_answers_in_path", pa.int64(), "answers_in_path of the rejected node"),
         doc_field("pairing", pa.string(), "pairing rule: shared_prefix, best_vs_worst or random"),
+        REFERENCE_FIELD,
+        DIFFICULTY_FIELD,
+        SPLIT_FIELD,
         LABEL_SOURCE_FIELD,
         PROBLEM_ID_FIELD,
         RUN_ID_FIELD,
@@ -105,16 +135,14 @@ def dpo_rows(
     pairing: Pairing = "shared_prefix",
     seed: int = 0,
     pair_types: Iterable[PairType] = ("siblings", "cousins", "root"),
+    gates: GatesConfig | None = None,
+    self_correction: SelfCorrection = "exclude",
+    drops: Drops | None = None,
 ) -> list[Row]:
     """`dpo` pairs of one problem (rules in the module docstring)."""
-    answered = graded.answered()
+    gates = gates or GatesConfig()
     tree = graded.result.tree
-    good = distinct_trajectories(
-        sorted((n for n in answered if graded.labels[n.id]), key=lambda n: (-n.q, n.id)), graded
-    )
-    bad = distinct_trajectories(
-        sorted((n for n in answered if not graded.labels[n.id]), key=lambda n: (n.q, n.id)), graded
-    )
+    good, bad = preference_pools(graded, gates, "dpo", drops, self_correction)
     rng = random.Random(derive_seed(seed, "dpo", graded.problem_id))
     if pairing == "random":
         rng.shuffle(good)
@@ -134,37 +162,101 @@ def dpo_rows(
         candidates.sort(key=lambda t: (t[1].q - t[0].q, t[0].id, t[1].id))
     else:
         rng.shuffle(candidates)
-    pairs: list[tuple[Node, Node, Divergence]] = []
+    pairs: list[tuple[Node, Node, Divergence, int]] = []
     used: set[int] = set()  # every node (so every trajectory) is used at most once
     for c, r, div in candidates:
         if len(pairs) >= max(0, max_pairs_per_problem):
             break
-        if c.id not in used and r.id not in used:
-            used.update((c.id, r.id))
-            pairs.append((c, r, div))
-    return [
-        {
-            "prompt": user_turn(graded),
-            "chosen": assistant_turn(graded.trajectory(c)),
-            "rejected": assistant_turn(graded.trajectory(r)),
-            "score_chosen": c.q,
-            "score_rejected": r.q,
-            "chosen_node_id": c.id,
-            "rejected_node_id": r.id,
-            "chosen_answer": c.answer,
-            "rejected_answer": r.answer,
-            "pair_type": div.pair_type,
-            "shared_steps": div.shared_steps,
-            "shared_prefix_chars": len(tree.assistant_text(div.ancestor)),
-            "chosen_answers_in_path": answers_in_path(graded, c),
-            "rejected_answers_in_path": answers_in_path(graded, r),
-            "pairing": pairing,
-            "label_source": graded.label_source,
-            "problem_id": graded.problem_id,
-            "run_id": run_id,
-        }
-        for c, r, div in pairs
-    ]
+        if c.id in used or r.id in used:
+            continue
+        if gates.min_q_margin is not None and c.q - r.q < gates.min_q_margin:
+            count(drops, "dpo.q_margin", 1)
+            continue
+        distance = Levenshtein.distance(graded.training(c).text, graded.training(r).text)
+        if distance < gates.min_edit_distance:
+            count(drops, "dpo.edit_distance", 1)
+            continue
+        used.update((c.id, r.id))
+        pairs.append((c, r, div, distance))
+    rows = []
+    for c, r, div, distance in pairs:
+        chosen, rejected = graded.training(c).text, graded.training(r).text
+        rows.append(
+            {
+                "prompt": user_turn(graded),
+                "chosen": assistant_turn(chosen),
+                "rejected": assistant_turn(rejected),
+                "score_chosen": c.q,
+                "score_rejected": r.q,
+                "chosen_node_id": c.id,
+                "rejected_node_id": r.id,
+                "chosen_answer": c.answer,
+                "rejected_answer": r.answer,
+                "pair_type": div.pair_type,
+                "shared_steps": div.shared_steps,
+                "shared_prefix_chars": _common_prefix(chosen, rejected),
+                "edit_distance": distance,
+                "chosen_answers_in_path": answers_in_path(graded, c),
+                "rejected_answers_in_path": answers_in_path(graded, r),
+                "pairing": pairing,
+                "reference": graded.reference,
+                "difficulty": graded.difficulty,
+                "split": graded.split,
+                "label_source": graded.label_source,
+                "problem_id": graded.problem_id,
+                "run_id": run_id,
+            }
+        )
+    return rows
 
 
-__all__ = ["DPO_SCHEMA", "PAIR_POOL", "dpo_rows"]
+def _common_prefix(a: str, b: str) -> int:
+    """Characters `a` and `b` share at their start."""
+    k = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        k += 1
+    return k
+
+
+def preference_pools(
+    graded: GradedTree,
+    gates: GatesConfig,
+    record: str,
+    drops: Drops | None = None,
+    self_correction: SelfCorrection = "exclude",
+) -> tuple[list[Node], list[Node]]:
+    """(chosen candidates best Q first, rejected candidates worst Q first) after the gates.
+
+    Both sides: no truncated text (`gates.drop_truncated`), the self-correction
+    rule (`sft.self_correction`; by default no trace), no (near) duplicate; the
+    rejected side also never states the reference
+    (`gates.rejected_states_reference`).  Drops are counted under
+    ``<record>.chosen.<gate>`` and ``<record>.rejected.<gate>``.
+    """
+    answered = graded.answered()
+    good = sorted((n for n in answered if graded.labels[n.id]), key=lambda n: (-n.q, n.id))
+    bad = sorted((n for n in answered if not graded.labels[n.id]), key=lambda n: (n.q, n.id))
+    pools = []
+    for side, nodes in (("chosen", good), ("rejected", bad)):
+        paths = select_paths(
+            graded,
+            nodes,
+            True,
+            self_correction,
+            record=f"{record}.{side}",
+            drop_truncated=gates.drop_truncated,
+            similarity=gates.near_duplicate,
+            drops=drops,
+        )
+        pools.append([n for n, _ in paths])
+    good, bad = pools
+    if gates.rejected_states_reference:
+        kept = [n for n in bad if n.id not in graded.states_reference]
+        count(drops, f"{record}.rejected.states_reference", len(bad) - len(kept))
+        bad = kept
+    return good, bad
+
+
+__all__ = ["DPO_SCHEMA", "PAIR_POOL", "dpo_rows", "preference_pools"]

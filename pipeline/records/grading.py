@@ -13,6 +13,12 @@ Without a reference the labels are pseudo labels (``pseudo_label = true``):
   with the higher best Q, then to the group reached first.
 
 An answered node without an extractable ``\\boxed{}`` answer is always incorrect.
+
+`GradedTree` also holds each answered node's training text (cut after its
+answer, `pipeline.records.training_text`) and, with a reference, which of those
+texts state the reference anywhere (every answer statement and the whole
+text's extraction are verified, so a wrong trajectory that said the right
+answer on the way is known): the quality gates read both.
 """
 
 from __future__ import annotations
@@ -25,11 +31,14 @@ from typing import Literal
 from actors.grading import answers_match
 from actors.prompts import POLICY_INSTRUCTION
 from pipeline.records.config import PseudoLabel
+from pipeline.records.training_text import TrainingText, training_text
 from search.answer_choice import normalize_answer
+from search.answers import AnswerExtraction, stated_answers
 from search.driver import SearchResult
 from search.tree import Node
 
 LabelSource = Literal["reference", "prm_threshold", "majority"]
+Difficulty = Literal["all_correct", "mixed", "none_correct", "unanswered"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +53,49 @@ class GradedTree:
     chosen_correct: bool | None  # null without a reference
     verified: Mapping[str, bool] = field(default_factory=dict)  # distinct answer -> verdict
     grade_timeouts: int = 0  # comparisons cut off by their limit (graded incorrect)
-    # the policy's user-turn template the search ran with (`PromptConfig`): training
-    # prompts must be the prompt the trajectories were generated from
+    # the policy's user-turn template the search ran with (`PromptConfig`)
     instruction: str = POLICY_INSTRUCTION
+    # the user turn of every training row (`records.prompt`); None: the bare problem
+    prompt: str | None = None
+    split: str = "train"  # `pipeline.records.splits.split_of` of the problem id
+    extraction: AnswerExtraction = AnswerExtraction.BOXED
+    fold_blank_lines: bool = True
+    texts: Mapping[int, TrainingText] = field(default_factory=dict)  # answered id -> text
+    # answered ids whose training text states the reference (empty without one)
+    states_reference: frozenset[int] = frozenset()
 
     @property
     def pseudo(self) -> bool:
         return self.label_source != "reference"
 
+    @property
+    def user_prompt(self) -> str:
+        """The training rows' user turn (the same in every table)."""
+        return self.result.problem if self.prompt is None else self.prompt
+
+    @property
+    def difficulty(self) -> Difficulty:
+        """all_correct / mixed / none_correct over the answered nodes' labels."""
+        labels = set(self.labels.values())
+        if not labels:
+            return "unanswered"
+        if labels == {True}:
+            return "all_correct"
+        return "mixed" if True in labels else "none_correct"
+
     def answered(self) -> list[Node]:
         return self.result.answered_nodes
 
     def trajectory(self, node: Node) -> str:
+        """The raw assistant text (what `nodes` and `tree_nodes` keep)."""
         return self.result.tree.assistant_text(node)
+
+    def training(self, node: Node) -> TrainingText:
+        """The text a training row holds for the trajectory ending at answered `node`."""
+        text = self.texts.get(node.id)
+        if text is None:
+            text = training_text(self.result.tree, node, self.extraction, self.fold_blank_lines)
+        return text
 
 
 async def grade_result(
@@ -67,24 +106,47 @@ async def grade_result(
     timeout_s: float = 5.0,
     pseudo_label: PseudoLabel = "prm_threshold",
     threshold: float = 0.5,
+    extraction: AnswerExtraction = AnswerExtraction.BOXED,
+    fold_blank_lines: bool = True,
 ) -> GradedTree:
     """Label every answered node of `result` (see the module docstring for the rules).
 
     With a reference, each distinct (whitespace-normalized) answer string is
-    verified once; `GradedTree.verified` holds those verdicts.
+    verified once, those the nodes state and those their training texts state;
+    `GradedTree.verified` holds the verdicts.  `extraction` is the search's
+    `answer_extraction` (where a training text is cut).
     """
     nodes = result.answered_nodes
     keys = {n.id: answer_key(n.answer) for n in nodes}
+    texts = {n.id: training_text(result.tree, n, extraction, fold_blank_lines) for n in nodes}
+    common = {"extraction": extraction, "fold_blank_lines": fold_blank_lines, "texts": texts}
     if reference is not None:
-        candidates = [*keys.values(), answer_key(result.chosen_answer)]
+        stated = {
+            i: [k for a in stated_answers(t.text, extraction) if (k := answer_key(a))]
+            for i, t in texts.items()
+        }
+        candidates = [
+            *keys.values(),
+            answer_key(result.chosen_answer),
+            *(k for ks in stated.values() for k in ks),
+        ]
         distinct = list(dict.fromkeys(k for k in candidates if k is not None))
         verdicts = await asyncio.gather(*(answers_match(d, reference, timeout_s) for d in distinct))
         verified = dict(zip(distinct, verdicts, strict=True))
         labels = {i: k is not None and verified.get(k, False) for i, k in keys.items()}
         chosen = answer_key(result.chosen_answer)
         chosen_correct = chosen is not None and verified.get(chosen, False)
+        says_reference = frozenset(i for i, ks in stated.items() if any(verified[k] for k in ks))
         return GradedTree(
-            problem_id, result, reference, "reference", labels, chosen_correct, verified
+            problem_id,
+            result,
+            reference,
+            "reference",
+            labels,
+            chosen_correct,
+            verified,
+            states_reference=says_reference,
+            **common,  # type: ignore[arg-type]
         )
     if pseudo_label == "prm_threshold":
         labels = {n.id: keys[n.id] is not None and n.q >= threshold for n in nodes}
@@ -93,7 +155,7 @@ async def grade_result(
         labels = {n.id: keys[n.id] in winners for n in nodes}
     else:
         raise ValueError(f"unknown pseudo_label rule {pseudo_label!r}")
-    return GradedTree(problem_id, result, None, pseudo_label, labels, None)
+    return GradedTree(problem_id, result, None, pseudo_label, labels, None, **common)  # type: ignore[arg-type]
 
 
 def answer_key(answer: str | None) -> str | None:
@@ -132,4 +194,4 @@ async def _majority_answers(
     return set(best)
 
 
-__all__ = ["GradedTree", "LabelSource", "answer_key", "grade_result"]
+__all__ = ["Difficulty", "GradedTree", "LabelSource", "answer_key", "grade_result"]

@@ -1,41 +1,56 @@
 """The ``kto`` record: TRL unpaired preference rows, every distinct answered trajectory.
 
 Every distinct answered trajectory of a problem (best Q first), labelled
-desirable when correct; the SFT self-correction rule applies to both
-labels.
+desirable when correct, through the gates of the DPO pools
+(`pipeline.records.dpo.preference_pools`): no truncated text, no
+self-correction trace, no near duplicate, and no undesirable text that states
+the reference.  With ``gates.unpaired_from: mixed`` only problems whose tree
+holds both right and wrong answers give rows (``not_mixed``).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from pipeline.records.config import SelfCorrection
+from pipeline.records.config import GatesConfig, SelfCorrection
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
+    DIFFICULTY_FIELD,
     LABEL_SOURCE_FIELD,
     MESSAGES_TYPE,
     PROBLEM_ID_FIELD,
+    REFERENCE_FIELD,
     RUN_ID_FIELD,
+    SPLIT_FIELD,
     Row,
     doc_field,
     record_schema,
 )
-from pipeline.records.trajectories import assistant_turn, select_paths, user_turn
+from pipeline.records.trajectories import Drops, assistant_turn, count, select_paths, user_turn
 
 KTO_SCHEMA = record_schema(
     "kto",
     [
         doc_field(
-            "prompt", MESSAGES_TYPE, "TRL unpaired preference format: the user turn (one message)"
+            "prompt",
+            MESSAGES_TYPE,
+            "TRL unpaired preference format: the training user turn (one message)",
         ),
-        doc_field("completion", MESSAGES_TYPE, "one assistant message: the full trajectory"),
+        doc_field(
+            "completion",
+            MESSAGES_TYPE,
+            "one assistant message: the trajectory up to the end of its answer statement",
+        ),
         doc_field("label", pa.bool_(), "true: desirable (a correct answer), false: undesirable"),
         PROBLEM_ID_FIELD,
         doc_field("node_id", pa.int64(), "the answered node the trajectory ends at"),
         doc_field("answer", pa.string(), "its extracted answer", nullable=True),
         doc_field("score", pa.float64(), "its PRM score Q"),
         doc_field("answers_in_path", pa.int64(), ANSWERS_IN_PATH_DOC),
+        REFERENCE_FIELD,
+        DIFFICULTY_FIELD,
+        SPLIT_FIELD,
         LABEL_SOURCE_FIELD,
         RUN_ID_FIELD,
     ],
@@ -49,27 +64,52 @@ def kto_rows(
     run_id: str,
     dedupe: bool = True,
     self_correction: SelfCorrection = "exclude",
+    gates: GatesConfig | None = None,
+    drops: Drops | None = None,
 ) -> list[Row]:
     """`kto` rows: every distinct answered trajectory (best Q first) with its label.
 
     The same self-correction rule as SFT applies to both labels, so desirable
-    rows are the SFT rows (before `min_sft_score`).
+    rows are the SFT rows before `min_sft_score` and `sft_top_k`.
     """
+    gates = gates or GatesConfig()
     ordered = sorted(graded.answered(), key=lambda n: (-n.q, n.id))
+    if gates.unpaired_from == "mixed" and graded.difficulty != "mixed":
+        count(drops, "kto.not_mixed", len(ordered))
+        return []
+    paths = select_paths(
+        graded,
+        ordered,
+        dedupe,
+        self_correction,
+        record="kto",
+        drop_truncated=gates.drop_truncated,
+        similarity=gates.near_duplicate,
+        drops=drops,
+    )
+    if gates.rejected_states_reference:
+        kept = [
+            (n, k) for n, k in paths if graded.labels[n.id] or n.id not in graded.states_reference
+        ]
+        count(drops, "kto.states_reference", len(paths) - len(kept))
+        paths = kept
     return [
         {
             "prompt": user_turn(graded),
-            "completion": assistant_turn(graded.trajectory(n)),
+            "completion": assistant_turn(graded.training(n).text),
             "label": bool(graded.labels[n.id]),
             "problem_id": graded.problem_id,
             "node_id": n.id,
             "answer": n.answer,
             "score": n.q,
             "answers_in_path": answers,
+            "reference": graded.reference,
+            "difficulty": graded.difficulty,
+            "split": graded.split,
             "label_source": graded.label_source,
             "run_id": run_id,
         }
-        for n, answers in select_paths(graded, ordered, dedupe, self_correction)
+        for n, answers in paths
     ]
 
 

@@ -13,6 +13,8 @@ from pipeline.records.schema import (
     PRM_MODEL_FIELD,
     PROBLEM_ID_FIELD,
     RUN_ID_FIELD,
+    SPLIT_FIELD,
+    TRUNCATED_FIELD,
     Row,
     doc_field,
     record_schema,
@@ -54,6 +56,14 @@ NODES_SCHEMA = record_schema(
         PRM_MODEL_FIELD,
         BUDGET_FIELD,
         doc_field("seed", pa.int64(), "the search's seed"),
+        TRUNCATED_FIELD,
+        doc_field(
+            "chars_after_answer",
+            pa.int64(),
+            "characters of `trajectory` after the answer statement, which training rows leave "
+            "out (text the model wrote past its answer)",
+        ),
+        SPLIT_FIELD,
     ],
 )
 """`nodes`: one row per answered node of every tree."""
@@ -95,6 +105,9 @@ def node_rows(
                 "prm_model": prm_model,
                 "budget": result.budget,
                 "seed": result.seed,
+                "truncated": graded.training(n).truncated,
+                "chars_after_answer": graded.training(n).dropped_chars,
+                "split": graded.split,
             }
         )
     return rows

@@ -1,35 +1,54 @@
 """The ``prm`` record: TRL stepwise supervision, every step labelled from the tree below it.
 
-One row per distinct answered trajectory (self-correction traces
-included): its steps are the tree nodes on its path.  A step's label comes
-from the tree below it, as Math-Shepherd's estimates do from rollouts: an
-unanswered step is good (hard label) when at least one answered node in
-its subtree is labelled correct, and its soft value is the fraction of
-the answered nodes in its subtree that are correct; an answered step
-carries its own answer's label (value 1.0 or 0.0), whatever continuations
-below it reached.  Every step of a path has at least the path's own
-answer below it, so no value is undefined.  Without a reference answer the
-labels would be pseudo labels (with ``prm_threshold``, the PRM's own
-scores): such problems give no prm rows unless ``prm.pseudo_labels``.
+One row per distinct answered trajectory (self-correction traces only with
+``sft.self_correction: include``, as in every training table).  Its steps
+are the lines of its training text (cut after the answer,
+`pipeline.records.training_text`), so joined with ``separator``
+("\\n", TRL's PRM default) they give the trajectory back exactly and no step
+contains the separator; a step is judged by the tree node whose text holds
+the line's end (a node of several lines gives several steps with its label,
+and a line never starts inside a node that the token cap cut and the search
+continued).  A step's label comes from the tree below its node, as
+Math-Shepherd's estimates do from rollouts: an unanswered node is good (hard
+label) when at least one answered node in its subtree is labelled correct, and
+its soft value is the fraction of the answered nodes in its subtree that are
+correct; an answered node carries its own answer's label (value 1.0 or 0.0),
+whatever continuations below it reached.  Every step of a path has at least
+the path's own answer below it, so no value is undefined.  ``q_values`` holds
+the PRM's own score Q of each step's node.
+
+Paths that never reached an answer have no value of their own: with
+``prm.unanswered_branches`` every scored leaf's path becomes a row too, its
+steps with nothing answered below labelled from the PRM's Q (>=
+``pseudo_threshold``, value = Q) - the PRM's own opinion, so off by default.
+Without a reference answer the labels would be pseudo labels (with
+``prm_threshold``, the PRM's own scores): such problems give no prm rows
+unless ``prm.pseudo_labels``.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from pipeline.records.config import GatesConfig, PrmConfig, SelfCorrection
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
     LABEL_SOURCE_FIELD,
     PROBLEM_ID_FIELD,
+    REFERENCE_FIELD,
     RUN_ID_FIELD,
+    SPLIT_FIELD,
     Row,
     doc_field,
     list_of,
     record_schema,
 )
-from pipeline.records.trajectories import select_paths
-from pipeline.records.tree_paths import path_steps, subtree_answers
+from pipeline.records.training_text import BLANK_LINES, line_owners
+from pipeline.records.trajectories import Drops, select_paths
+from pipeline.records.tree_paths import SubtreeAnswers, subtree_answers
+from search.protocols import FinishReason
+from search.tree import Node
 
 PRM_SCHEMA = record_schema(
     "prm",
@@ -37,31 +56,46 @@ PRM_SCHEMA = record_schema(
         doc_field(
             "prompt",
             pa.string(),
-            "TRL stepwise-supervision format: the problem statement (plain text)",
+            "TRL stepwise-supervision format: the training user turn as plain text (the "
+            "same text as the other tables' user message)",
         ),
         doc_field(
             "completions",
             list_of(pa.string()),
-            "the steps of one root-to-answer path, one string per tree node (the first "
-            'starts with "Step 1:")',
+            "the steps of one path: the lines of its trajectory, up to the end of its answer "
+            "statement; joined with `separator` they give the trajectory back exactly",
         ),
         doc_field(
             "labels",
             list_of(pa.bool_()),
-            "one per step: an unanswered step is good when a correct answer is reached in "
-            "the tree below it; an answered step carries its own answer's label",
+            "one per step, from the step's node: an unanswered node is good when a correct "
+            "answer is reached in the tree below it; an answered node carries its own label",
         ),
         doc_field(
             "values",
             list_of(pa.float64()),
             "one per step, soft Monte-Carlo value: the fraction of answered nodes below the "
-            "step that are correct (an answered step: its own label, 1.0 or 0.0)",
+            "step's node that are correct (an answered node: its own label, 1.0 or 0.0)",
         ),
-        doc_field("step_node_ids", list_of(pa.int64()), "the tree node of each step"),
+        doc_field("q_values", list_of(pa.float64()), "one per step: the PRM's Q of its node"),
+        doc_field(
+            "step_node_ids",
+            list_of(pa.int64()),
+            "the tree node of each step (the node whose text holds the line's end)",
+        ),
+        doc_field("separator", pa.string(), "what joins the steps into the trajectory"),
+        doc_field(
+            "ends_in_answer",
+            pa.bool_(),
+            "true: the path ends at an answered node; false: a scored path that never "
+            "answered (prm.unanswered_branches)",
+        ),
         PROBLEM_ID_FIELD,
-        doc_field("node_id", pa.int64(), "the answered node the path ends at"),
+        doc_field("node_id", pa.int64(), "the node the path ends at"),
         doc_field("answer", pa.string(), "its extracted answer", nullable=True),
         doc_field("answers_in_path", pa.int64(), ANSWERS_IN_PATH_DOC),
+        REFERENCE_FIELD,
+        SPLIT_FIELD,
         LABEL_SOURCE_FIELD,
         RUN_ID_FIELD,
     ],
@@ -70,47 +104,103 @@ PRM_SCHEMA = record_schema(
 
 
 def prm_rows(
-    graded: GradedTree, *, run_id: str, dedupe: bool = True, pseudo_labels: bool = False
+    graded: GradedTree,
+    *,
+    run_id: str,
+    dedupe: bool = True,
+    pseudo_labels: bool = False,
+    config: PrmConfig | None = None,
+    gates: GatesConfig | None = None,
+    threshold: float = 0.5,
+    self_correction: SelfCorrection = "exclude",
+    drops: Drops | None = None,
 ) -> list[Row]:
     """`prm` rows: one per answered path (distinct trajectory), labels from the subtree.
 
     Without a reference the labels would be pseudo labels (for ``prm_threshold``,
-    the PRM's own scores): the record is then empty unless `pseudo_labels`.
+    the PRM's own scores): the record is then empty unless `pseudo_labels`
+    (or `config.pseudo_labels`).  `threshold` labels the unanswered-branch steps.
     """
-    if graded.pseudo and not pseudo_labels:
+    config = config or PrmConfig(pseudo_labels=pseudo_labels)
+    gates = gates or GatesConfig()
+    if graded.pseudo and not (pseudo_labels or config.pseudo_labels):
         return []
     tree = graded.result.tree
     below = subtree_answers(tree, graded.labels)
-    rows: list[Row] = []
-    for node, answers in select_paths(graded, graded.answered(), dedupe, "include"):
-        path = tree.path(node)
-        labels: list[bool] = []
-        values: list[float] = []
-        for step in path:
-            if step.answered:
-                label = bool(graded.labels[step.id])
-                labels.append(label)
-                values.append(float(label))
-            else:
-                reached = below[step.id]  # never empty: `node` lies below every step
-                labels.append(reached.correct > 0)
-                values.append(reached.correct / reached.answered)
-        rows.append(
-            {
-                "prompt": graded.result.problem,
-                "completions": path_steps(tree, node),
-                "labels": labels,
-                "values": values,
-                "step_node_ids": [step.id for step in path],
-                "problem_id": graded.problem_id,
-                "node_id": node.id,
-                "answer": node.answer,
-                "answers_in_path": answers,
-                "label_source": graded.label_source,
-                "run_id": run_id,
-            }
-        )
+    paths = select_paths(
+        graded,
+        graded.answered(),
+        dedupe,
+        self_correction,
+        record="prm",
+        drop_truncated=gates.drop_truncated,
+        drops=drops,
+    )
+    rows = [
+        _row(graded, node, graded.training(node).text, answers, below, threshold, config, run_id)
+        for node, answers in paths
+    ]
+    if config.unanswered_branches:
+        for leaf in tree.nodes:
+            if leaf.parent_id is None or leaf.children or leaf.answered:
+                continue
+            if leaf.error is not None or leaf.finish in (None, *_UNSCORED):
+                continue
+            text = tree.assistant_text(leaf).rstrip()
+            if graded.fold_blank_lines:
+                text = BLANK_LINES.sub("", text)
+            answers = sum(n.answered for n in tree.path(leaf))
+            rows.append(_row(graded, leaf, text, answers, below, threshold, config, run_id))
     return rows
+
+
+_UNSCORED = (FinishReason.ERROR, FinishReason.CONTEXT_OVERFLOW)
+
+
+def _row(
+    graded: GradedTree,
+    node: Node,
+    text: str,
+    answers: int,
+    below: list[SubtreeAnswers],
+    threshold: float,
+    config: PrmConfig,
+    run_id: str,
+) -> Row:
+    tree = graded.result.tree
+    owners = line_owners(tree, node, text)
+    labels: list[bool] = []
+    values: list[float] = []
+    for step in owners:
+        if step.answered:
+            label = bool(graded.labels[step.id])
+            labels.append(label)
+            values.append(float(label))
+        elif below[step.id].answered:
+            reached = below[step.id]
+            labels.append(reached.correct > 0)
+            values.append(reached.correct / reached.answered)
+        else:  # nothing answered below (unanswered_branches rows only): the PRM's Q
+            labels.append(step.q >= threshold)
+            values.append(step.q)
+    return {
+        "prompt": graded.user_prompt,
+        "completions": text.split(config.separator),
+        "labels": labels,
+        "values": values,
+        "q_values": [step.q for step in owners],
+        "step_node_ids": [step.id for step in owners],
+        "separator": config.separator,
+        "ends_in_answer": node.answered,
+        "problem_id": graded.problem_id,
+        "node_id": node.id,
+        "answer": node.answer,
+        "answers_in_path": answers,
+        "reference": graded.reference,
+        "split": graded.split,
+        "label_source": graded.label_source,
+        "run_id": run_id,
+    }
 
 
 __all__ = ["PRM_SCHEMA", "prm_rows"]

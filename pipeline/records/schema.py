@@ -19,7 +19,9 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 Row = dict[str, Any]
 
-SCHEMA_VERSION = "2"  # 2: sft prompt-completion, dpo pair types, prm/kto/tree_nodes
+# 2: sft prompt-completion, dpo pair types, prm/kto/tree_nodes; 3: rows end at their
+# answer, one training prompt, split/reference/truncated/difficulty columns, step_dpo
+SCHEMA_VERSION = "3"
 
 
 def doc_field(name: str, type_: Any, doc: str, *, nullable: bool = False) -> Any:
@@ -50,6 +52,14 @@ TRACE_POINT = pa.struct(
     ]
 )
 
+# One quality gate's count in `trees.gate_drops`.
+GATE_DROP = pa.struct(
+    [
+        pa.field("gate", pa.string(), nullable=False),
+        pa.field("dropped", pa.int64(), nullable=False),
+    ]
+)
+
 # Fields several record types share.
 RUN_ID_FIELD = doc_field(
     "run_id", pa.string(), "identifier of the synthesis run that wrote the row"
@@ -63,6 +73,26 @@ LABEL_SOURCE_FIELD = doc_field(
     "label_source",
     pa.string(),
     "where the labels come from: reference, prm_threshold or majority",
+)
+REFERENCE_FIELD = doc_field(
+    "reference", pa.string(), "the problem's reference answer; null without one", nullable=True
+)
+SPLIT_FIELD = doc_field(
+    "split",
+    pa.string(),
+    "train or test: the problem's held-out split (records.test_fraction, hashed on the "
+    "problem id; the same in every table)",
+)
+TRUNCATED_FIELD = doc_field(
+    "truncated",
+    pa.bool_(),
+    "the token cap cut the trajectory inside its answer sentence (never in a training row "
+    "unless gates.drop_truncated is off)",
+)
+DIFFICULTY_FIELD = doc_field(
+    "difficulty",
+    pa.string(),
+    "the problem's tree: all_correct, mixed (right and wrong answers) or none_correct",
 )
 ANSWERS_IN_PATH_DOC = (
     "answered nodes on the root-to-node path, this one included: 1 for a clean path, "
@@ -144,6 +174,8 @@ def to_table(rows: Iterable[Mapping[str, Any]], schema: Any) -> Any:
 __all__ = [
     "ANSWERS_IN_PATH_DOC",
     "BUDGET_FIELD",
+    "DIFFICULTY_FIELD",
+    "GATE_DROP",
     "LABEL_SOURCE_FIELD",
     "MESSAGES_TYPE",
     "MESSAGE_TYPE",
@@ -151,9 +183,12 @@ __all__ = [
     "POLICY_MODEL_FIELD",
     "PRM_MODEL_FIELD",
     "PROBLEM_ID_FIELD",
+    "REFERENCE_FIELD",
     "RUN_ID_FIELD",
     "SCHEMA_VERSION",
+    "SPLIT_FIELD",
     "TRACE_POINT",
+    "TRUNCATED_FIELD",
     "RecordValidationError",
     "Row",
     "doc_field",

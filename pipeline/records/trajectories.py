@@ -1,40 +1,62 @@
-"""What the training builders (sft, dpo, prm, kto) share: chat turns and which paths they take.
+"""What the training builders (sft, dpo, kto, prm, step_dpo) share: turns, paths, gates.
 
-* `user_turn` / `assistant_turn`: the prompt (the policy's user turn, built from
-  the instruction the search ran with) and one assistant message;
-* `distinct_trajectories`: the first node of every distinct assistant text;
+* `user_turn` / `assistant_turn`: the training prompt (`records.prompt`, the same
+  user turn in every table) and one assistant message;
+* `distinct_trajectories`: the first node of every distinct training text, and
+  with a similarity below 1 the first of every group of near duplicates
+  (rapidfuzz's normalised Indel similarity of the texts);
 * `answers_in_path` and `select_paths`: the self-correction rule (a path that
-  answered before its last node is a self-correction trace).
+  answered before its last node, or whose text states more than one answer, is a
+  self-correction trace) and the truncation gate;
+* `Drops`: what each gate dropped, counted per record and gate
+  (``"sft.truncated"``), summed into ``trees.gate_drops``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from actors.prompts import policy_messages
+from rapidfuzz.distance import Indel
+
 from pipeline.records.config import SelfCorrection
 from pipeline.records.grading import GradedTree
 from pipeline.records.tree_paths import answers_on_path
 from search.tree import Node
 
+Drops = Counter[str]
+
 
 def user_turn(graded: GradedTree) -> list[dict[str, str]]:
-    return policy_messages(graded.result.problem, "", graded.instruction)[:1]
+    return [{"role": "user", "content": graded.user_prompt}]
 
 
 def assistant_turn(text: str) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": text}]
 
 
-def distinct_trajectories(nodes: Iterable[Node], graded: GradedTree) -> list[Node]:
-    """The first node of every distinct trajectory, order kept."""
+def distinct_trajectories(
+    nodes: Iterable[Node], graded: GradedTree, similarity: float = 1.0
+) -> list[Node]:
+    """The first node of every distinct training text, order kept.
+
+    `similarity` < 1 also drops a text whose normalised similarity to a kept one
+    is at least `similarity` (a near duplicate: the same solution reworded).
+    """
     seen: set[str] = set()
+    kept: list[str] = []
     out: list[Node] = []
     for n in nodes:
-        text = graded.trajectory(n)
-        if text not in seen:
-            seen.add(text)
-            out.append(n)
+        text = graded.training(n).text
+        if text in seen:
+            continue
+        if similarity < 1 and any(
+            Indel.normalized_similarity(text, k, score_cutoff=similarity) for k in kept
+        ):
+            continue
+        seen.add(text)
+        kept.append(text)
+        out.append(n)
     return out
 
 
@@ -43,23 +65,57 @@ def answers_in_path(graded: GradedTree, node: Node) -> int:
 
 
 def select_paths(
-    graded: GradedTree, nodes: Sequence[Node], dedupe: bool, self_correction: SelfCorrection
+    graded: GradedTree,
+    nodes: Sequence[Node],
+    dedupe: bool,
+    self_correction: SelfCorrection,
+    *,
+    record: str = "",
+    drop_truncated: bool = False,
+    similarity: float = 1.0,
+    drops: Drops | None = None,
 ) -> list[tuple[Node, int]]:
-    """(node, answers_in_path) of `nodes` after dedupe and the self-correction rule."""
+    """(node, answers_in_path) of `nodes` after the gates, each counting its drops.
+
+    In order: ``truncated`` (with `drop_truncated`), ``duplicate`` (with
+    `dedupe`; near duplicates with `similarity` < 1), then the self-correction
+    rule (``self_correction``): a path is a self-correction trace when an
+    earlier node on it answered or its training text states more than one
+    answer.
+    """
     if self_correction not in ("exclude", "include", "only"):
         raise ValueError(f"unknown self_correction rule {self_correction!r}")
-    picked = distinct_trajectories(nodes, graded) if dedupe else list(nodes)
-    counted = [(n, answers_in_path(graded, n)) for n in picked]
+    counts = drops if drops is not None else Counter()
+    picked = list(nodes)
+    if drop_truncated:
+        kept = [n for n in picked if not graded.training(n).truncated]
+        counts[f"{record}.truncated"] += len(picked) - len(kept)
+        picked = kept
+    if dedupe:
+        kept = distinct_trajectories(picked, graded, similarity)
+        counts[f"{record}.duplicate"] += len(picked) - len(kept)
+        picked = kept
+    counted = [(n, answers_in_path(graded, n), graded.training(n).statements > 1) for n in picked]
     if self_correction == "exclude":
-        return [(n, k) for n, k in counted if k == 1]
-    if self_correction == "only":
-        return [(n, k) for n, k in counted if k > 1]
-    return counted
+        out = [(n, k) for n, k, many in counted if k == 1 and not many]
+    elif self_correction == "only":
+        out = [(n, k) for n, k, many in counted if k > 1 or many]
+    else:
+        out = [(n, k) for n, k, _ in counted]
+    counts[f"{record}.self_correction"] += len(counted) - len(out)
+    return out
+
+
+def count(drops: Drops | None, key: str, dropped: int) -> None:
+    if drops is not None and dropped > 0:
+        drops[key] += dropped
 
 
 __all__ = [
+    "Drops",
     "answers_in_path",
     "assistant_turn",
+    "count",
     "distinct_trajectories",
     "select_paths",
     "user_turn",

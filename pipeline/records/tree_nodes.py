@@ -8,6 +8,7 @@ from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     PROBLEM_ID_FIELD,
     RUN_ID_FIELD,
+    SPLIT_FIELD,
     Row,
     doc_field,
     record_schema,
@@ -58,6 +59,7 @@ TREE_NODES_SCHEMA = record_schema(
         ),
         doc_field("full_generation", pa.bool_(), "generated as a whole solution, not one step"),
         doc_field("error", pa.string(), "why generating or scoring it failed", nullable=True),
+        SPLIT_FIELD,
     ],
 )
 """`tree_nodes`: every node of every tree, so relabelling can be redone from Parquet."""
@@ -91,6 +93,7 @@ def tree_node_rows(graded: GradedTree, *, run_id: str) -> list[Row]:
                 "from_generative": n.from_generative,
                 "full_generation": n.full_generation,
                 "error": n.error,
+                "split": graded.split,
             }
         )
     return rows

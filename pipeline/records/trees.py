@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from pipeline.records.grading import GradedTree, answer_key
 from pipeline.records.schema import (
     BUDGET_FIELD,
+    DIFFICULTY_FIELD,
+    GATE_DROP,
     LABEL_SOURCE_FIELD,
     METHOD_FIELD,
     POLICY_MODEL_FIELD,
     PRM_MODEL_FIELD,
     PROBLEM_ID_FIELD,
     RUN_ID_FIELD,
+    SPLIT_FIELD,
     TRACE_POINT,
     Row,
     doc_field,
@@ -84,6 +89,14 @@ TREES_SCHEMA = record_schema(
             "PRM score Q of every scored node (root and failed nodes excluded), creation order",
             nullable=True,
         ),
+        DIFFICULTY_FIELD,
+        doc_field(
+            "gate_drops",
+            pa.list_(pa.field("element", GATE_DROP, nullable=False)),
+            "what each quality gate kept out of the training rows of this problem: "
+            "(gate, dropped), the gate named <record>.<gate> (records.gates)",
+        ),
+        SPLIT_FIELD,
         doc_field(
             "trace",
             pa.list_(pa.field("element", TRACE_POINT, nullable=False)),
@@ -103,6 +116,7 @@ def tree_row(
     policy_model: str | None = None,
     prm_model: str | None = None,
     contaminated: str | None = None,
+    gate_drops: Mapping[str, int] | None = None,
 ) -> Row:
     """The `trees` row of one graded search."""
     result = graded.result
@@ -136,6 +150,13 @@ def tree_row(
         "prm_model": prm_model,
         "budget": result.budget,
         "seed": result.seed,
+        "difficulty": graded.difficulty,
+        "gate_drops": [
+            {"gate": gate, "dropped": dropped}
+            for gate, dropped in sorted((gate_drops or {}).items())
+            if dropped > 0
+        ],
+        "split": graded.split,
         "node_scores": [
             n.q
             for n in result.tree.nodes

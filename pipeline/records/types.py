@@ -17,6 +17,7 @@ from pipeline.records.kto import KTO_SCHEMA
 from pipeline.records.nodes import NODES_SCHEMA
 from pipeline.records.prm import PRM_SCHEMA
 from pipeline.records.sft import SFT_SCHEMA
+from pipeline.records.step_dpo import STEP_DPO_SCHEMA
 from pipeline.records.tree_nodes import TREE_NODES_SCHEMA
 from pipeline.records.trees import TREES_SCHEMA
 
@@ -25,12 +26,13 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     "trees": TREES_SCHEMA,
     "sft": SFT_SCHEMA,
     "dpo": DPO_SCHEMA,
+    "step_dpo": STEP_DPO_SCHEMA,
     "prm": PRM_SCHEMA,
     "kto": KTO_SCHEMA,
     "tree_nodes": TREE_NODES_SCHEMA,
     "errors": ERRORS_SCHEMA,
 }
 RECORD_TYPES: tuple[str, ...] = tuple(SCHEMAS)
-TRAINING_TYPES: tuple[str, ...] = ("sft", "dpo", "prm", "kto")
+TRAINING_TYPES: tuple[str, ...] = ("sft", "dpo", "step_dpo", "prm", "kto")
 
 __all__ = ["RECORD_TYPES", "SCHEMAS", "TRAINING_TYPES"]

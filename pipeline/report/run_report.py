@@ -223,8 +223,42 @@ def _tree_rows(frame: Any) -> list[list[str]]:
     ]
 
 
+def training_rows_markdown(trees: Any, counts: dict[str, int]) -> str:
+    """Rows per training table, problems by difficulty, and what each quality gate dropped."""
+    names = [c for c in ("sft", "dpo", "step_dpo", "prm", "kto") if c in counts]
+    rows = [[name, f"{counts[name]:,}"] for name in names]
+    columns = set(trees.column_names) if trees is not None else set()
+    difficulty: dict[str, int] = {}
+    drops: dict[str, int] = {}
+    if "difficulty" in columns:
+        for value in trees.column("difficulty").to_pylist():
+            difficulty[str(value)] = difficulty.get(str(value), 0) + 1
+    if "gate_drops" in columns:
+        for entries in trees.column("gate_drops").to_pylist():
+            for entry in entries or ():
+                drops[entry["gate"]] = drops.get(entry["gate"], 0) + int(entry["dropped"])
+    parts = [_md_table(["table", "rows"], rows)]
+    if difficulty:
+        parts.append(
+            "Problems by difficulty (their answered nodes all right, mixed, none right): "
+            + ", ".join(f"{k} {v}" for k, v in sorted(difficulty.items()))
+            + "."
+        )
+    gate_rows = [[f"`{k}`", str(v)] for k, v in sorted(drops.items()) if v]
+    parts.append(
+        "What the quality gates (`records.gates`) kept out of the training rows:\n\n"
+        + (_md_table(["gate", "dropped"], gate_rows) if gate_rows else "nothing")
+    )
+    return "\n\n".join(parts)
+
+
 def report_markdown(
-    run_id: str, numbers: ReportNumbers, figures: list[Path], trees: Any, percentiles: str
+    run_id: str,
+    numbers: ReportNumbers,
+    figures: list[Path],
+    trees: Any,
+    percentiles: str,
+    training: str | None = None,
 ) -> str:
     n = numbers
     rows = [
@@ -279,6 +313,7 @@ def report_markdown(
         "Each tree read at growing budgets (its state after the last step within the budget), "
         "averaged over trees, plotted at the mean consumed tokens.",
         *(f"![{f.stem.replace('_', ' ')}]({f.name})" for f in figures),
+        *(["## Training rows", training] if training else []),
         "## The five longest trees (wall time)",
         _md_table(header, _tree_rows(longest)),
         "## The five shortest trees (wall time)",
@@ -307,7 +342,14 @@ def write_run_report(run_dir: str | Path, prices: PricesConfig | None = None) ->
     written += figures
     written.append(_prm_figure(trees, nodes, run_dir / PRM_FIGURE))
     (run_dir / REPORT_MD).write_text(
-        report_markdown(folder.run_id, numbers, figures, trees, percentiles)
+        report_markdown(
+            folder.run_id,
+            numbers,
+            figures,
+            trees,
+            percentiles,
+            training_rows_markdown(trees, folder.counts()),
+        )
     )
     (run_dir / REPORT_JSON).write_text(json.dumps(asdict(numbers), indent=2) + "\n")
     return [*written, run_dir / REPORT_MD, run_dir / REPORT_JSON]

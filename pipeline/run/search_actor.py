@@ -149,6 +149,7 @@ class SearchActor:
                 config=self.run.records,
                 contamination=contamination,
                 instruction=self.run.policy.prompts.policy_instruction,
+                extraction=self.run.search.answer_extraction,
                 **self.models,
             )
         except Exception as exc:  # one bad problem must not kill the run

@@ -38,6 +38,8 @@ class RunSummary:
     rows: dict[str, int] = field(default_factory=dict)
     # benchmark -> problems that overlap it (searched, kept out of the training rows)
     contaminated: dict[str, int] = field(default_factory=dict)
+    # quality gate (<record>.<gate>) -> training rows it kept out (`trees.gate_drops`)
+    gate_drops: dict[str, int] = field(default_factory=dict)
 
     @property
     def precision(self) -> float | None:
@@ -56,6 +58,7 @@ class RunSummary:
         self.correct_nodes += sum(1 for n in nodes if n.get("label"))
         for tree in records.get("trees", []):
             self.count_contamination(tree)
+            self.count_gate_drops(tree)
             self.correct_trees += bool(tree.get("correct"))
             self.tokens += int(tree.get("policy_output_tokens") or 0)
             self.grade_timeouts += int(tree.get("grade_timeouts") or 0)
@@ -65,6 +68,12 @@ class RunSummary:
         if tree.get("contaminated"):
             name = str(tree["contaminated"])
             self.contaminated[name] = self.contaminated.get(name, 0) + 1
+
+    def count_gate_drops(self, tree: dict[str, Any]) -> None:
+        """Add a `trees` row's quality-gate counts (`pipeline.records.config.GatesConfig`)."""
+        for drop in tree.get("gate_drops") or ():
+            gate = str(drop["gate"])
+            self.gate_drops[gate] = self.gate_drops.get(gate, 0) + int(drop["dropped"])
 
     def table(self) -> Table:
         precision = "-" if self.precision is None else f"{self.precision:.3f}"
@@ -91,6 +100,8 @@ class RunSummary:
         table.add_row(
             "decontaminated problems", f"{excluded} (no training rows)" if excluded else "0"
         )
+        dropped = ", ".join(f"{k} {v}" for k, v in sorted(self.gate_drops.items()) if v)
+        table.add_row("dropped by quality gates", dropped or "0")
         table.add_row("rows written", ", ".join(f"{k} {v}" for k, v in self.rows.items()))
         table.add_row("files", str(self.run_dir))
         return table
@@ -114,6 +125,7 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     summary.tokens = sum(int(t["policy_output_tokens"]) for t in trees)
     for tree in trees:
         summary.count_contamination(tree)
+        summary.count_gate_drops(tree)
     summary.grade_timeouts = sum(int(t.get("grade_timeouts") or 0) for t in trees)
     summary.rows = folder.counts()
     return summary

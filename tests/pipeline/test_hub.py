@@ -1,12 +1,16 @@
 """pipeline.publish.hub.publish_run against a local Hub server (tests/hub_server.py).
 
 The round trip uses the real huggingface_hub upload path (preupload, LFS batch + PUT, commit)
-and the real ``datasets.load_dataset`` reading the Parquet back through the card's configs.
+and the real ``datasets.load_dataset`` reading the Parquet back through the card's configs:
+with no config name (the card's default), by config, and by split (``train``/``test``, the
+held-out problems of `pipeline.records.splits.split_of`).  The test runs' Parquet is built
+here by hand with a ``split`` column (or without one, as runs before the split were written).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 from pathlib import Path
@@ -17,11 +21,20 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pipeline.publish.hub import CardInfo, HubPublishError, publish_run, retry_command
+from pipeline.publish.hub import (
+    CONFIGS,
+    CardInfo,
+    HubPublishError,
+    card_configs,
+    publish_run,
+    retry_command,
+)
+from pipeline.records.splits import split_of
 from tests.hub_server import HubServer
 
 TOKEN = "hf_FAKE_token_must_never_leak_0123456789"
 REPO = "bgmcts/synth-data"
+TEST_FRACTION = 0.5  # r1's problems p0, p1, p2: test, train, test; r1-new's p0, p1: train, test
 
 pytestmark = [
     pytest.mark.slow,
@@ -34,12 +47,36 @@ def _msgs(*pairs: tuple[str, str]) -> list[dict[str, str]]:
     return [{"role": r, "content": c} for r, c in pairs]
 
 
-def make_run(root: Path, tag: str, n_sft: int = 3, n_dpo: int = 2) -> Path:
-    """A run folder with sft/*.parquet and dpo/*.parquet written by pyarrow."""
+def _table(rows: list[dict[str, Any]], record: str) -> pa.Table:
+    """`rows` with schema metadata and a description on every field, like the sink's tables."""
+    table = pa.Table.from_pylist(rows)
+    schema = pa.schema(
+        [f.with_metadata({"description": f"{f.name} of {record}"}) for f in table.schema],
+        metadata={"record": record, "schema_version": "test"},
+    )
+    return table.cast(schema)
+
+
+def make_run(
+    root: Path, tag: str, n_sft: int = 3, n_dpo: int = 2, *, with_split: bool = True
+) -> Path:
+    """A run folder with sft/*.parquet and dpo/*.parquet written by pyarrow: row i of each is
+    problem ``<tag>-p<i>``, its ``split`` that problem's (none when not `with_split`)."""
     (root / "sft").mkdir(parents=True)
     (root / "dpo").mkdir(parents=True)
+
+    def problem(i: int) -> dict[str, str]:
+        pid = f"{tag}-p{i}"
+        return {
+            "problem_id": pid,
+            **({"split": split_of(pid, TEST_FRACTION)} if with_split else {}),
+        }
+
     sft = [
-        {"messages": _msgs(("user", f"{tag} q{i}"), ("assistant", f"{tag} a{i}"))}
+        {
+            "messages": _msgs(("user", f"{tag} q{i}"), ("assistant", f"{tag} a{i}")),
+            **problem(i),
+        }
         for i in range(n_sft)
     ]
     dpo = [
@@ -49,30 +86,55 @@ def make_run(root: Path, tag: str, n_sft: int = 3, n_dpo: int = 2) -> Path:
             "rejected": _msgs(("assistant", f"{tag} bad{i}")),
             "score_chosen": 1.0,
             "score_rejected": 0.25 * i,
+            **problem(i),
         }
         for i in range(n_dpo)
     ]
-    pq.write_table(pa.Table.from_pylist(sft), root / "sft" / "part-00000.parquet")
-    pq.write_table(pa.Table.from_pylist(dpo), root / "dpo" / "part-00000.parquet")
+    pq.write_table(_table(sft, "sft"), root / "sft" / "part-00000.parquet")
+    pq.write_table(_table(dpo, "dpo"), root / "dpo" / "part-00000.parquet")
     return root
 
 
-def rows_of(run_dir: Path, config: str) -> list[dict[str, Any]]:
+def rows_of(run_dir: Path, config: str, split: str | None = None) -> list[dict[str, Any]]:
+    """The local rows of a config (those of `split` only, when given)."""
     out: list[dict[str, Any]] = []
     for f in sorted((run_dir / config).glob("*.parquet")):
         out += pq.read_table(f).to_pylist()
-    return out
+    return [r for r in out if split is None or r["split"] == split]
 
 
-def load(config: str, cache: Path) -> list[dict[str, Any]]:
+def as_published(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of a run written before the split, as the Hub serves them: split "train" added."""
+    return [{**r, "split": r.get("split", "train")} for r in rows]
+
+
+def load(config: str, cache: Path, split: str = "train") -> list[dict[str, Any]]:
     import datasets
 
-    ds = datasets.load_dataset(REPO, config, split="train", cache_dir=str(cache))
+    ds = datasets.load_dataset(REPO, config, split=split, cache_dir=str(cache))
     return list(ds.to_list())
+
+
+def load_all(config: str | None, cache: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every split of a config (the card's default config when `config` is None)."""
+    import datasets
+
+    args = (REPO,) if config is None else (REPO, config)
+    dsd = datasets.load_dataset(*args, cache_dir=str(cache))
+    return {name: list(ds.to_list()) for name, ds in dsd.items()}
+
+
+def every_row(splits: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [row for rows in splits.values() for row in rows]
 
 
 def canon(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(json.dumps(r, sort_keys=True) for r in rows)
+
+
+def header(card: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(card.split("---")[1])
+    return loaded
 
 
 CARD = CardInfo(
@@ -80,6 +142,7 @@ CARD = CardInfo(
         "search": {"algorithm": "bg-mcts", "budget": 64},
         "hub": {"repo": REPO, "hf_token": TOKEN},
         "policy": {"model": "Qwen/Qwen3-0.6B", "api_key": "sk-secret"},
+        "records": {"test_fraction": TEST_FRACTION},
     },
     models=["Qwen/Qwen3-0.6B"],
     budget={"llm_calls": 64, "tokens": 100_000},
@@ -102,16 +165,71 @@ def test_round_trip_two_configs(env: HubServer, tmp_path: Path) -> None:
     result = publish(run, "r1", env)
 
     assert result.counts == {"sft": 3, "dpo": 2}
-    assert set(env.files(REPO)) == {
-        "README.md",
-        "data/sft/run=r1/part-00000.parquet",
-        "data/dpo/run=r1/part-00000.parquet",
+    assert result.split_counts == {
+        "sft": {"train": 1, "test": 2},
+        "dpo": {"train": 1, "test": 1},
     }
+    files = env.files(REPO)
+    assert set(files) == {
+        "README.md",
+        "data/sft/run=r1/train-part-00000.parquet",
+        "data/sft/run=r1/test-part-00000.parquet",
+        "data/dpo/run=r1/train-part-00000.parquet",
+        "data/dpo/run=r1/test-part-00000.parquet",
+    }
+    # each file holds its split's rows, with the local file's schema and metadata
+    for config in ("sft", "dpo"):
+        local = pq.read_schema(run / config / "part-00000.parquet")
+        for split in ("train", "test"):
+            table = pq.read_table(
+                io.BytesIO(files[f"data/{config}/run=r1/{split}-part-00000.parquet"])
+            )
+            assert table.schema.equals(local, check_metadata=True)
+            assert canon(table.to_pylist()) == canon(rows_of(run, config, split))
     assert env.repos[("dataset", REPO)].private
     # Parquet went through the LFS batch + PUT path, the card as a regular file.
     assert any(m == "PUT" and p.startswith("/lfs-upload/") for m, p in env.requests)
-    assert canon(load("sft", tmp_path / "c1")) == canon(rows_of(run, "sft"))
-    assert canon(load("dpo", tmp_path / "c2")) == canon(rows_of(run, "dpo"))
+    for config in ("sft", "dpo"):
+        for split in ("train", "test"):
+            got = load(config, tmp_path / f"c-{config}-{split}", split)
+            assert canon(got) == canon(rows_of(run, config, split))
+
+
+def test_default_config_and_held_out_problems(env: HubServer, tmp_path: Path) -> None:
+    """`load_dataset(repo)` needs no config name; `split="test"` is exactly the held-out rows;
+    a problem is in one split only, across configs and runs."""
+    run1 = make_run(tmp_path / "run1", "r1")
+    run2 = make_run(tmp_path / "run2", "r2", n_sft=5, n_dpo=1)  # r2's dpo: all test
+    publish(run1, "r1", env)
+    publish(run2, "r2", env)
+
+    default = load_all(None, tmp_path / "c-default")  # no config name: the card's default
+    assert set(default) == {"train", "test"}
+    for split in ("train", "test"):
+        assert canon(default[split]) == canon(
+            rows_of(run1, "sft", split) + rows_of(run2, "sft", split)
+        )
+    test_rows = load("sft", tmp_path / "c-sft-test", "test")
+    expected = rows_of(run1, "sft", "test") + rows_of(run2, "sft", "test")
+    assert expected and canon(test_rows) == canon(expected)
+    assert all(r["split"] == "test" for r in test_rows)
+
+    split_of_problem: dict[str, set[str]] = {}
+    for config in ("sft", "dpo"):
+        for split, rows in load_all(config, tmp_path / f"c-all-{config}").items():
+            for row in rows:
+                assert row["split"] == split
+                split_of_problem.setdefault(row["problem_id"], set()).add(split)
+    assert len(split_of_problem) == 8  # r1-p0..p2, r2-p0..p4
+    for pid, splits in split_of_problem.items():
+        assert splits == {split_of(pid, TEST_FRACTION)}
+    assert {s for splits in split_of_problem.values() for s in splits} == {"train", "test"}
+
+    # a file of one split only goes up as it is, byte for byte, and only under that split
+    files = env.files(REPO)
+    assert "data/dpo/run=r2/train-part-00000.parquet" not in files
+    local = (run2 / "dpo" / "part-00000.parquet").read_bytes()
+    assert files["data/dpo/run=r2/test-part-00000.parquet"] == local
 
 
 def test_second_run_then_republish_replaces_only_that_run(env: HubServer, tmp_path: Path) -> None:
@@ -120,31 +238,169 @@ def test_second_run_then_republish_replaces_only_that_run(env: HubServer, tmp_pa
     publish(run1, "r1", env)
     publish(run2, "r2", env)
     both = rows_of(run1, "sft") + rows_of(run2, "sft")
-    assert canon(load("sft", tmp_path / "c1")) == canon(both)
+    assert canon(every_row(load_all("sft", tmp_path / "c1"))) == canon(both)
     r2_files = {p: b for p, b in env.files(REPO).items() if "run=r2" in p}
-    assert len(r2_files) == 2
+    assert sorted(r2_files) == [
+        "data/dpo/run=r2/test-part-00000.parquet",
+        "data/sft/run=r2/test-part-00000.parquet",
+        "data/sft/run=r2/train-part-00000.parquet",
+    ]
 
     # Re-publish r1 with different rows and a different file name: old r1 files go away.
     run1b = tmp_path / "run1b"
-    make_run(run1b, "r1-new", n_sft=4, n_dpo=3)
+    make_run(run1b, "r1-new", n_sft=4, n_dpo=1)  # its dpo row: train only
     (run1b / "sft" / "part-00000.parquet").rename(run1b / "sft" / "part-new.parquet")
     result = publish(run1b, "r1", env)
-    assert result.deleted == ["data/sft/run=r1/part-00000.parquet"]  # dpo one is overwritten
+    assert result.deleted == [  # the dpo train file is overwritten
+        "data/dpo/run=r1/test-part-00000.parquet",
+        "data/sft/run=r1/test-part-00000.parquet",
+        "data/sft/run=r1/train-part-00000.parquet",
+    ]
 
     files = env.files(REPO)
     assert {p: b for p, b in files.items() if "run=r2" in p} == r2_files
     assert sorted(p for p in files if "run=r1" in p) == [
-        "data/dpo/run=r1/part-00000.parquet",
-        "data/sft/run=r1/part-new.parquet",
+        "data/dpo/run=r1/train-part-00000.parquet",
+        "data/sft/run=r1/test-part-new.parquet",
+        "data/sft/run=r1/train-part-new.parquet",
     ]
-    assert canon(load("sft", tmp_path / "c2")) == canon(
-        rows_of(run1b, "sft") + rows_of(run2, "sft")
-    )
-    assert canon(load("dpo", tmp_path / "c3")) == canon(
-        rows_of(run1b, "dpo") + rows_of(run2, "dpo")
-    )
+    for config in ("sft", "dpo"):
+        got = load_all(config, tmp_path / f"c2-{config}")
+        for split, rows in got.items():
+            assert canon(rows) == canon(
+                rows_of(run1b, config, split) + rows_of(run2, config, split)
+            )
     # One commit per publish (create_repo adds the initial one).
     assert len(env.repos[("dataset", REPO)].commits) == 4
+
+
+def test_run_without_split_column_publishes_as_train(env: HubServer, tmp_path: Path) -> None:
+    """A run written before the split: every row is train; `errors` goes up unchanged, the
+    other tables get a `split` column of "train" so they read together with newer runs."""
+    old = make_run(tmp_path / "old", "old", with_split=False)
+    (old / "errors").mkdir()
+    errors = _table([{"problem_id": "old-p9", "stage": "search", "error": "boom"}], "errors")
+    pq.write_table(errors, old / "errors" / "part-00000.parquet")
+    result = publish(old, "old", env)
+
+    assert result.split_counts == {
+        "sft": {"train": 3, "test": 0},
+        "dpo": {"train": 2, "test": 0},
+        "errors": {"train": 1, "test": 0},
+    }
+    files = env.files(REPO)
+    assert sorted(p for p in files if p.startswith("data/")) == [
+        "data/dpo/run=old/train-part-00000.parquet",
+        "data/errors/run=old/train-part-00000.parquet",
+        "data/sft/run=old/train-part-00000.parquet",
+    ]
+    assert (
+        files["data/errors/run=old/train-part-00000.parquet"]
+        == (old / "errors" / "part-00000.parquet").read_bytes()
+    )
+    sft_schema = pq.read_schema(io.BytesIO(files["data/sft/run=old/train-part-00000.parquet"]))
+    assert sft_schema.names[-1] == "split" and sft_schema.metadata[b"record"] == b"sft"
+    configs = header(files["README.md"].decode())["configs"]
+    assert all([f["split"] for f in c["data_files"]] == ["train"] for c in configs)
+    assert load_all("sft", tmp_path / "c-sft") == {"train": load("sft", tmp_path / "c-sft-train")}
+    assert canon(load("sft", tmp_path / "c1")) == canon(as_published(rows_of(old, "sft")))
+    assert canon(load("errors", tmp_path / "c2")) == canon(rows_of(old, "errors"))
+
+    # a newer run with a test split next to it: one config, both runs, split by problem
+    new = make_run(tmp_path / "new", "r1")
+    publish(new, "r1", env)
+    assert canon(load("sft", tmp_path / "c3")) == canon(
+        as_published(rows_of(old, "sft")) + rows_of(new, "sft", "train")
+    )
+    assert canon(load("sft", tmp_path / "c4", "test")) == canon(rows_of(new, "sft", "test"))
+
+
+def test_repo_files_published_before_the_split_stay_in_train(
+    env: HubServer, tmp_path: Path
+) -> None:
+    """A repo from before the split (``data/sft/run=<id>/part-*.parquet``): its runs are listed
+    in the train split one folder each until they are re-published."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    legacy = make_run(tmp_path / "legacy", "leg", with_split=False)
+    api = HfApi(endpoint=env.endpoint, token=TOKEN)
+    api.create_repo(REPO, repo_type="dataset", private=True)
+    api.create_commit(
+        REPO,
+        [
+            CommitOperationAdd(
+                path_in_repo=f"data/{c}/run=leg/part-00000.parquet",
+                path_or_fileobj=str(legacy / c / "part-00000.parquet"),
+            )
+            for c in ("sft", "dpo")
+        ],
+        commit_message="published before the split",
+        repo_type="dataset",
+    )
+    run = make_run(tmp_path / "run1", "r1")
+    publish(run, "r1", env)
+
+    sft = header(env.files(REPO)["README.md"].decode())["configs"][0]
+    assert sft == {
+        "config_name": "sft",
+        "data_files": [
+            {
+                "split": "train",
+                "path": ["data/sft/run=*/train-*.parquet", "data/sft/run=leg/*.parquet"],
+            },
+            {"split": "test", "path": "data/sft/run=*/test-*.parquet"},
+        ],
+        "default": True,
+    }
+    # the legacy rows have no split column: datasets reads them with split None
+    legacy_rows = [{**r, "split": None} for r in rows_of(legacy, "sft")]
+    assert canon(load("sft", tmp_path / "c1")) == canon(legacy_rows + rows_of(run, "sft", "train"))
+
+    publish(legacy, "leg", env)  # re-published from its run folder: the new layout
+    files = env.files(REPO)
+    assert "data/sft/run=leg/part-00000.parquet" not in files
+    assert "data/sft/run=leg/train-part-00000.parquet" in files
+    sft = header(files["README.md"].decode())["configs"][0]
+    assert sft["data_files"][0] == {"split": "train", "path": "data/sft/run=*/train-*.parquet"}
+    assert canon(load("sft", tmp_path / "c2")) == canon(
+        as_published(rows_of(legacy, "sft")) + rows_of(run, "sft", "train")
+    )
+
+
+def test_card_configs_default_and_test_split_only_when_present() -> None:
+    def names(files: list[str]) -> list[tuple[str, list[str], bool]]:
+        return [
+            (c["config_name"], [f["split"] for f in c["data_files"]], c.get("default", False))
+            for c in card_configs(files)
+        ]
+
+    assert names(
+        [
+            "README.md",
+            "data/trees/run=a/train-part-1.parquet",
+            "data/prm/run=a/train-part-1.parquet",
+            "data/prm/run=b/test-part-2.parquet",
+            "data/errors/run=a/train-part-1.parquet",
+            "reports/run=a/x.png",
+        ]
+    ) == [
+        ("prm", ["train", "test"], True),
+        ("trees", ["train"], False),
+        ("errors", ["train"], False),
+    ]
+    assert names(["data/trees/run=a/part-1.parquet"]) == [("trees", ["train"], True)]
+    assert names([]) == []
+
+
+def test_bad_split_value_fails_before_any_request(env: HubServer, tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run1", "r1")
+    rows = rows_of(run, "sft")
+    rows[0]["split"] = "validation"
+    pq.write_table(_table(rows, "sft"), run / "sft" / "part-00000.parquet")
+    with pytest.raises(HubPublishError, match="'validation'") as info:
+        publish(run, "r1", env)
+    assert retry_command(run, REPO, "r1") in str(info.value)
+    assert env.requests == []
 
 
 def test_card(env: HubServer, tmp_path: Path) -> None:
@@ -152,21 +408,31 @@ def test_card(env: HubServer, tmp_path: Path) -> None:
     publish(run, "r1", env)
     card = env.files(REPO)["README.md"].decode()
 
-    header = yaml.safe_load(card.split("---")[1])
-    assert header["configs"] == [
+    assert header(card)["configs"] == [
         {
             "config_name": "sft",
-            "data_files": [{"split": "train", "path": "data/sft/run=*/*.parquet"}],
+            "data_files": [
+                {"split": "train", "path": "data/sft/run=*/train-*.parquet"},
+                {"split": "test", "path": "data/sft/run=*/test-*.parquet"},
+            ],
+            "default": True,
         },
         {
             "config_name": "dpo",
-            "data_files": [{"split": "train", "path": "data/dpo/run=*/*.parquet"}],
+            "data_files": [
+                {"split": "train", "path": "data/dpo/run=*/train-*.parquet"},
+                {"split": "test", "path": "data/dpo/run=*/test-*.parquet"},
+            ],
         },
     ]
+    assert f'data = load_dataset("{REPO}")' in card  # the default config, no name
+    assert f'sft_test = load_dataset("{REPO}", "sft", split="test")' in card
+    assert "`records.test_fraction` = 0.5" in card
     assert "BG-MCTS" in card and CARD.paper_title in card
-    assert "| sft | 3 |" in card and "| dpo | 2 |" in card
+    assert "| config | train rows | test rows |" in card
+    assert "| sft | 1 | 2 |" in card and "| dpo | 1 | 1 |" in card
     assert "0.8750" in card and "Qwen/Qwen3-0.6B" in card and "llm_calls: 64" in card
-    assert "r1 q0" in card and "r1 good0" in card  # one sample row per config
+    assert "r1 q1" in card and "r1 good1" in card  # one sample row per config (a train row)
     assert "algorithm: bg-mcts" in card
     assert TOKEN not in card and "sk-secret" not in card
     assert "hf_token: <redacted>" in card and "api_key: <redacted>" in card
@@ -306,22 +572,25 @@ async def test_configured_publish_pushes_the_run(env: HubServer, tmp_path: Path)
     result = publish_configured(config, run_dir)
     labels = pq.read_table(run_dir / "nodes").column("label").to_pylist()
     precision = sum(labels) / len(labels)
-    written = [n for n in ("sft", "dpo", "prm", "kto", "nodes", "trees", "tree_nodes")]
+    written = [n for n in CONFIGS if any((run_dir / n).glob("*.parquet"))]
+    assert {"sft", "dpo", "prm", "kto", "nodes", "trees", "tree_nodes"} <= set(written)
     assert result.counts == {n: pq.read_table(run_dir / n).num_rows for n in written}
     assert all(result.counts.values())  # every record type is a config (no errors here)
     card = env.files(REPO)["README.md"].decode()
     assert f"Precision of answered nodes: {precision:.4f}" in card
     assert "embedded" in card and TOKEN not in card
-    header = yaml.safe_load(card.split("---")[1])
-    assert [c["config_name"] for c in header["configs"]] == written
+    assert [c["config_name"] for c in header(card)["configs"]] == written
     assert "kept out of sft/dpo/prm/kto): 1 (math500: 1)" in card
-    assert "13-gram" in card and "math500, gsm8k_test" in card
-    # every record type loads by its config name, as a user would
-    prm = load("prm", tmp_path / "c-prm")
-    assert canon(prm) == canon(rows_of(run_dir, "prm"))
-    assert {"p0", "p1"} == {r["problem_id"] for r in prm}  # p2 is contaminated
-    tree_nodes = load("tree_nodes", tmp_path / "c-nodes")
-    assert len(tree_nodes) == result.counts["tree_nodes"]
+    ngram = config.records.decontamination.ngram
+    assert f"{ngram}-grams" in card and "math500, gsm8k_test" in card
+    # every record type loads by its config name, as a user would (train and test splits)
+    prm = load_all("prm", tmp_path / "c-prm")
+    assert canon(every_row(prm)) == canon(as_published(rows_of(run_dir, "prm")))
+    assert {"p0", "p1"} == {
+        r["problem_id"] for rows in prm.values() for r in rows
+    }  # p2: contaminated
+    tree_nodes = load_all("tree_nodes", tmp_path / "c-nodes")
+    assert sum(map(len, tree_nodes.values())) == result.counts["tree_nodes"]
 
 
 async def test_publish_job_standalone_and_bad_arguments(
@@ -335,7 +604,8 @@ async def test_publish_job_standalone_and_bad_arguments(
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "published run alone" in out and TOKEN not in out
-    assert canon(load("sft", tmp_path / "c")) == canon(rows_of(run_dir, "sft"))
+    sft = every_row(load_all("sft", tmp_path / "c"))
+    assert canon(sft) == canon(as_published(rows_of(run_dir, "sft")))
     assert main(["--run-dir", str(tmp_path / "nope"), "--repo", REPO]) == 2
     assert "not a run folder" in capsys.readouterr().err
 

@@ -27,7 +27,9 @@ import yaml
 
 from actors.grading import answers_match
 from pipeline.config import parse_run_config
+from pipeline.report.hygiene import hygiene_of_run
 from pipeline.run.synthesis import synthesize
+from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import REPO
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -104,3 +106,12 @@ def test_main_config_on_a_slice_writes_sft_rows_and_dpo_pairs(tmp_path: Path) ->
     # real model text: every completion is the model's own, not the prompt's example
     instruction = config.policy.prompts.policy_instruction
     assert all(r["completion"][0]["content"] not in instruction for r in sft)
+    # ... and clean as a trainer wants it: nothing after the answer, one answer, nothing
+    # truncated, one prompt (the bare problem), no rejected stating the reference, prm steps
+    # that rebuild, kto labels that agree with grading
+    report = hygiene_of_run(RunFolder.open(tmp_path / "out", "slice"))
+    assert report.dirty_rows == 0, report.markdown()
+    nodes = pq.read_table(run_dir / "tree_nodes").to_pylist()
+    problems = {n["problem_id"]: n["text"] for n in nodes if n["parent_id"] is None}
+    for row in sft + dpo:  # the bare problem, not the few-shot scaffold the search used
+        assert row["prompt"] == [{"role": "user", "content": problems[row["problem_id"]]}]

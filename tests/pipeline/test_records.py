@@ -19,6 +19,7 @@ from pipeline.records import (
     SCHEMAS,
     SFT_SCHEMA,
     TREES_SCHEMA,
+    GatesConfig,
     GradedTree,
     RecordsConfig,
     RecordValidationError,
@@ -31,6 +32,7 @@ from pipeline.records import (
     records_for,
     schema_markdown,
     sft_rows,
+    step_dpo_rows,
     to_table,
     tree_node_rows,
     tree_row,
@@ -41,6 +43,12 @@ from search.protocols import FinishReason
 from search.scripted import ScriptedPolicy, ScriptedScorer
 
 PROBLEM = "What is the value of the expression?"
+# Every gate open: the builders' own rules (pairing, dedupe, self-correction) alone.  The
+# scripted texts are near duplicates of each other ("w0.0 w0.1 ..."); the gates have their
+# own tests in test_training_records.py.
+OPEN = GatesConfig(
+    min_edit_distance=0, sft_top_k=0, near_duplicate=1.0, rejected_states_reference=False
+)
 
 
 async def _search(
@@ -138,7 +146,15 @@ async def test_dpo_pairs_join_correct_and_incorrect_trajectories_that_diverge(
     types_seen: Counter[str] = Counter()
     for graded in await _graded("12"):
         labels = {r["node_id"]: r for r in node_rows(graded, run_id="r")}
-        pairs = dpo_rows(graded, run_id="r", max_pairs_per_problem=cap, pairing=pairing, seed=3)
+        pairs = dpo_rows(
+            graded,
+            run_id="r",
+            max_pairs_per_problem=cap,
+            pairing=pairing,
+            seed=3,
+            gates=OPEN,
+            self_correction="include",
+        )
         assert len(pairs) <= cap
         for pair in pairs:
             assert pair["problem_id"] == graded.problem_id
@@ -180,7 +196,15 @@ async def test_dpo_pairs_join_correct_and_incorrect_trajectories_that_diverge(
             gaps = [p["score_chosen"] - p["score_rejected"] for p in pairs]
             assert gaps == sorted(gaps, reverse=True)
         else:
-            again = dpo_rows(graded, run_id="r", max_pairs_per_problem=cap, pairing=pairing, seed=3)
+            again = dpo_rows(
+                graded,
+                run_id="r",
+                max_pairs_per_problem=cap,
+                pairing=pairing,
+                seed=3,
+                gates=OPEN,
+                self_correction="include",
+            )
             assert again == pairs
     if cap >= 2:
         assert types_seen["siblings"] + types_seen["cousins"] > 0, types_seen
@@ -190,9 +214,21 @@ async def test_dpo_prefix_pairs_only_when_asked_for() -> None:
     prefix_pairs = 0
     for graded in await _graded("12"):
         everything = ("siblings", "cousins", "root", "prefix")
-        pairs = dpo_rows(graded, run_id="r", max_pairs_per_problem=100, pair_types=everything)
+        pairs = dpo_rows(
+            graded,
+            run_id="r",
+            max_pairs_per_problem=100,
+            pair_types=everything,
+            gates=OPEN,
+            self_correction="include",
+        )
         only_prefix = dpo_rows(
-            graded, run_id="r", max_pairs_per_problem=100, pair_types=("prefix",)
+            graded,
+            run_id="r",
+            max_pairs_per_problem=100,
+            pair_types=("prefix",),
+            gates=OPEN,
+            self_correction="include",
         )
         for pair in only_prefix:
             chosen, rejected = pair["chosen"][0]["content"], pair["rejected"][0]["content"]
@@ -221,15 +257,17 @@ async def test_sft_rows_only_from_correct_nodes_above_min_score_without_duplicat
     )
     regraded = await grade_result(graded.result, "12", problem_id="p0")
     assert regraded.labels[copy.id]
-    with_dupes = sft_rows(regraded, run_id="r", dedupe=False, self_correction="include")
-    deduped = sft_rows(regraded, run_id="r", self_correction="include")
+    with_dupes = sft_rows(regraded, run_id="r", dedupe=False, self_correction="include", gates=OPEN)
+    deduped = sft_rows(regraded, run_id="r", self_correction="include", gates=OPEN)
     assert len(with_dupes) == len(deduped) + 1
     assert copy.id not in {r["node_id"] for r in deduped}  # the best-Q copy is kept
 
     for g in [regraded, *graded_trees[1:]]:
         nodes = {r["node_id"]: r for r in node_rows(g, run_id="r")}
         for min_score in (0.0, 0.5, 0.9):
-            rows = sft_rows(g, run_id="r", min_score=min_score, self_correction="include")
+            rows = sft_rows(
+                g, run_id="r", min_score=min_score, self_correction="include", gates=OPEN
+            )
             expected = {
                 r["trajectory"] for r in nodes.values() if r["correct"] and r["score"] >= min_score
             }
@@ -239,7 +277,7 @@ async def test_sft_rows_only_from_correct_nodes_above_min_score_without_duplicat
                 node = nodes[row["node_id"]]
                 assert node["correct"] and row["score"] == node["score"] >= min_score
                 [user], [assistant] = row["prompt"], row["completion"]
-                assert user["role"] == "user" and PROBLEM in user["content"]
+                assert user == {"role": "user", "content": PROBLEM}  # the bare problem
                 assert assistant == {"role": "assistant", "content": node["trajectory"]}
             assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
 
@@ -247,9 +285,9 @@ async def test_sft_rows_only_from_correct_nodes_above_min_score_without_duplicat
 async def test_sft_keeps_clean_paths_by_default_and_self_corrections_on_request() -> None:
     clean = corrections = 0
     for g in await _graded("12"):
-        every = sft_rows(g, run_id="r", self_correction="include")
-        default = sft_rows(g, run_id="r")
-        only = sft_rows(g, run_id="r", self_correction="only")
+        every = sft_rows(g, run_id="r", self_correction="include", gates=OPEN)
+        default = sft_rows(g, run_id="r", gates=OPEN)
+        only = sft_rows(g, run_id="r", self_correction="only", gates=OPEN)
         for row in every:  # the count agrees with the answers the text states
             assert row["answers_in_path"] == row["completion"][0]["content"].count("\\boxed{")
         assert all(r["answers_in_path"] == 1 for r in default)
@@ -307,10 +345,11 @@ def _all_rows(graded: list[GradedTree]) -> dict[str, list[dict[str, Any]]]:
     for g in graded:
         out["nodes"] += node_rows(g, run_id="r", policy_model="pol", prm_model=None)
         out["trees"].append(tree_row(g, run_id="r", policy_model="pol"))
-        out["sft"] += sft_rows(g, run_id="r")
-        out["dpo"] += dpo_rows(g, run_id="r", max_pairs_per_problem=2)
+        out["sft"] += sft_rows(g, run_id="r", gates=OPEN)
+        out["dpo"] += dpo_rows(g, run_id="r", max_pairs_per_problem=2, gates=OPEN)
+        out["step_dpo"] += step_dpo_rows(g, run_id="r", max_pairs_per_problem=2, gates=OPEN)
         out["prm"] += prm_rows(g, run_id="r", pseudo_labels=True)
-        out["kto"] += kto_rows(g, run_id="r")
+        out["kto"] += kto_rows(g, run_id="r", gates=OPEN)
         out["tree_nodes"] += tree_node_rows(g, run_id="r")
     out["errors"] += [
         error_row("p9", "search", RuntimeError("engine down"), run_id="r"),
@@ -390,17 +429,44 @@ def test_schemas_are_documented_field_by_field() -> None:
     assert {"policy_output_tokens", "prm_output_tokens", "seed"} <= set(TREES_SCHEMA.names)
 
 
-async def test_training_prompts_use_the_configured_policy_instruction() -> None:
-    """A run with its own `policy.prompts` trains on the prompt it generated from."""
+def _user_texts(records: dict[str, list[dict[str, Any]]]) -> set[str]:
+    """The user turn of every training row, whatever its table's shape."""
+    texts = set()
+    for kind in ("sft", "dpo", "kto", "prm", "step_dpo"):
+        for row in records[kind]:
+            prompt = row["prompt"]
+            texts.add(prompt if isinstance(prompt, str) else prompt[0]["content"])
+            if not isinstance(prompt, str):
+                assert [m["role"] for m in prompt] == ["user"]
+    return texts
+
+
+async def test_one_training_prompt_in_every_table() -> None:
+    """The bare problem by default, whatever the search's prompt; a template or the search's
+    own prompt on request; the same user turn in sft, dpo, kto, prm and step_dpo."""
     result = (await _results())[0]
     custom = "Solve this, step by step: {problem}"
-    records = await records_for(result, "12", problem_id="p", run_id="r", instruction=custom)
-    prompts = [row["prompt"] for kind in ("sft", "dpo", "kto") for row in records[kind]]
-    assert prompts, "the scripted search gives training rows"
-    expected = [{"role": "user", "content": custom.format(problem=result.problem)}]
-    assert all(prompt == expected for prompt in prompts)
-    # stepwise supervision (prm) takes the plain problem, whatever the instruction
-    assert all(row["prompt"] == result.problem for row in records["prm"])
+    open_gates = RecordsConfig(gates=OPEN)
+    records = await records_for(
+        result, "12", problem_id="p", run_id="r", instruction=custom, config=open_gates
+    )
+    assert all(records[k] for k in ("sft", "dpo", "kto", "prm"))
+    assert _user_texts(records) == {result.problem}
+    templated = open_gates.model_copy(
+        update={"prompt": {"template": "Problem: {problem}\nAnswer in a box."}}
+    )
+    templated = RecordsConfig.model_validate(templated.model_dump())
+    records = await records_for(result, "12", problem_id="p", run_id="r", config=templated)
+    assert _user_texts(records) == {f"Problem: {result.problem}\nAnswer in a box."}
+    scaffold = RecordsConfig.model_validate(
+        {**open_gates.model_dump(), "prompt": {"search_prompt": True}}
+    )
+    records = await records_for(
+        result, "12", problem_id="p", run_id="r", instruction=custom, config=scaffold
+    )
+    assert _user_texts(records) == {custom.format(problem=result.problem)}
+    with pytest.raises(ValidationError, match="template"):
+        RecordsConfig.model_validate({"prompt": {"template": "no field here"}})
 
 
 async def test_records_for_applies_the_config() -> None:

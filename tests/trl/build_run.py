@@ -10,6 +10,12 @@ the decontamination index over the bundled MATH500 and GSM8K test sets, the
 crash-safe `ParquetSink` and the run manifest `publish` reads.  One problem is
 copied from MATH500, so decontamination must keep it out of the training rows.
 
+The run also holds the real SmolLM2 trees of `tests/fixtures/smollm2_trees.jsonl`
+(problem ids ``smollm2-...``), replayed through the same `records_for`, so the
+trainers also see real model text (the tests check that no trained token lies
+after a row's answer).  A third of the problems are held out (``test`` split), so
+the published repo has both splits.
+
 Runs in the project's main virtualenv (`scripts/test-trl.sh` calls it).
 """
 
@@ -19,13 +25,18 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from pipeline.problems.decontamination import DecontaminationConfig, build_decontaminator
 from pipeline.records import RecordsConfig, records_for
+from pipeline.records.replay import search_result
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
 from search import parse_search_config, run_search
+from search.answers import AnswerExtraction
 from search.scripted import ScriptedPolicy, ScriptedScorer
+
+REAL_TREES = Path(__file__).resolve().parents[1] / "fixtures" / "smollm2_trees.jsonl"
 
 RUN_ID = "trl"
 REFERENCE = "12"
@@ -47,7 +58,7 @@ def math500_problem() -> str:
 
 async def build(output_root: Path) -> Path:
     """Search every problem, write all records of the run, return the run folder."""
-    records_config = RecordsConfig(max_pairs_per_problem=4)
+    records_config = RecordsConfig(max_pairs_per_problem=4, test_fraction=0.3)
     decontaminator = build_decontaminator(DecontaminationConfig())
     assert decontaminator is not None
     sink = ParquetSink(RunFolder.open(output_root, RUN_ID))
@@ -66,6 +77,19 @@ async def build(output_root: Path) -> Path:
             contamination=decontaminator.match(problem),
         )
         sink.write_batch(records)
+    for entry in _real_trees():
+        tree = entry["tree"]
+        records = await records_for(
+            search_result(entry["nodes"], tree),
+            tree["reference"],
+            problem_id=f"smollm2-{tree['problem_id']}",
+            run_id=RUN_ID,
+            config=records_config,
+            policy_model=tree["policy_model"],
+            prm_model=tree["prm_model"],
+            extraction=AnswerExtraction.LAST_NUMBER,
+        )
+        sink.write_batch(records)
     manifest = {
         "run_id": RUN_ID,
         "config": {
@@ -78,6 +102,11 @@ async def build(output_root: Path) -> Path:
     }
     (sink.run_dir / "run.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return sink.run_dir
+
+
+def _real_trees() -> list[dict[str, Any]]:
+    text = REAL_TREES.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
 
 
 if __name__ == "__main__":

@@ -72,10 +72,13 @@ def _local(run_dir: Path, config: str) -> Any:
     return load_dataset("parquet", data_files=str(run_dir / config / "*.parquet"), split="train")
 
 
-def _hub(config: str) -> Any:
-    from datasets import load_dataset
+def _hub(config: str, split: str = "train") -> Any:
+    from datasets import concatenate_datasets, load_dataset
 
-    return load_dataset(REPO, config, split="train")
+    if split == "all":  # every split of the config, as the local files hold them
+        loaded = load_dataset(REPO, config)
+        return concatenate_datasets([loaded[name] for name in sorted(loaded)])
+    return load_dataset(REPO, config, split=split)
 
 
 @pytest.fixture
@@ -159,7 +162,7 @@ def _canon(row: dict[str, Any]) -> str:
 
 def test_local_files_and_hub_layout_hold_the_same_rows(run_dir: Path, published: str) -> None:
     for config in (*CONFIGS, "nodes", "trees", "tree_nodes"):
-        local, hub = _local(run_dir, config), _hub(config)
+        local, hub = _local(run_dir, config), _hub(config, "all")
         assert local.num_rows > 0, config
         assert sorted(map(_canon, local.to_list())) == sorted(map(_canon, hub.to_list())), config
     trees = _local(run_dir, "trees").to_list()
@@ -167,6 +170,13 @@ def test_local_files_and_hub_layout_hold_the_same_rows(run_dir: Path, published:
     assert contaminated  # build_run searched one MATH500 problem
     for config in CONFIGS:  # ... and it gave no training rows
         assert not contaminated & set(_local(run_dir, config)["problem_id"]), config
+    # the held-out split: both present, and a problem's rows in one split only
+    from datasets import load_dataset
+
+    assert set(load_dataset(REPO)) == {"train", "test"}  # the card's default config
+    for config in CONFIGS:
+        train, test = set(_hub(config)["problem_id"]), set(_hub(config, "test")["problem_id"])
+        assert not train & test, config
 
 
 def test_sft_trainer_trains_on_completion_tokens_only(
@@ -182,7 +192,7 @@ def test_sft_trainer_trains_on_completion_tokens_only(
         train_dataset=dataset,
         processing_class=tokenizer,
     )
-    checked = 0
+    checked = real = 0
     for row, raw in zip(trainer.train_dataset, dataset, strict=True):
         ids, labels = row["input_ids"], row["labels"]
         prompt = tokenizer.apply_chat_template(
@@ -196,8 +206,16 @@ def test_sft_trainer_trains_on_completion_tokens_only(
         completion = raw["completion"][0]["content"]
         assert trained.startswith("Step 1:") and completion.startswith(trained.split("<|")[0])
         assert "Work out the math problem" not in trained  # the instruction is not trained on
+        # every trained token is the completion's, up to the end-of-turn token, and the
+        # completion ends at its answer (real SmolLM2 text invents a next "Problem:" unless
+        # cut; tests/pipeline/test_real_model_rows.py checks the cut itself)
+        body, _, tail = trained.partition("<|im_end|>")
+        assert body == completion and tail.strip() == "", (body, tail)
+        assert "Problem:" not in completion and "answer is" in completion.lower(), completion
+        real += raw["problem_id"].startswith("smollm2-")
         checked += 1
     assert checked == len(dataset)
+    assert real, "the real SmolLM2 rows are trained on too"
     trainer.train()
     _losses(trainer)
 
