@@ -8,7 +8,7 @@
 3. tree_nodes: Parquet bytes per node (pyarrow defaults: snappy, dictionary encoding),
    against the `nodes` record's bytes per row (which repeats every full trajectory).
 4. Decontamination: MATH train (7,500 problems) against MATH500 and GSM8K test with the
-   default 13-gram rule, and how long the index and the checks take.
+   default rule (see pipeline.problems.decontamination), and how long the index and the checks take.
 
 The searches use the scripted policy and scorer (`search.scripted`: no model), through
 the real records code; the counts describe this project's rules on scripted trees, not
@@ -160,7 +160,7 @@ def decontamination_report() -> None:
     hits = Counter(index.match(p) for p in problems)
     checked = time.perf_counter() - start
     print(
-        f"decontamination (13-gram): MATH train {len(problems):,} problems -> "
+        f"decontamination (default rule): MATH train {len(problems):,} problems -> "
         f"math500 {hits['math500']}, gsm8k_test {hits['gsm8k_test']}, clean {hits[None]:,}; "
         f"index built in {built:.2f} s, checks {checked / len(problems) * 1e6:.0f} µs/problem"
     )

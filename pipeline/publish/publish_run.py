@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import RunConfig
+from pipeline.problems.decontamination import describe_rule
 from pipeline.publish.hub import CardInfo, PublishResult, publish_run
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD
 from pipeline.run.summary import RunSummary, refresh_run_report
@@ -44,18 +45,7 @@ def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path
 
 def decontamination_rule(rule: dict[str, Any]) -> str | None:
     """One sentence on how the run was decontaminated (from its config dump)."""
-    if not rule:
-        return None
-    if not rule.get("enabled", True):
-        return "Decontamination was off for this run."
-    names = [*rule.get("benchmarks", []), *(Path(str(p)).name for p in rule.get("extra", []))]
-    share = float(rule.get("min_overlap", 0.5))
-    return (
-        f"Rule: a problem whose {rule.get('ngram', 13)}-grams of normalised word/number tokens "
-        f"cover at least {share:.0%} of a benchmark problem's (or of its own, when shorter), or "
-        "that contains a shorter benchmark problem whole, is excluded; benchmarks: "
-        f"{', '.join(names) or 'none'}."
-    )
+    return describe_rule(rule) if rule else None
 
 
 def publish_run_dir(

@@ -103,6 +103,12 @@ class GatesConfig(BaseModel):
         description="no training row from a trajectory the token cap cut inside its answer "
         "sentence (`truncated`)",
     )
+    require_statement: bool = Field(
+        True,
+        description="no training row from a trajectory that never states its answer (a box or "
+        "'answer is'): answered only by its natural end, its answer is a guess at its last "
+        "number",
+    )
     rejected_states_reference: bool = Field(
         True,
         description="no DPO/step-DPO rejected and no KTO undesirable text that states the "

@@ -247,6 +247,7 @@ def preference_pools(
             self_correction,
             record=f"{record}.{side}",
             drop_truncated=gates.drop_truncated,
+            require_statement=gates.require_statement,
             similarity=gates.near_duplicate,
             drops=drops,
         )

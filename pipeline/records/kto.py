@@ -84,6 +84,7 @@ def kto_rows(
         self_correction,
         record="kto",
         drop_truncated=gates.drop_truncated,
+        require_statement=gates.require_statement,
         similarity=gates.near_duplicate,
         drops=drops,
     )

@@ -134,6 +134,7 @@ def prm_rows(
         self_correction,
         record="prm",
         drop_truncated=gates.drop_truncated,
+        require_statement=gates.require_statement,
         drops=drops,
     )
     rows = [

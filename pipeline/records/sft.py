@@ -106,6 +106,7 @@ def sft_rows(
         self_correction,
         record="sft",
         drop_truncated=gates.drop_truncated,
+        require_statement=gates.require_statement,
         similarity=gates.near_duplicate,
         drops=drops,
     )

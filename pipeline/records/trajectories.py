@@ -72,12 +72,14 @@ def select_paths(
     *,
     record: str = "",
     drop_truncated: bool = False,
+    require_statement: bool = False,
     similarity: float = 1.0,
     drops: Drops | None = None,
 ) -> list[tuple[Node, int]]:
     """(node, answers_in_path) of `nodes` after the gates, each counting its drops.
 
-    In order: ``truncated`` (with `drop_truncated`), ``duplicate`` (with
+    In order: ``truncated`` (with `drop_truncated`), ``no_statement`` (with
+    `require_statement`: the text states no answer), ``duplicate`` (with
     `dedupe`; near duplicates with `similarity` < 1), then the self-correction
     rule (``self_correction``): a path is a self-correction trace when an
     earlier node on it answered or its training text states more than one
@@ -90,6 +92,10 @@ def select_paths(
     if drop_truncated:
         kept = [n for n in picked if not graded.training(n).truncated]
         counts[f"{record}.truncated"] += len(picked) - len(kept)
+        picked = kept
+    if require_statement:
+        kept = [n for n in picked if graded.training(n).statements > 0]
+        counts[f"{record}.no_statement"] += len(picked) - len(kept)
         picked = kept
     if dedupe:
         kept = distinct_trajectories(picked, graded, similarity)

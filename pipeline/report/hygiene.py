@@ -5,6 +5,8 @@ Per training table (sft, dpo, step_dpo, kto, prm) and per row:
 * ``after_answer``: text after the answer statement (the row goes on past its answer:
   the model's next invented problem, say) - `search.answers.answer_span` on the text;
 * ``many_answers``: more than one answer statement (`answer_statements`);
+* ``no_answer``: no answer statement at all (answered only by its natural end, its
+  "answer" a guess at its last number);
 * ``truncated``: the node the text ends at was cut by the token cap inside its answer
   sentence (the ``nodes`` table's ``truncated``);
 * ``prompts``: the problem has more than one user turn across the tables;
@@ -33,6 +35,7 @@ from search.answers import AnswerExtraction, answer_span, answer_statements, sta
 CHECKS = (
     "after_answer",
     "many_answers",
+    "no_answer",
     "truncated",
     "prompts",
     "states_reference",
@@ -147,6 +150,8 @@ async def hygiene(
                 found.add("after_answer")
             if any(len(answer_statements(t)) > 1 for t in trained):
                 found.add("many_answers")
+            if row.get("ends_in_answer", True) and any(not answer_statements(t) for t in trained):
+                found.add("no_answer")
             for node_id in _nodes_of(name, row):
                 if node_info.get((problem, node_id), {}).get("truncated"):
                     found.add("truncated")

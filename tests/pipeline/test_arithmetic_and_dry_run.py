@@ -143,5 +143,5 @@ def test_dry_run_of_the_main_command(tmp_path: Path, capsys: pytest.CaptureFixtu
         main(["--config", "configs/local.yaml", "--output-root", str(tmp_path), "--dry-run"]) == 0
     )
     out = capsys.readouterr().out
-    assert re.search(r"problems to search\s+│?\s*12", out), out
-    assert "3,600 cost units at most (12 problems x B=300)" in out
+    assert re.search(r"problems to search\s+│?\s*16", out), out
+    assert "4,800 cost units at most (16 problems x B=300)" in out

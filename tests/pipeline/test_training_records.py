@@ -21,6 +21,7 @@ from pipeline.problems.decontamination import (
 from pipeline.records import (
     SCHEMAS,
     TREE_NODES_SCHEMA,
+    GatesConfig,
     GradedTree,
     RecordsConfig,
     grade_result,
@@ -35,6 +36,10 @@ from search import SearchResult, parse_search_config, run_search
 from search.scripted import ScriptedPolicy, ScriptedScorer
 
 PROBLEM = "Tom has 5 apples and buys 7 more. How many apples does he have?"
+# Every gate open (the scripted texts are near duplicates of each other): the builders' rules.
+OPEN = GatesConfig(
+    min_edit_distance=0, sft_top_k=0, near_duplicate=1.0, rejected_states_reference=False
+)
 
 
 async def _search(seed: int) -> SearchResult:
@@ -108,7 +113,7 @@ async def test_kto_rows_are_the_distinct_answered_trajectories_with_their_labels
     labels_seen = set()
     for graded in await _graded("12"):
         nodes = {r["node_id"]: r for r in node_rows(graded, run_id="r")}
-        everything = kto_rows(graded, run_id="r", self_correction="include")
+        everything = kto_rows(graded, run_id="r", self_correction="include", gates=OPEN)
         assert len(everything) == len({r["trajectory"] for r in nodes.values()})
         for row in everything:
             node = nodes[row["node_id"]]
@@ -116,7 +121,7 @@ async def test_kto_rows_are_the_distinct_answered_trajectories_with_their_labels
             assert row["completion"] == [{"role": "assistant", "content": node["trajectory"]}]
             assert [m["role"] for m in row["prompt"]] == ["user"]
             labels_seen.add(row["label"])
-        clean = kto_rows(graded, run_id="r")
+        clean = kto_rows(graded, run_id="r", gates=OPEN)
         assert all(r["answers_in_path"] == 1 for r in clean)
         assert len(clean) == sum(r["answers_in_path"] == 1 for r in everything)
     assert labels_seen == {True, False}
@@ -167,7 +172,7 @@ def test_decontamination_finds_benchmark_problems_through_formatting_changes() -
     assert index.match(PROBLEM) is None
     assert index.match("What is 2+2?") is None
     words = gsm8k[5].split()
-    assert index.match(" ".join(words[:12])) is None  # shorter than one 13-gram: no match
+    assert index.match(" ".join(words[:12])) is None  # a quarter of the problem: no match
 
 
 def test_short_benchmark_problems_match_when_contained_whole() -> None:
