@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.pipeline_scaling
 	$(BIN)/python -m benchmarks.pipeline_throughput
 	$(BIN)/python -m benchmarks.training_records
+	$(BIN)/python -m benchmarks.decontamination --quick
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-trl .mypy_cache .ruff_cache .pytest_cache .hypothesis

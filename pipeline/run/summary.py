@@ -100,8 +100,13 @@ class RunSummary:
         table.add_row(
             "decontaminated problems", f"{excluded} (no training rows)" if excluded else "0"
         )
-        dropped = ", ".join(f"{k} {v}" for k, v in sorted(self.gate_drops.items()) if v)
-        table.add_row("dropped by quality gates", dropped or "0")
+        by_record: dict[str, list[str]] = {}
+        for gate, dropped in sorted(self.gate_drops.items()):
+            if dropped:
+                record, _, rule = gate.partition(".")
+                by_record.setdefault(record, []).append(f"{rule} {dropped}")
+        lines = [f"{record}: {', '.join(rules)}" for record, rules in by_record.items()]
+        table.add_row("dropped by quality gates", "\n".join(lines) or "0")
         table.add_row("rows written", ", ".join(f"{k} {v}" for k, v in self.rows.items()))
         table.add_row("files", str(self.run_dir))
         return table
