@@ -60,6 +60,19 @@ def policy_messages(
     ]
 
 
+def check_problem_template(template: str, name: str) -> None:
+    """Raise ValueError (naming `name`) unless `template`'s only field is {problem}."""
+    try:
+        template.format(problem="")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(
+            f"{name}: must be a template whose only field is {{problem}} "
+            f"(double literal braces): {type(exc).__name__}: {exc}"
+        ) from None
+    if "{problem}" not in template:
+        raise ValueError(f"{name}: has no {{problem}} field")
+
+
 class PromptConfig(BaseModel):
     """Prompts of a service, each inline or from a file (`*_file`, read when the config loads).
 
@@ -108,15 +121,7 @@ class PromptConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_template(self) -> PromptConfig:
-        try:
-            self.policy_instruction.format(problem="")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(
-                "policy_instruction: must be a template whose only field is {problem} "
-                f"(double literal braces): {type(exc).__name__}: {exc}"
-            ) from None
-        if "{problem}" not in self.policy_instruction:
-            raise ValueError("policy_instruction: has no {problem} field")
+        check_problem_template(self.policy_instruction, "policy_instruction")
         if any(not stop for stop in self.policy_stop):
             raise ValueError("policy_stop: an empty stop string would end every generation")
         return self

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from actors.prompts import check_problem_template
 from pipeline.problems.decontamination import DecontaminationConfig
 from pipeline.records.tree_paths import PairType
 
@@ -81,15 +82,7 @@ class TrainingPromptConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_template(self) -> TrainingPromptConfig:
-        try:
-            self.template.format(problem="")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(
-                "template: must be a template whose only field is {problem} (double literal "
-                f"braces): {type(exc).__name__}: {exc}"
-            ) from None
-        if "{problem}" not in self.template:
-            raise ValueError("template: has no {problem} field")
+        check_problem_template(self.template, "template")
         return self
 
 
