@@ -28,7 +28,7 @@ import logging
 import multiprocessing
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,11 @@ MAX_ANSWER_CHARS = 1_000
 MAX_LITERAL_DIGITS = 300
 MAX_EXPONENT_DIGITS = 4  # 2^{1000} is a fine answer; 9^{99999} is an attack on sympy
 _POOL_WORKERS = 2
+# How long a comparison may wait for a worker to start before its own limit runs.
+_START_MARGIN_S = 5.0
+# What a batch (`compare_all`) allows past its limit, once the pool is up: replacing the
+# workers killed at the limit.
+_BATCH_MARGIN_S = 1.0
 
 
 class Verdict(enum.StrEnum):
@@ -151,6 +156,20 @@ def _get_pool() -> Any:
         return _pool
 
 
+def _noop() -> None:
+    """Runs in a pool worker: proves the pool is up."""
+
+
+async def _ready() -> None:
+    """Wait until the pool's workers run (a cold start takes seconds: the fork server
+    imports math-verify)."""
+    pool = _get_pool()
+    if getattr(pool, "_bgmcts_ready", False):
+        return
+    await asyncio.wait_for(asyncio.wrap_future(pool.schedule(_noop)), 120)
+    pool._bgmcts_ready = True
+
+
 def shutdown_pool() -> None:
     """Stop the comparison workers (tests; a process exit stops them anyway)."""
     global _pool
@@ -189,7 +208,7 @@ async def _compare(answer: str | None, reference: str, timeout_s: float) -> Verd
     try:
         # The pool's own timer kills the worker; wait_for is a backstop (a worker that
         # has not started yet still answers within the limit plus a margin).
-        matched = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s + 5.0)
+        matched = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s + _START_MARGIN_S)
     except (TimeoutError, concurrent.futures.TimeoutError):
         future.cancel()
         return Verdict.TIMEOUT
@@ -199,6 +218,35 @@ async def _compare(answer: str | None, reference: str, timeout_s: float) -> Verd
     except Exception:  # math-verify failed on odd input, or its worker died: not a match
         return Verdict.NO_MATCH
     return Verdict.MATCH if matched else Verdict.NO_MATCH
+
+
+async def compare_all(
+    pairs: Sequence[tuple[str | None, str]], timeout_s: float = 5.0
+) -> list[Verdict]:
+    """`compare` of every pair at once, all decided within one time limit.
+
+    The pool is started first (a cold start is not the comparisons' time); then
+    every comparison is handed to it together, and whatever has not finished
+    `timeout_s` (plus `_BATCH_MARGIN_S` for replacing killed workers) later is
+    cancelled and counts as `Verdict.TIMEOUT` (`grade_timeouts` in the trees
+    rows).  So a batch of slow comparisons costs one limit, not one limit each:
+    the pool has only `_POOL_WORKERS` workers, and queued comparisons would
+    otherwise wait their turn.
+    """
+    if not pairs:
+        return []
+    await _ready()
+    tasks = [asyncio.ensure_future(compare(a, b, timeout_s)) for a, b in pairs]
+    done, pending = await asyncio.wait(tasks, timeout=timeout_s + _BATCH_MARGIN_S)
+    for task in pending:
+        task.cancel()
+    stats = _STATS.get()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
+        if stats is not None:  # cancelled before `compare` could count them
+            stats.comparisons += len(pending)
+            stats.timeouts += len(pending)
+    return [t.result() if t in done else Verdict.TIMEOUT for t in tasks]
 
 
 async def answers_match(answer: str | None, reference: str, timeout_s: float = 5.0) -> bool:
@@ -211,6 +259,7 @@ __all__ = [
     "Verdict",
     "answers_match",
     "compare",
+    "compare_all",
     "counting",
     "shutdown_pool",
     "too_costly",

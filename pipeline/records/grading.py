@@ -1,16 +1,19 @@
 """Labels for every answered node of a search tree: `grade_result` and its `GradedTree`.
 
 With a reference answer each *distinct* extracted answer of the tree is
-compared once with math-verify (`actors.grading.answers_match`, bounded by
-``timeout_s`` per comparison; a timeout or a parse failure is "incorrect"),
+compared once with math-verify (`actors.grading.compare_all`: all at once, the
+whole batch bounded by ``timeout_s``; a timeout or a parse failure is "incorrect"),
 and every node carrying it gets that verdict: ``label_source = "reference"``.
 Without a reference the labels are pseudo labels (``pseudo_label = true``):
 
 * ``prm_threshold``: an answered node is labelled correct when its Q >= threshold;
 * ``majority``: the distinct answers are grouped by math-verify equivalence
-  (each new answer is compared with one representative of every group) and
-  the nodes of the largest group are labelled correct; ties go to the group
-  with the higher best Q, then to the group reached first.
+  and the nodes of the largest group are labelled correct; ties go to the
+  group with the higher best Q, then to the group reached first.  Every
+  distinct answer is compared with each of the `MAJORITY_ANCHORS` most frequent
+  ones, all comparisons at once in the grading pool under one time limit
+  (`actors.grading.compare_all`), so a tree's grading ends within one limit as
+  the reference path does; groups are the connected answers.
 
 An answered node without an extractable ``\\boxed{}`` answer is always incorrect.
 
@@ -23,12 +26,11 @@ answer on the way is known): the quality gates read both.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from actors.grading import answers_match
+from actors.grading import Verdict, compare_all
 from actors.prompts import POLICY_INSTRUCTION
 from pipeline.records.config import PseudoLabel
 from pipeline.records.training_text import TrainingText, training_text
@@ -131,8 +133,8 @@ async def grade_result(
             *(k for ks in stated.values() for k in ks),
         ]
         distinct = list(dict.fromkeys(k for k in candidates if k is not None))
-        verdicts = await asyncio.gather(*(answers_match(d, reference, timeout_s) for d in distinct))
-        verified = dict(zip(distinct, verdicts, strict=True))
+        verdicts = await compare_all([(d, reference) for d in distinct], timeout_s)
+        verified = {d: v is Verdict.MATCH for d, v in zip(distinct, verdicts, strict=True)}
         labels = {i: k is not None and verified.get(k, False) for i, k in keys.items()}
         chosen = answer_key(result.chosen_answer)
         chosen_correct = chosen is not None and verified.get(chosen, False)
@@ -165,11 +167,15 @@ def answer_key(answer: str | None) -> str | None:
     return key or None
 
 
+# Majority grading compares every distinct answer with this many of the most frequent
+# ones (not every pair: a tree of a thousand distinct answers would be half a million).
+MAJORITY_ANCHORS = 16
+
+
 async def _majority_answers(
     nodes: Sequence[Node], keys: Mapping[int, str | None], timeout_s: float
 ) -> set[str]:
     """The answer strings of the largest math-verify-equivalence group."""
-    groups: list[list[str]] = []  # first element: the representative
     count: dict[str, int] = {}
     best_q: dict[str, float] = {}
     for n in nodes:
@@ -178,19 +184,41 @@ async def _majority_answers(
             continue
         count[k] = count.get(k, 0) + 1
         best_q[k] = max(best_q.get(k, 0.0), n.q)
-    for answer in count:  # first-reached order
-        for group in groups:
-            if await answers_match(answer, group[0], timeout_s):
-                group.append(answer)
-                break
-        else:
-            groups.append([answer])
-    if not groups:
+    answers = list(count)  # first-reached order
+    if not answers:
         return set()
+    order = {a: i for i, a in enumerate(answers)}
+    anchors = sorted(answers, key=lambda a: (-count[a], order[a]))[:MAJORITY_ANCHORS]
+    pairs = sorted(
+        {
+            (min(a, b, key=order.__getitem__), max(a, b, key=order.__getitem__))
+            for a in anchors
+            for b in answers
+        }
+        - {(a, a) for a in answers},
+        key=lambda p: (order[p[0]], order[p[1]]),
+    )
+    verdicts = await compare_all(pairs, timeout_s)
+    parent = {a: a for a in answers}  # union-find over equivalent answers
+
+    def root(a: str) -> str:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for (a, b), verdict in zip(pairs, verdicts, strict=True):
+        if verdict is Verdict.MATCH:
+            ra, rb = root(a), root(b)
+            if ra != rb:  # the earlier-reached answer represents the group
+                parent[max(ra, rb, key=order.__getitem__)] = min(ra, rb, key=order.__getitem__)
+    groups: dict[str, list[str]] = {}
+    for a in answers:
+        groups.setdefault(root(a), []).append(a)
     best = max(
-        groups,
-        key=lambda g: (sum(count[a] for a in g), max(best_q[a] for a in g)),
-    )  # max() keeps the first group on full ties
+        groups.values(),
+        key=lambda g: (sum(count[a] for a in g), max(best_q[a] for a in g), -order[g[0]]),
+    )
     return set(best)
 
 

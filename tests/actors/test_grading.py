@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.grading import Verdict, compare, counting, too_costly
+from actors.grading import Verdict, compare, compare_all, counting, too_costly
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,3 +90,50 @@ async def test_every_math500_answer_passes_the_filter_and_matches_its_boxed_form
     assert [r for r in references if too_costly(r)] == []
     verdicts = [await compare(f"\\boxed{{{r}}}", r, 30) for r in references]
     assert [r for r, v in zip(references, verdicts, strict=True) if v is not Verdict.MATCH] == []
+
+
+async def test_majority_grading_of_slow_answers_ends_within_one_limit() -> None:
+    """Issue 27: a tree without a reference whose distinct answers sympy cannot compare was
+    graded pair after pair (one limit per pair: 15 limits for 6 answers); now every
+    comparison is scheduled at once and the batch shares one limit (plus the pool-start
+    margin), like the reference path."""
+    from pipeline.records import grade_result
+    from search.driver import SearchResult
+    from search.protocols import FinishReason, TokenCounts
+    from search.tree import Tree
+
+    slow = [f"({b}^{{9999}})^{{9999}}" for b in (9999, 9998, 9997, 9996, 9995, 9994)]
+    assert all(too_costly(a) is None for a in slow)
+    tree = Tree("p")
+    for answer in slow:
+        tree.add_child(
+            tree.root,
+            text=f" The answer is $\\boxed{{{answer}}}$.",
+            q=0.5,
+            answered=True,
+            answer=answer,
+            finish=FinishReason.EOS,
+            output_tokens=5,
+        )
+    result = SearchResult("p", "bg_mcts", 0, 10, 10, tree, None, None, TokenCounts(), [], "x", 1, 0)
+    await compare("\\frac{1}{2}", "0.5", 30)  # a warm pool
+    limit = 1.0
+    with counting() as stats:
+        start = time.perf_counter()
+        graded = await grade_result(
+            result, None, problem_id="p", pseudo_label="majority", timeout_s=limit
+        )
+        elapsed = time.perf_counter() - start
+    # 15 pairs, each timing out: serially 15 limits; the pool of 2 alone would take 8
+    assert stats.comparisons == 15 and stats.timeouts == 15
+    assert elapsed < limit + 1.0 + 2.0, elapsed  # one limit + the batch margin + slack
+    # no pair matched: every answer is its own group; the first reached wins the tie
+    assert [graded.labels[n.id] for n in tree.answered_nodes()] == [True] + [False] * 5
+
+
+async def test_compare_all_keeps_the_order_and_counts() -> None:
+    pairs = [("\\frac{1}{2}", "0.5"), ("3", "4"), ("2", "2"), ("9^{9^{9}}", "1")]
+    with counting() as stats:
+        verdicts = await compare_all(pairs, timeout_s=10)
+    assert verdicts == [Verdict.MATCH, Verdict.NO_MATCH, Verdict.MATCH, Verdict.REJECTED]
+    assert stats.comparisons == 4 and stats.timeouts == 1
