@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from actors.config import ScorerConfig, ServiceConfig
 from pipeline.errors import InputError
@@ -23,6 +24,9 @@ M = TypeVar("M", bound=BaseModel)
 # A local folder stays a Path (as always); an object-store URI (s3://bucket/prefix,
 # gs://...) stays a string (Path would fold its "//").  Credentials never go here.
 OutputRoot = Annotated[Path | str, BeforeValidator(check_output_root)]
+
+# A run id names the run's folder, run=<id>: a plain name, never a path.
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class ConfigError(InputError):
@@ -50,7 +54,11 @@ class NightlyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     problems_per_night: int = Field(100, ge=1, description="problems in each date's slice")
-    run_id_prefix: str = Field("", description="run id = prefix + date (YYYY-MM-DD)")
+    run_id_prefix: str = Field(
+        "",
+        description="run id = prefix + date (YYYY-MM-DD), under the run_id rule: letters, "
+        "digits, '.', '_', '-', starting with a letter or digit",
+    )
     budget_per_night: float | None = Field(
         None,
         gt=0,
@@ -58,6 +66,18 @@ class NightlyConfig(BaseModel):
         "by default, money when the weights are per-token prices); a night takes no new "
         "problem once the problems it started could exceed it",
     )
+
+    @field_validator("run_id_prefix")
+    @classmethod
+    def _plain_run_id(cls, prefix: str) -> str:
+        # prefix + date becomes the folder run=<id>: one rule for both, so "../" or "a/"
+        # cannot place a run (or its lease) outside the output root.
+        if not re.fullmatch(RUN_ID_PATTERN, f"{prefix}2000-01-01"):
+            raise ValueError(
+                f"{prefix!r} would make run ids that are not plain folder names (letters, "
+                "digits, '.', '_', '-', starting with a letter or digit)"
+            )
+        return prefix
 
 
 class PricesConfig(TokenWeights):
@@ -86,7 +106,7 @@ class RunConfig(BaseModel):
 
     run_id: str | None = Field(
         None,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        pattern=RUN_ID_PATTERN,
         description="output folder run=<id>: letters, digits, '.', '_', '-'; default: today",
     )
     output_root: OutputRoot = Field(
@@ -136,12 +156,16 @@ class RunConfig(BaseModel):
         return self.run_id or dt.date.today().isoformat()
 
 
-def _where(error: ValidationError) -> str:
+def _where(error: ValidationError) -> list[str]:
+    """One `field: problem` per error (a validator's own message without pydantic's prefix)."""
     lines = []
     for item in error.errors():
         field = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        lines.append(f"  {field}: {item['msg']}")
-    return "\n".join(lines)
+        message = item["msg"]
+        if item["type"] == "value_error" and "error" in item.get("ctx", {}):
+            message = str(item["ctx"]["error"])
+        lines.append(f"{field}: {message}")
+    return lines
 
 
 def parse_config(data: Any, model: type[M], source: str = "config") -> M:
@@ -151,7 +175,11 @@ def parse_config(data: Any, model: type[M], source: str = "config") -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: invalid config\n{_where(exc)}") from None
+        problems = _where(exc)
+        if len(problems) == 1:  # the usual case: one line naming the file and the field
+            raise ConfigError(f"{source}: {problems[0]}") from None
+        listed = "\n".join(f"  {line}" for line in problems)
+        raise ConfigError(f"{source}: invalid config\n{listed}") from None
 
 
 def load_config(path: str | Path, model: type[M], **overrides: Any) -> M:

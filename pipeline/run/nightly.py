@@ -1,7 +1,7 @@
 """Nightly slices: each day takes the next unprocessed slice of the source.
 
-A ledger file under the output root records which slice (skip, limit) each date
-got and whether it finished, so
+A ledger under the output root records which slice (skip, limit) each date got and
+whether it finished, so
 
 * a new date takes the slice after the last one handed out;
 * rerunning a date (after a crash) gets the same slice and run id, and the
@@ -18,15 +18,18 @@ got and whether it finished, so
 The output root must be persistent (on a cluster: a bucket, or shared storage mounted
 on the head node) for the ledger to carry over from night to night.
 
-On a local folder the ledger is one JSON file replaced atomically.  On object storage
-(`ObjectLedger`) it is one object per slice, `nightly-ledger/<seq>.json`, created with a
-conditional put (create-if-absent): two nights racing for the next slice both try the
-same sequence number, exactly one creates it, and the other re-reads the ledger and takes
-the slice after it (or, for the same date, the slice just created).  A top-up extends a
-night only by creating the *next* slice object as an extension of it, so it fails (and
-the night simply stops) when another night has already taken the slice after it.
-Nothing is read-modify-written across nights, so a slice can be neither lost nor
-handed out twice.
+The ledger is one file per slice, `nightly-ledger/<seq>.json`, on a local folder and on
+object storage alike, created with create-if-absent (`Store.create_exclusive`: a hard link
+locally, a conditional put on a bucket): two nights racing for the next slice both try
+the same sequence number, exactly one creates it, and the other re-reads the ledger and
+takes the slice after it (or, for the same date, the slice just created).  A night writes
+its status and spend only to its own slice file, so nights that overlap (one started by
+cron while the previous one still runs) never erase each other's entries.  A top-up
+extends a night only by creating the *next* slice file as an extension of it, so it fails
+(and the night simply stops) when another night has already taken the slice after it.
+Nothing is read-modify-written across nights, so a slice can be neither lost nor handed
+out twice.  The one-file ledger of earlier versions (`nightly-ledger.json`, local roots
+only) is carried over into slice files the first time it is read.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import datetime as dt
 import json
 import math
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +47,10 @@ from typing import Any, Literal
 
 from pipeline.config import RunConfig
 from pipeline.run.summary import RunSummary
-from pipeline.store.filesystem import is_remote, open_store
+from pipeline.store.filesystem import open_store
 
-LEDGER = "nightly-ledger.json"
+FOLDER = "nightly-ledger"
+LEGACY_LEDGER = "nightly-ledger.json"  # one file, rewritten whole (versions before issue 27)
 Status = Literal["running", "done", "failed"]
 
 
@@ -56,87 +62,66 @@ class NightSlice:
     limit: int
 
 
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
 class Ledger:
-    def __new__(cls, output_root: Path | str) -> Ledger:
-        if cls is Ledger and is_remote(str(output_root)):
-            return super().__new__(ObjectLedger)
-        return super().__new__(cls)
+    """The nightly ledger under an output root: one file (or object) per slice."""
 
     def __init__(self, output_root: Path | str) -> None:
-        self.path = Path(output_root).expanduser() / LEDGER
-        self.nights: list[dict[str, Any]] = []
-        if self.path.is_file():
-            try:
-                self.nights = list(json.loads(self.path.read_text())["nights"])
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ValueError(f"{self.path}: unreadable nightly ledger ({exc})") from None
-
-    def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_suffix(".tmp")
-        temp.write_text(json.dumps({"nights": self.nights}, indent=2) + "\n")
-        os.replace(temp, self.path)  # atomic: a crash never leaves half a ledger
-
-    def find(self, date: str) -> dict[str, Any] | None:
-        return next((n for n in self.nights if n["date"] == date), None)
-
-    def plan(
-        self, date: str, run_id: str, base_skip: int, per_night: int, first_limit: int | None = None
-    ) -> NightSlice:
-        """The slice of `date` (new: after the last one; `first_limit` caps a new slice)."""
-        night = self.find(date)
-        if night is None:
-            skip = max((n["skip"] + n["limit"] for n in self.nights), default=base_skip)
-            limit = per_night if first_limit is None else min(per_night, first_limit)
-            night = {"date": date, "run_id": run_id, "skip": skip, "limit": limit}
-            self.nights.append(night)
-        night["status"] = "running"
-        night["updated_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        self.save()
-        return NightSlice(night["date"], night["run_id"], night["skip"], night["limit"])
-
-    def mark(self, date: str, status: Status, **facts: Any) -> None:
-        night = self.find(date)
-        if night is None:
-            raise KeyError(date)
-        night.update(status=status, updated_at=dt.datetime.now(dt.UTC).isoformat(), **facts)
-        self.save()
-
-    def extend(self, date: str, limit: int) -> bool:
-        """Grow the last night's slice to `limit`; False when a later night exists."""
-        if self.nights[-1]["date"] != date:
-            return False
-        self.mark(date, "running", limit=limit)
-        return True
-
-    def unfinished(self, before: str) -> list[dict[str, Any]]:
-        return [n for n in self.nights if n["date"] < before and n.get("status") != "done"]
-
-
-class ObjectLedger(Ledger):
-    """The ledger on a bucket: one object per slice, created with a conditional put."""
-
-    FOLDER = "nightly-ledger"
-
-    def __init__(self, output_root: Path | str) -> None:
-        self.store = open_store(output_root).child(self.FOLDER)
-        self.path = Path(self.FOLDER)  # only for messages; the objects live in `store`
+        root = open_store(output_root)
+        self.store = root.child(FOLDER)
         self.slots: list[dict[str, Any]] = []
-        self.nights = []
+        self.nights: list[dict[str, Any]] = []
+        if not root.remote:
+            self._carry_over(root.local_path)
         self._load()
+
+    def _slot_names(self) -> list[str]:
+        return [name for name in self.store.names() if name.endswith(".json")]
+
+    def _carry_over(self, root: Path) -> None:
+        """Turn an earlier version's one-file ledger into slice files, once.
+
+        The slice files are written into a staging folder that is renamed into place: a
+        rename is atomic, and fails when another process carried the ledger over first.
+        """
+        legacy = root / LEGACY_LEDGER
+        if not legacy.is_file() or self._slot_names():
+            return
+        try:
+            nights = list(json.loads(legacy.read_text())["nights"])
+        except FileNotFoundError:  # another process carried it over just now
+            return
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{legacy}: unreadable nightly ledger ({exc})") from None
+        staging = Path(tempfile.mkdtemp(prefix=f".{FOLDER}.", dir=root))
+        staging.chmod(0o755)  # as a plain mkdir would make it (mkdtemp makes it private)
+        for seq, night in enumerate(nights, start=1):
+            (staging / f"{seq:08d}.json").write_text(json.dumps(night, indent=2) + "\n")
+        try:
+            os.rename(staging, self.store.local_path)  # replaces only a missing or empty folder
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            if not self._slot_names():
+                raise ValueError(
+                    f"{self.store.uri}: cannot carry over {legacy} (the folder is in the way)"
+                ) from None
+            return
+        # Kept for the record under a name no version reads as a ledger.
+        legacy.replace(legacy.with_name(f"{LEGACY_LEDGER}.carried-over"))
 
     def _load(self) -> None:
         self.slots = []
-        for name in self.store.names():
-            if not name.endswith(".json"):
-                continue
+        for name in self._slot_names():
             try:
                 slot = json.loads(self.store.read_text(name))
-            except json.JSONDecodeError as exc:
+                slot["seq"] = int(name.removesuffix(".json"))
+            except (json.JSONDecodeError, ValueError, TypeError) as exc:
                 raise ValueError(
                     f"{self.store.uri}/{name}: unreadable nightly ledger ({exc})"
                 ) from None
-            slot["seq"] = int(name.removesuffix(".json"))
             self.slots.append(slot)
         self.slots.sort(key=lambda slot: slot["seq"])
         nights: dict[str, dict[str, Any]] = {}
@@ -149,35 +134,39 @@ class ObjectLedger(Ledger):
         self.nights = list(nights.values())
 
     def _write(self, night: dict[str, Any]) -> None:
-        # Only the base slot object holds status and facts; its limit stays the base one.
+        """Rewrite the night's own base slot (never another night's): status and facts.
+
+        The base slot keeps its own limit; extensions add theirs when read.
+        """
         base = next(s for s in self.slots if s["seq"] == night["seq"])
         body = {k: v for k, v in night.items() if k not in ("seq", "last_seq", "limit")}
         body["limit"] = base["limit"]
         self.store.write_text(json.dumps(body, indent=2) + "\n", f"{night['seq']:08d}.json")
 
-    def save(self) -> None:
-        for night in self.nights:
-            self._write(night)
+    def find(self, date: str) -> dict[str, Any] | None:
+        return next((n for n in self.nights if n["date"] == date), None)
 
     def plan(
         self, date: str, run_id: str, base_skip: int, per_night: int, first_limit: int | None = None
     ) -> NightSlice:
+        """The slice of `date` (new: after the last one; `first_limit` caps a new slice)."""
         for _ in range(20):  # each lost race means another night took a slice: re-read
             night = self.find(date)
             if night is not None:
-                night["status"] = "running"
-                night["updated_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+                night.update(status="running", updated_at=_now())
                 self._write(night)
                 return NightSlice(night["date"], night["run_id"], night["skip"], night["limit"])
             skip = max((n["skip"] + n["limit"] for n in self.nights), default=base_skip)
             limit = per_night if first_limit is None else min(per_night, first_limit)
             seq = (self.slots[-1]["seq"] if self.slots else 0) + 1
             body = {"date": date, "run_id": run_id, "skip": skip, "limit": limit}
-            body |= {"status": "running", "updated_at": dt.datetime.now(dt.UTC).isoformat()}
-            if self.store.create_exclusive(json.dumps(body, indent=2).encode(), f"{seq:08d}.json"):
-                self._load()
-                return NightSlice(date, run_id, skip, limit)
+            body |= {"status": "running", "updated_at": _now()}
+            created = self.store.create_exclusive(
+                json.dumps(body, indent=2).encode(), f"{seq:08d}.json"
+            )
             self._load()
+            if created:
+                return NightSlice(date, run_id, skip, limit)
         raise RuntimeError(f"{self.store.uri}: could not claim a nightly slice (20 races lost)")
 
     def mark(self, date: str, status: Status, **facts: Any) -> None:
@@ -187,10 +176,11 @@ class ObjectLedger(Ledger):
         if "limit" in facts and facts["limit"] != night["limit"]:
             raise ValueError("a nightly slice grows only through extend()")
         facts.pop("limit", None)
-        night.update(status=status, updated_at=dt.datetime.now(dt.UTC).isoformat(), **facts)
+        night.update(status=status, updated_at=_now(), **facts)
         self._write(night)
 
     def extend(self, date: str, limit: int) -> bool:
+        """Grow the night's slice to `limit`; False when a later night took the slice after it."""
         self._load()
         night = self.find(date)
         if night is None:
@@ -204,6 +194,9 @@ class ObjectLedger(Ledger):
         created = self.store.create_exclusive(json.dumps(body).encode(), f"{seq:08d}.json")
         self._load()
         return created
+
+    def unfinished(self, before: str) -> list[dict[str, Any]]:
+        return [n for n in self.nights if n["date"] < before and n.get("status") != "done"]
 
 
 def night_config(config: RunConfig, night: NightSlice) -> RunConfig:

@@ -14,9 +14,9 @@ What differs between a disk and a bucket, and how each operation copes:
   last, is what makes it visible (`pipeline.store.sink`).  A local folder keeps the
   temp-file + rename dance it always had.
 * **Create-if-absent.**  `create_exclusive` is the one coordination primitive: a local
-  `O_CREAT | O_EXCL` open, an S3 `PutObject` with `If-None-Match: *` (AWS S3 since
-  2024-08, moto, MinIO), a GCS upload with `ifGenerationMatch=0`.  The run lease and the
-  nightly ledger are built on it.
+  hard link of a fully written temporary file (fails if the name exists), an S3
+  `PutObject` with `If-None-Match: *` (AWS S3 since 2024-08, moto, MinIO), a GCS upload
+  with `ifGenerationMatch=0`.  The run lease and the nightly ledger are built on it.
 * **Credentials and endpoints** come only from the standard environment
   (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
   `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`; `GOOGLE_APPLICATION_CREDENTIALS` for GCS)
@@ -34,6 +34,7 @@ import contextlib
 import errno
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,15 +199,7 @@ class Store:
         """
         target = self.join(*sub)
         if not self.remote:
-            path = Path(target)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            return True
+            return _create_local(Path(target), data)
         try:
             # s3fs: PutObject If-None-Match: *; gcsfs: ifGenerationMatch=0.
             # A 412 Precondition Failed arrives as FileExistsError.
@@ -232,6 +225,37 @@ class Store:
                 Path(path).unlink(missing_ok=True)
             return
         self.fs.rm(paths)
+
+
+def _create_local(path: Path, data: bytes) -> bool:
+    """Create-if-absent on a local disk, the file whole from the first moment.
+
+    Written under a temporary name and hard-linked to its name (a link fails when the
+    name exists), so a reader never sees it empty or half written.  Where the filesystem
+    has no hard links, an exclusive open does the create.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temp, 0o644)
+        os.link(temp, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+    finally:
+        Path(temp).unlink(missing_ok=True)
+    try:  # no hard links on this filesystem
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    return True
 
 
 def open_store(location: str | Path) -> Store:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
@@ -115,7 +117,7 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
             ray.shutdown()
     assert trees("2026-11-20") == ["p1", "p2"]
     assert trees("2026-11-21") == ["p3", "p4"]  # the rerun wrote no row twice
-    ledger = json.loads((tmp_path / "out" / "nightly-ledger.json").read_text())["nights"]
+    ledger = Ledger(tmp_path / "out").nights
     assert [(n["date"], n["status"], n["skip"]) for n in ledger] == [
         ("2026-11-20", "done", 0),
         ("2026-11-21", "done", 2),
@@ -125,3 +127,147 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
     assert any("run=n-2026-11-20" in p for p in published)
     assert any("run=n-2026-11-21" in p for p in published)
     assert TOKEN not in (tmp_path / "out" / "run=n-2026-11-20" / "run.json").read_text()
+
+
+def test_overlapping_nights_keep_each_others_ledger_entries(tmp_path: Path) -> None:
+    """Two nights overlap on a local root; each one's saves leave the other's entry alone."""
+    config = parse_run_config(_config(tmp_path, tmp_path / "p.jsonl", per_night=2))
+    first, d1 = plan_night(config, dt.date(2026, 11, 20))  # D1 starts and runs...
+    second, d2 = plan_night(config, dt.date(2026, 11, 21))  # ...while D2 starts
+    assert (d1.skip, d2.skip) == (0, 2)
+    second.mark(d2.date, "done", searched=2)
+    first.mark(d1.date, "done", searched=2)  # D1's final save, from its own copy
+    _, d3 = plan_night(config, dt.date(2026, 11, 22))
+    assert d3.skip == 4  # D2's slice is not handed out again
+    nights = {n["date"]: n["status"] for n in Ledger(tmp_path).nights}
+    assert nights == {"2026-11-20": "done", "2026-11-21": "done", "2026-11-22": "running"}
+
+
+def test_nights_racing_on_a_local_root_get_disjoint_slices(tmp_path: Path) -> None:
+    """Eight nights (threads, each with its own ledger) claim slices at once on a local
+    folder: create-if-absent hands each a different one, none lost."""
+    slices: list[int] = []
+
+    def night(day: int) -> None:
+        date = f"2026-12-{day:02d}"
+        slices.append(Ledger(tmp_path).plan(date, f"n-{date}", base_skip=0, per_night=5).skip)
+
+    threads = [threading.Thread(target=night, args=(d,)) for d in range(1, 9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(slices) == [5 * i for i in range(8)]
+    assert len(Ledger(tmp_path).nights) == 8
+
+
+def test_a_ledger_written_by_an_earlier_version_is_carried_over(tmp_path: Path) -> None:
+    """The one-file ledger (`nightly-ledger.json`) of earlier versions keeps its slices."""
+    old = [
+        {"date": "2026-11-18", "run_id": "n-2026-11-18", "skip": 0, "limit": 2, "status": "done"},
+        {"date": "2026-11-19", "run_id": "n-2026-11-19", "skip": 2, "limit": 3},
+    ]
+    (tmp_path / "nightly-ledger.json").write_text(json.dumps({"nights": old}))
+    config = parse_run_config(_config(tmp_path, tmp_path / "p.jsonl", per_night=2))
+    ledger, night = plan_night(config, dt.date(2026, 11, 20))
+    assert (night.skip, night.limit) == (5, 2)
+    assert [n["date"] for n in ledger.unfinished("2026-11-20")] == ["2026-11-19"]
+    _, again = plan_night(config, dt.date(2026, 11, 19))  # an old night resumes its slice
+    assert (again.run_id, again.skip, again.limit) == ("n-2026-11-19", 2, 3)
+    assert not (tmp_path / "nightly-ledger.json").exists()  # carried over, kept aside
+    assert json.loads((tmp_path / "nightly-ledger.json.carried-over").read_text())["nights"] == old
+    Ledger(tmp_path).mark("2026-11-19", "done")
+    assert [n["date"] for n in Ledger(tmp_path).unfinished("2026-11-21")] == ["2026-11-20"]
+
+
+@pytest.mark.parametrize("prefix", ["../../../escaped-", "a/b-", ".hidden-", "-x", "n- "])
+def test_run_id_prefix_outside_the_run_id_rule_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], prefix: str
+) -> None:
+    """`nightly.run_id_prefix` becomes part of a folder name: jobs.nightly and the
+    synthesis dry run refuse it with one line naming the field, exit 2, writing nothing."""
+    from jobs.nightly import main as nightly_main
+    from jobs.synthesize import main as synthesize_main
+
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"id": "p1", "question": "1 + 1?", "answer": "2"}) + "\n")
+    config = _config(tmp_path / "a" / "b" / "c" / "out", problems)
+    config["nightly"] = {"problems_per_night": 1, "run_id_prefix": prefix}
+    path = tmp_path / "nightly.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert nightly_main(["--config", str(path), "--date", "2026-11-20"]) == 2
+    assert synthesize_main(["--config", str(path), "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 2 and lines[0] == lines[1], captured.err  # one line per job
+    assert lines[0].startswith(f"error: {path}: ") and "nightly.run_id_prefix" in lines[0]
+    assert "Traceback" not in captured.err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["nightly.yaml", "problems.jsonl"]
+
+
+def test_plain_run_id_prefixes_are_accepted(tmp_path: Path) -> None:
+    for prefix in ["", "n-", "nightly_", "v2.night-"]:
+        config = _config(tmp_path, tmp_path / "p.jsonl")
+        config["nightly"] = {"run_id_prefix": prefix}
+        assert parse_run_config(config).nightly.run_id_prefix == prefix
+
+
+@pytest.mark.slow
+def test_a_night_that_starts_while_the_previous_one_runs_is_not_searched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """D2 starts, takes its slice and finishes while D1 is still searching; then D1
+    finishes and saves its final state; then D3: every problem is searched exactly once.
+
+    The real jobs.nightly on a local Ray cluster with the sleep engine; the only seam is
+    a wrapper around the real `synthesize` that runs night D2 (its own ledger, its own
+    run) inside D1's search, which is where a second cron-started job would overlap.
+    """
+    import ray
+    from ray import serve
+
+    from jobs.nightly import main
+    from pipeline.run import synthesis
+
+    problems = tmp_path / "problems.jsonl"
+    rows = [
+        {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(6)
+    ]
+    problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    path = tmp_path / "nightly.yaml"
+    path.write_text(yaml.safe_dump(_config(tmp_path / "out", problems)))
+    real = synthesis.synthesize
+
+    def d1_overlapped_by_d2(night: Any, **kwargs: Any) -> Any:
+        if night.run_id == "n-2026-11-20":  # D1 has recorded its slice and now searches
+            assert main(["--config", str(path), "--date", "2026-11-21"]) == 0
+        return real(night, **kwargs)
+
+    monkeypatch.setattr(synthesis, "synthesize", d1_overlapped_by_d2)
+    try:
+        assert main(["--config", str(path), "--date", "2026-11-20"]) == 0
+        monkeypatch.setattr(synthesis, "synthesize", real)
+        assert main(["--config", str(path), "--date", "2026-11-22"]) == 0
+    finally:
+        if ray.is_initialized():
+            serve.shutdown()  # type: ignore[no-untyped-call]
+            ray.shutdown()
+    searched = {
+        date: sorted(
+            pq.read_table(tmp_path / "out" / f"run=n-{date}" / "trees")
+            .column("problem_id")
+            .to_pylist()
+        )
+        for date in ("2026-11-20", "2026-11-21", "2026-11-22")
+    }
+    assert searched == {
+        "2026-11-20": ["p0", "p1"],
+        "2026-11-21": ["p2", "p3"],
+        "2026-11-22": ["p4", "p5"],  # not D2's p2, p3 again
+    }
+    nights = [(n["date"], n["skip"], n["status"]) for n in Ledger(tmp_path / "out").nights]
+    assert nights == [
+        ("2026-11-20", 0, "done"),
+        ("2026-11-21", 2, "done"),
+        ("2026-11-22", 4, "done"),
+    ]

@@ -20,7 +20,7 @@ import yaml
 
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.problems.sources import load_problems
-from pipeline.run.nightly import admissible, plan_night, run_night, run_spent
+from pipeline.run.nightly import Ledger, admissible, plan_night, run_night, run_spent
 from pipeline.run.summary import RunSummary
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
@@ -113,6 +113,9 @@ def _tree(problem_id: str, night: RunConfig, c_used: float) -> dict[str, Any]:
         "stop_reason": "early_stop",
         "iterations": 1,
         "contaminated": None,
+        "difficulty": "unanswered",
+        "gate_drops": [],
+        "split": "train",
         "grade_timeouts": 0,
         "method": "bg_mcts",
         "policy_model": None,
@@ -159,7 +162,7 @@ def test_envelope_stops_the_night_at_the_right_problem_and_the_next_night_resume
     assert [p for p, _ in first] == ["p1", "p2"]
     assert all(c == 200.0 for _, c in first)
     assert [p for p, _ in second] == ["p3", "p4"]
-    nights = json.loads((tmp_path / "out" / "nightly-ledger.json").read_text())["nights"]
+    nights = Ledger(tmp_path / "out").nights
     assert [(n["skip"], n["limit"], n["status"]) for n in nights] == [
         (0, 2, "done"),
         (2, 2, "done"),

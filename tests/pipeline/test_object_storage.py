@@ -27,7 +27,7 @@ import yaml
 
 from pipeline.errors import OutputLocationError
 from pipeline.records import error_row
-from pipeline.run.nightly import Ledger, ObjectLedger
+from pipeline.run.nightly import Ledger
 from pipeline.store.filesystem import check_reachable, open_store
 from pipeline.store.lease import RunFolderBusy
 from pipeline.store.object_lease import LEASE_FOLDER, ObjectLease
@@ -151,7 +151,7 @@ def test_lease_on_a_bucket_admits_one_writer_and_takes_over_dead_ones(s3: S3Serv
 def test_nightly_ledger_on_a_bucket_never_hands_a_slice_out_twice(s3: S3Server) -> None:
     root = f"s3://{BUCKET}/nightly"
     ledger = Ledger(root)
-    assert isinstance(ledger, ObjectLedger)
+    assert ledger.store.remote
     first = ledger.plan("2026-11-20", "n-2026-11-20", base_skip=3, per_night=5)
     assert (first.skip, first.limit) == (3, 5)
     # Eight nights race (threads, each with its own ledger object) for the next slices.
