@@ -1,9 +1,20 @@
-"""The run config: one YAML file validated into typed models, errors naming the field."""
+"""The run config: one YAML file validated into typed models, errors naming the field.
+
+Every config (run, nightly, evaluation) is read by `read_yaml`, the one YAML reader: a
+file that is not UTF-8, too large, nested too deep or whose aliases expand past
+`MAX_YAML_NODES` values (a "billion laughs" bomb) is refused with one line naming the
+file, before anything is built from it.  Every number in a validated config must be one
+a record can hold (`check_numbers`): integers within +-2**53 (a float64 column holds
+them exactly; pyarrow refuses a larger int for one) and finite floats.
+"""
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
+import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -156,6 +167,156 @@ class RunConfig(BaseModel):
         return self.run_id or dt.date.today().isoformat()
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few kB; this bounds reading and parsing it
+MAX_YAML_NODES = 100_000  # values after aliases are expanded (a config has hundreds)
+MAX_YAML_DEPTH = 64  # nesting levels of mappings and sequences
+MAX_YAML_DIGITS = 100  # digits of one plain integer (Python refuses past 4,300)
+RECORD_INT_LIMIT = 2**53  # the largest integer a float64 record column holds exactly
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error as one line: what is wrong, and where."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+        return _one_line(f"{exc.problem}{where}")
+    return _one_line(str(exc))
+
+
+def _decode(path: Path, data: bytes) -> str:
+    """The file as text: UTF-8 only (a BOM is fine), else one line with the byte offset."""
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        offset = start + exc.start
+        line = data.count(b"\n", 0, offset) + 1
+        raise ConfigError(
+            f"{path}: not UTF-8: byte 0x{data[offset]:02x} at offset {offset} "
+            f"(line {line}); save it as UTF-8"
+        ) from None
+
+
+def _scalar_too_long(event: yaml.ScalarEvent) -> bool:
+    """A plain integer with more digits than any config needs (Python's int() of a long
+    one is slow, and past 4,300 digits refused)."""
+    text = event.value.lstrip("+-").replace("_", "")
+    return event.implicit[0] and len(text) > MAX_YAML_DIGITS and text.isdigit()
+
+
+def _check_events(text: str) -> str | None:
+    """Walk the YAML event stream (flat, no recursion) and say what is past a bound:
+    nesting depth, a recursive alias, values after alias expansion, a huge integer.
+
+    An alias stands for its anchor's whole subtree, so it counts as that many values:
+    "billion laughs" (nine aliases of nine aliases of ...) is caught after a few hundred
+    events, before PyYAML builds anything and before anything walks it expanded (the
+    run's config dump did: 3 GB in 26 s)."""
+    sizes: dict[str, int] = {}  # anchor -> values in its subtree, expanded
+    stack: list[tuple[str | None, int]] = []  # open collections: (anchor, values so far)
+    values = 0  # values so far, expanded
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= MAX_YAML_DEPTH:
+                return f"nested deeper than {MAX_YAML_DEPTH} levels"
+            stack.append((event.anchor, 1))
+            n = 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, size = stack.pop()
+            if anchor is not None:
+                sizes[anchor] = size
+            if stack:  # already counted in `values`, value by value
+                stack[-1] = (stack[-1][0], stack[-1][1] + size)
+            continue
+        elif isinstance(event, yaml.AliasEvent):
+            if any(anchor == event.anchor for anchor, _ in stack):
+                return f"alias *{event.anchor} refers to itself"
+            n = sizes.get(event.anchor or "", 1)  # an undefined alias: PyYAML says so next
+        elif isinstance(event, yaml.ScalarEvent):
+            if _scalar_too_long(event):
+                return f"an integer of more than {MAX_YAML_DIGITS} digits{_at(event)}"
+            n = 1
+            if event.anchor is not None:
+                sizes[event.anchor] = 1
+        else:
+            continue
+        values += n
+        if values > MAX_YAML_NODES:
+            return (
+                f"more than {MAX_YAML_NODES:,} values once aliases are expanded{_at(event)} "
+                "(an alias bomb?)"
+            )
+        if stack and not isinstance(event, yaml.CollectionStartEvent):
+            stack[-1] = (stack[-1][0], stack[-1][1] + n)
+    return None
+
+
+def _at(event: yaml.Event) -> str:
+    mark = event.start_mark
+    return "" if mark is None else f" at line {mark.line + 1}"
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The one YAML reader for every config: UTF-8 text of at most `MAX_CONFIG_BYTES`,
+    bounded nesting and alias expansion, PyYAML's safe loader.  Any problem is a
+    one-line `ConfigError` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {size:,} bytes; a config may have {MAX_CONFIG_BYTES:,}")
+    text = _decode(path, path.read_bytes())
+    try:
+        problem = _check_events(text)
+        data = None if problem is not None else yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+    except (ValueError, OverflowError, RecursionError) as exc:  # a value PyYAML cannot build
+        raise ConfigError(f"{path}: not valid YAML: {_one_line(str(exc))}") from None
+    if problem is not None:
+        raise ConfigError(f"{path}: {problem}")
+    return data
+
+
+def _leaves(value: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """Every number in a validated config, with its dotted field name."""
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _leaves(getattr(value, name), f"{where}.{name}" if where else name)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _leaves(item, f"{where}.{i}" if where else str(i))
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield where, value
+
+
+def _out_of_range(value: int | float) -> str | None:
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{value} is not a finite number"
+    if abs(value) <= RECORD_INT_LIMIT:
+        return None
+    # str() of a huge int is slow, and refused past 4,300 digits
+    shown = str(value) if value.bit_length() <= 256 else f"an integer of {value.bit_length()} bits"
+    return f"{shown} is more than a record can hold (at most {RECORD_INT_LIMIT:,} = 2**53)"
+
+
+def check_numbers(config: BaseModel, source: str = "config") -> None:
+    """Refuse a number no record can hold (`RECORD_INT_LIMIT`, non-finite floats),
+    naming the field: checked at validation, so `--dry-run` refuses it too."""
+    for field, value in _leaves(config, ""):
+        problem = _out_of_range(value)
+        if problem is not None:
+            raise ConfigError(f"{source}: {field}: {problem}")
+
+
 def _where(error: ValidationError) -> list[str]:
     """One `field: problem` per error (a validator's own message without pydantic's prefix)."""
     lines = []
@@ -164,33 +325,28 @@ def _where(error: ValidationError) -> list[str]:
         message = item["msg"]
         if item["type"] == "value_error" and "error" in item.get("ctx", {}):
             message = str(item["ctx"]["error"])
-        lines.append(f"{field}: {message}")
+        lines.append(f"{field}: {_one_line(message)}")
     return lines
 
 
 def parse_config(data: Any, model: type[M], source: str = "config") -> M:
-    """Validate a mapping into `model`; a `ConfigError` names every bad field."""
+    """Validate a mapping into `model`; a one-line `ConfigError` names every bad field."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
     try:
-        return model.model_validate(data)
+        config = model.model_validate(data)
     except ValidationError as exc:
         problems = _where(exc)
         if len(problems) == 1:  # the usual case: one line naming the file and the field
             raise ConfigError(f"{source}: {problems[0]}") from None
-        listed = "\n".join(f"  {line}" for line in problems)
-        raise ConfigError(f"{source}: invalid config\n{listed}") from None
+        raise ConfigError(f"{source}: invalid config: {'; '.join(problems)}") from None
+    check_numbers(config, source)
+    return config
 
 
 def load_config(path: str | Path, model: type[M], **overrides: Any) -> M:
     """Read a YAML config into `model`; `overrides` (from the CLI) win over the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     data.update({k: v for k, v in overrides.items() if v is not None})

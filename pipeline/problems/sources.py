@@ -26,6 +26,13 @@ with thousands separators removed ("1,080" -> "1080"; the full answer is `meta.s
 A missing file, an unknown column in `columns` or `filters`, or a dataset that cannot
 be loaded raises `SourceConfigError`, whose message starts with the config field
 (`source.path: file not found: ...`).
+
+The work per row is bounded, so one hostile row is one error row, never a failed read:
+JSON nested deeper than `MAX_DEPTH` levels, a number longer than `MAX_NUMBER_DIGITS`
+digits (Python refuses to convert ints past 4,300 digits), an id longer than
+`MAX_ID_CHARS` characters and text that is not valid Unicode (a lone surrogate from a
+`\\ud800` escape, which no Parquet file can hold) are error rows that say the bound;
+anything else a row throws while it is parsed or converted is an error row too.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import json
 import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, TypedDict
 
@@ -46,6 +54,11 @@ from typing_extensions import TypeIs
 
 from pipeline.errors import InputError
 from pipeline.problems import arithmetic
+
+# Bounds on the work one source row may cost (see the module docstring).
+MAX_DEPTH = 64  # nesting levels of arrays/objects in one JSON line
+MAX_NUMBER_DIGITS = 256  # digits of one JSON integer
+MAX_ID_CHARS = 256  # characters of a problem id
 
 # ---------------------------------------------------------------------------------------
 # Records
@@ -220,6 +233,59 @@ def bundled_path(dataset: Literal["math500", "gsm8k"], split: str) -> Path:
     return path
 
 
+class _LongNumber:
+    """A JSON integer past `MAX_NUMBER_DIGITS` digits, left unconverted: converting it
+    costs time quadratic in its length, and past 4,300 digits Python refuses."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _parse_int(text: str) -> int | _LongNumber:
+    digits = len(text) - text.startswith("-")
+    return _LongNumber(digits) if digits > MAX_NUMBER_DIGITS else int(text)
+
+
+def _too_much(obj: dict[str, Any]) -> str | None:
+    """What in a parsed row is past a bound (nesting, a long number), or None.
+
+    Iterative, so no row can exhaust the stack here; stops at the first finding."""
+    stack: list[tuple[Any, int, str]] = [(v, 2, str(k)) for k, v in obj.items()]
+    while stack:
+        value, depth, column = stack.pop()
+        if isinstance(value, _LongNumber):
+            return (
+                f"column {column!r} holds an integer of {value.digits:,} digits "
+                f"(at most {MAX_NUMBER_DIGITS} per number)"
+            )
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                return f"nested deeper than {MAX_DEPTH} levels (the limit per row)"
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1, column) for v in items)
+    return None
+
+
+def _parse_line(line: str, locator: str) -> tuple[dict[str, Any] | None, str | None]:
+    """One JSONL line -> (the object, None) or (None, the error message)."""
+    try:
+        obj = json.loads(line, parse_int=_parse_int)
+    except json.JSONDecodeError as e:
+        return None, f"{locator}: not valid JSON ({e.msg} at column {e.colno})"
+    except RecursionError:  # the parser recursed past Python's limit: far past ours
+        return None, f"{locator}: nested deeper than {MAX_DEPTH} levels (the limit per row)"
+    except (ValueError, MemoryError) as e:
+        return None, f"{locator}: cannot parse the line ({type(e).__name__}: {e!s:.120})"
+    if not isinstance(obj, dict):
+        return None, f"{locator}: expected a JSON object, got {type(obj).__name__}"
+    problem = _too_much(obj)
+    if problem is not None:
+        return None, f"{locator}: {problem}"
+    return obj, None
+
+
 def _read_jsonl(path: Path) -> Iterator[_Raw]:
     if not path.is_file():
         raise SourceConfigError(f"source.path: file not found: {path}")
@@ -228,23 +294,8 @@ def _read_jsonl(path: Path) -> Iterator[_Raw]:
             locator = f"{path.name}:line {number}"
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield _Raw(
-                    number - 1,
-                    locator,
-                    None,
-                    f"{locator}: not valid JSON ({e.msg} at column {e.colno})",
-                )
-                continue
-            if not isinstance(obj, dict):
-                kind = type(obj).__name__
-                yield _Raw(
-                    number - 1, locator, None, f"{locator}: expected a JSON object, got {kind}"
-                )
-                continue
-            yield _Raw(number - 1, locator, obj)
+            obj, error = _parse_line(line, locator)
+            yield _Raw(number - 1, locator, obj, error)
 
 
 def _read_parquet(path: Path) -> Iterator[_Raw]:
@@ -266,9 +317,26 @@ def _read_parquet(path: Path) -> Iterator[_Raw]:
                 raise SourceConfigError(f"source.path: cannot read parquet {path}: {e}") from e
             if batch is None:
                 return
-            for row in batch.to_pylist():
-                yield _Raw(index, f"{path.name}:row {index}", row)
+            for row, error in _batch_rows(batch):
+                locator = f"{path.name}:row {index}"
+                yield _Raw(index, locator, row, None if error is None else f"{locator}: {error}")
                 index += 1
+
+
+def _batch_rows(batch: Any) -> Iterator[tuple[dict[str, Any] | None, str | None]]:
+    """A record batch's rows as dicts; if the batch will not convert (a timestamp past
+    year 9999, say), row by row, so only the rows that fail become error rows."""
+    try:
+        rows = batch.to_pylist()
+    except Exception:  # pyarrow raises several types (OverflowError, ValueError, ...)
+        for i in range(batch.num_rows):
+            try:
+                yield batch.slice(i, 1).to_pylist()[0], None
+            except Exception as e:
+                yield None, f"cannot convert the row ({type(e).__name__}: {e!s:.120})"
+        return
+    for row in rows:
+        yield row, None
 
 
 def _read_hf(cfg: HFSource) -> Iterator[_Raw]:
@@ -333,6 +401,12 @@ def _to_record(raw: _Raw, columns: ColumnMap) -> Record:
                 f"{raw.locator}: id column {columns.id!r} is missing, empty or not "
                 f"a string/int (got {row.get(columns.id)!r:.60})",
             )
+        if len(problem_id) > MAX_ID_CHARS:
+            return _error(
+                raw.locator,
+                f"{raw.locator}: id column {columns.id!r} is {len(problem_id):,} characters "
+                f"long (at most {MAX_ID_CHARS})",
+            )
     problem = row.get(columns.problem)
     if not isinstance(problem, str) or not problem.strip():
         if problem is None:
@@ -345,6 +419,9 @@ def _to_record(raw: _Raw, columns: ColumnMap) -> Record:
             problem_id or raw.locator,
             f"{raw.locator}: problem column {columns.problem!r} is {got}",
         )
+    bad_text = _not_unicode(row, columns)
+    if bad_text is not None:
+        return _error(raw.locator, f"{raw.locator}: {bad_text}")
     if problem_id is None:
         problem_id = hash_id(problem)
     reference: str | None = None
@@ -367,6 +444,22 @@ def _to_record(raw: _Raw, columns: ColumnMap) -> Record:
         if converted is not None:
             meta[str(key)] = converted
     return ProblemRow(problem_id=problem_id, problem=problem, reference=reference, meta=meta)
+
+
+def _not_unicode(row: dict[str, Any], columns: ColumnMap) -> str | None:
+    """The column whose text UTF-8 cannot encode (a lone surrogate), or None."""
+    for field in ("id", "problem", "reference"):
+        name = getattr(columns, field)
+        value = row.get(name) if name is not None else None
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return (
+                    f"{field} column {name!r} is not valid Unicode "
+                    f"({e.object[e.start]!r} at character {e.start})"
+                )
+    return None
 
 
 def _error(problem_id: str, message: str) -> ErrorRow:
@@ -514,10 +607,18 @@ def _record(raw: _Raw, cfg: AnySource, columns: ColumnMap | None) -> Record:
     """One kept row -> its record (before duplicate marking)."""
     if raw.row is None:
         return _error(raw.locator, raw.error or f"{raw.locator}: unreadable")
+    convert: Callable[[], Record]
     if columns is None:  # bundled GSM8K: ids by line index, reference after '####'
         assert isinstance(cfg, BundledSource)
-        return _gsm8k_record(raw, cfg.split)
-    return _to_record(raw, columns)
+        convert = partial(_gsm8k_record, raw, cfg.split)
+    else:
+        convert = partial(_to_record, raw, columns)
+    try:
+        return convert()
+    except Exception as e:  # one odd row must never end the read: it is an error row
+        return _error(
+            raw.locator, f"{raw.locator}: cannot use the row ({type(e).__name__}: {e!s:.120})"
+        )
 
 
 def _records(cfg: AnySource) -> Iterator[tuple[str, Record]]:
