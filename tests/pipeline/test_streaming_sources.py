@@ -273,6 +273,9 @@ def _commit_tree(sink: ParquetSink, problem_id: str) -> None:
         "method": "bg_mcts",
         "budget": 100.0,
         "seed": 0,
+        "difficulty": "unanswered",
+        "gate_drops": [],
+        "split": "train",
         "node_scores": [],
         "trace": [],
     }
