@@ -247,6 +247,9 @@ def test_only_committed_parts_are_published(tmp_path: Path) -> None:
         "score": 1.0,
         "depth": 1,
         "answers_in_path": 1,
+        "truncated": False,
+        "difficulty": "mixed",
+        "split": "train",
         "label_source": "reference",
         "run_id": "r",
     }
