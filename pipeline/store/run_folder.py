@@ -160,12 +160,16 @@ class Counted:
         for info in complete.values():
             for key in info.done:
                 finished[key] = max(finished.get(key, info.generation), info.generation)
+        # a marker from before fencing (generation 0) names no problems: any of its rows
+        # may belong to a problem a later generation finished
+        legacy = frozenset(k for k, g in finished.items() if g != 0)
         dropped: dict[str, frozenset[str]] = {}
         for batch, info in complete.items():
-            # a marker from before fencing names no problems: any of its rows may lose
-            candidates: Iterable[str] = finished if info.parts is None else info.problems
+            if info.parts is None:
+                dropped[batch] = legacy
+                continue
             lost = frozenset(
-                k for k in candidates if finished.get(k, info.generation) != info.generation
+                k for k in info.problems if finished.get(k, info.generation) != info.generation
             )
             if not (info.problems and lost == info.problems):  # else nothing in it counts
                 dropped[batch] = lost
@@ -222,8 +226,9 @@ class RunFolder:
 
     # -- committed parts ----------------------------------------------------------------
     def committed_batches(self) -> set[str]:
-        """Every batch with a marker (complete or not, counted or not)."""
-        return set(self.store.names(MARKERS))
+        """Every batch with a marker (complete or not, counted or not).  A local marker
+        being written is a temporary file next to it for a moment: not a marker yet."""
+        return {n for n in self.store.names(MARKERS) if not n.endswith(".tmp")}
 
     def _marked(self) -> bool:
         """Does the folder hold commit markers?  A local folder with no marker folder at
@@ -240,7 +245,7 @@ class RunFolder:
             paths = {batch: self.store.join(MARKERS, batch) for batch in new}
             bodies = self.store.read_many(list(paths.values()))
             for batch, path in paths.items():
-                known[batch] = Batch.parse(bodies.get(path, b""))
+                known[batch] = Batch.parse(bodies[path])
         return {batch: known[batch] for batch in names}
 
     def counted(self) -> Counted:

@@ -311,22 +311,28 @@ def test_local_markers_carry_growing_generations_and_old_folders_still_read(
     tmp_path: Path,
 ) -> None:
     """flock cannot be taken over, but its generation still grows per holder (kept in the
-    lock file) and every marker carries it; a folder with the empty markers of before
-    reads as it always did, and its first new holder is generation 1."""
+    lock file) and every marker carries it.  A folder with the empty markers of before
+    reads as it always did (generation 0), its first new holder is generation 1, and a
+    problem an old attempt failed and a new holder finished counts once, as searched."""
     run_dir = tmp_path / "out" / "run=r"
-    old = RunFolder.open(tmp_path / "out", "r")
-    ParquetSink(old).write_batch(_source_errors(["line 3"]))
-    marker = next((run_dir / MARKERS).iterdir())
-    marker.write_bytes(b"")  # the marker as the code before fencing wrote it
+    old = ParquetSink(RunFolder.open(tmp_path / "out", "r"))
+    old.write_batch(_source_errors(["line 3"]))
+    old.write_batch({"errors": [dict(error_row("p1", "search", "failed", run_id="r"))]})
+    for marker in (run_dir / MARKERS).iterdir():
+        marker.write_bytes(b"")  # the markers as the code before fencing wrote them
     (run_dir / "_lease").write_bytes(b"")  # and its lock file
-    assert RunFolder.open(tmp_path / "out", "r").batches()[marker.name] == Batch()
+    legacy = RunFolder.open(tmp_path / "out", "r")
+    assert set(legacy.batches().values()) == {Batch()}
+    assert legacy.count("errors") == 2 and legacy.done_problem_ids() == {"line 3"}
     for expected in (1, 2):
         with FlockLease(run_dir) as lease:
             assert lease.generation == expected
-            ParquetSink(RunFolder.open(tmp_path / "out", "r"), lease).write_batch(
-                _source_errors([f"line {10 + expected}"])
-            )
+            sink = ParquetSink(RunFolder.open(tmp_path / "out", "r"), lease)
+            sink.write_batch(_source_errors([f"line {10 + expected}"]))
+    with FlockLease(run_dir) as lease:
+        ParquetSink(RunFolder.open(tmp_path / "out", "r"), lease).write_batch(_records("p1", "r"))
     reader = RunFolder.open(tmp_path / "out", "r")
-    assert sorted(b.generation for b in reader.batches().values()) == [0, 1, 2]
+    assert sorted(b.generation for b in reader.batches().values()) == [0, 0, 1, 2, 3]
     assert reader.final_error_keys() == {"line 3", "line 11", "line 12"}
-    assert reader.count("errors") == 3
+    assert reader.count("errors") == 3  # p1's failed attempt gave way to its tree
+    assert reader.read("trees").column("problem_id").to_pylist() == ["p1"]
