@@ -3,7 +3,8 @@
     0  everything done (and published, if configured)
     1  some problems failed (see errors/), publishing failed, or an unexpected error
     2  bad config, source, run id or output location (`pipeline.errors.InputError`),
-       or the run folder is in use by another process
+       the run folder is in use by another process, or another writer took its lease
+       over while this one stalled (`pipeline.store.lease.LeaseLost`)
 
 An error is one line on stderr naming the thing to fix; the traceback is shown
 only with `--verbose` (never by default: cron mail and `ray job logs` stay readable).

@@ -178,10 +178,12 @@ def retry_command(
     return shlex.join(parts)
 
 
-def _local_files(run_dir: Path) -> dict[str, list[Path]]:
-    """Committed parts only: a part without its commit marker belongs to an unfinished batch."""
+def _local_files(run_dir: Path, into: Path) -> dict[str, list[Path]]:
+    """Counted parts only: a part without its commit marker belongs to an unfinished batch,
+    and a problem's rows of a superseded lease generation are left out (a part holding
+    some is written filtered under `into`: `RunFolder.counted_files`)."""
     folder = RunFolder(open_store(Path(run_dir)), run_id=Path(run_dir).name)
-    return {name: folder.parts(name) for name in CONFIGS}
+    return {name: folder.counted_files(name, into) for name in CONFIGS}
 
 
 def _truncate(value: Any) -> Any:
@@ -501,13 +503,14 @@ def publish_run(
         )
     secrets = [token]
 
-    local = _local_files(run_dir)
-    if not any(local.values()):
-        raise fail(f"No Parquet files under {run_dir}/<{'|'.join(CONFIGS)}>; nothing to publish.")
-    # sft and dpo are always listed (0 rows is news); other configs when the run has them
-    present = [name for name, files in local.items() if files or name in ("sft", "dpo")]
-
     with tempfile.TemporaryDirectory(prefix="bgmcts-publish-") as workdir:
+        local = _local_files(run_dir, Path(workdir) / "counted")
+        if not any(local.values()):
+            raise fail(
+                f"No Parquet files under {run_dir}/<{'|'.join(CONFIGS)}>; nothing to publish."
+            )
+        # sft and dpo are always listed (0 rows is news); other configs when the run has them
+        present = [name for name, files in local.items() if files or name in ("sft", "dpo")]
         # repo path -> local file: each local file as its train and test rows
         added: dict[str, Path] = {}
         split_counts: dict[str, dict[str, int]] = {n: dict.fromkeys(SPLITS, 0) for n in present}

@@ -187,8 +187,8 @@ def hygiene_of_run(run: Any, timeout_s: float = 5.0) -> Hygiene:
 
     def rows(kind: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for part in run.parts(kind):
-            out.extend(run.read_part(part).to_pylist())
+        for table in run.tables(kind):  # the rows that count (`RunFolder.tables`)
+            out.extend(table.to_pylist())
         return out
 
     tables = {name: rows(name) for name in TABLES}

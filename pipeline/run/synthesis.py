@@ -42,6 +42,7 @@ from pipeline.store.filesystem import (
     is_remote,
     is_storage_error,
 )
+from pipeline.store.lease import Lease
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
 
@@ -82,10 +83,11 @@ def synthesize(
     folder = RunFolder.open(config.output_root, run_id)
     check_reachable(folder.store, config.output_root)  # a missing bucket: one line, no work
     try:
-        with folder.lease():
+        with folder.lease() as lease:
             return _synthesize(
                 config,
                 folder,
+                lease,
                 selection,
                 start,
                 progress=progress,
@@ -122,6 +124,7 @@ def _describe(config: RunConfig) -> str:
 def _synthesize(
     config: RunConfig,
     folder: RunFolder,
+    lease: Lease,
     selection: int,
     start: float,
     *,
@@ -137,7 +140,7 @@ def _synthesize(
     from pipeline.run.stream import problem_stream
 
     run_id = config.resolved_run_id
-    sink = ParquetSink(folder)
+    sink = ParquetSink(folder, lease)  # every commit fenced by the lease (`LeaseLost`)
     summary = RunSummary(run_id, folder.location)
     write_manifest(config, folder)
     summary.problems = selection

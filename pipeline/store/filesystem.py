@@ -171,6 +171,17 @@ class Store:
     def read_text(self, *sub: str) -> str:
         return self.read_bytes(*sub).decode("utf-8")
 
+    def read_many(self, paths: list[str]) -> dict[str, bytes]:
+        """Whole files by full path (as `join` returns them); a bucket fetches them
+        concurrently (s3fs/gcsfs `cat` of a list), not one request after another."""
+        if not paths:
+            return {}
+        if not self.remote:
+            return {path: Path(path).read_bytes() for path in paths}
+        found: dict[str, bytes] = self.fs.cat(paths)
+        by_name = {self.fs._strip_protocol(k): v for k, v in found.items()}
+        return {path: by_name[self.fs._strip_protocol(path)] for path in paths}
+
     # -- writing --------------------------------------------------------------------
     def makedirs(self, *sub: str) -> None:
         """Create a local folder; a bucket has no folders (a prefix exists once written)."""

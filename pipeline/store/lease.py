@@ -10,6 +10,13 @@ hold it: taking it over is the same atomic `flock` call.
 
 A second writer fails at once with `RunFolderBusy`, one line naming the holder.
 
+Every lease has a *generation*, a number that grows with each holder of the run folder:
+the sink writes it into each commit marker (a fencing token, `pipeline.store.run_folder`)
+and calls `check()` before each commit.  Here the generation is the count of holders so
+far, kept in the lock file itself (written under the lock); `flock` cannot be taken over
+while held, so `check()` never fails.  On object storage a holder can be overtaken (it
+stalled past its lease's TTL): its `check()` raises `LeaseLost` instead of committing.
+
 Scope: `flock` works on local disks and on NFSv4/Lustre-style shared file
 systems that implement it; object storage (s3://, gs://) has no such lock, so a
 run there holds a lease object created with a conditional put instead
@@ -37,13 +44,25 @@ class RunFolderBusy(InputError):
     """Another live process holds the run folder's lease."""
 
 
+class LeaseLost(InputError):
+    """Another writer took the run folder's lease over from this one (it stalled past its
+    TTL): the run stops without committing more, one line, exit 2."""
+
+
 class Lease:
-    """What both leases share: who holds it, and `with lease:` holding it for a block."""
+    """What both leases share: who holds it, its generation, the check before a commit, and
+    `with lease:` holding it for a block."""
+
+    generation: int | None = None  # set while held: the fencing token of this holder
 
     def acquire(self) -> Self:
         raise NotImplementedError
 
     def release(self) -> None:
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Raise `LeaseLost` if another writer holds the lease now (called before a commit)."""
         raise NotImplementedError
 
     @staticmethod
@@ -92,6 +111,7 @@ class FlockLease(Lease):
                 "wait for it to finish or use another run id"
             ) from None
         self._fd = fd
+        self.generation = _next_generation(fd)
         temp = self.run_dir / f"{HOLDER_FILE}.{os.getpid()}.tmp"
         temp.write_text(json.dumps(self.holder_info()) + "\n")
         os.replace(temp, self.run_dir / HOLDER_FILE)
@@ -104,6 +124,22 @@ class FlockLease(Lease):
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None
+        self.generation = None
+
+    def check(self) -> None:
+        """Nothing to check: a held `flock` cannot be taken over (only released or dropped
+        with its process)."""
+
+
+def _next_generation(fd: int) -> int:
+    """The holder count in the lock file (held by us), plus one, written back.  An empty
+    file (a folder from before generations, or a new one) counts as 0."""
+    first = os.pread(fd, 64, 0).split(b"\n", 1)[0].strip()
+    generation = (int(first) if first.isdigit() else 0) + 1
+    data = f"{generation}\n".encode()
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))
+    return generation
 
 
 RunLease = FlockLease  # the name the lease had before the object-store one existed
@@ -127,6 +163,7 @@ __all__ = [
     "LOCK_FILE",
     "FlockLease",
     "Lease",
+    "LeaseLost",
     "RunFolderBusy",
     "RunLease",
     "describe_holder",

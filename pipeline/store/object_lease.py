@@ -11,13 +11,18 @@ the current lease; it holds `{host, pid, since, expires_at, released}`.
 * **Renew**: a daemon thread rewrites the holder's own object with a later `expires_at`
   every `ttl_s / 4`.  Only the holder writes its generation.
 * **Release**: the holder marks its object released (a clean exit hands over at once).
+* **Fence**: the generation is the holder's fencing token.  The sink calls `check()`
+  right before each commit marker: when a later generation exists (this holder stalled
+  past `ttl_s` without renewing and another writer took over), it raises `LeaseLost`
+  and the run stops with one line (exit 2) without committing.  The marker carries the
+  generation, so a batch that slips through (the holder stalled between its check and
+  its marker) is still told apart: for each problem, readers count only the rows of the
+  newest generation that committed it (`pipeline.store.run_folder`).
 
 What is weaker than `flock`: a holder that dies on *another* machine (a killed head pod)
 is taken over only after `ttl_s` (default 300 s) without renewals, and a holder that
-stalls for longer than `ttl_s` (no renewal) can be overtaken while it still runs; it
-notices at its next renewal (`lost` is set and a warning printed) but a batch it commits
-in between is not fenced.  The sink's batches are idempotent per problem only through
-the resume rule, so such an overlap can duplicate the problems both searched.
+stalls for longer than `ttl_s` can be overtaken while it still runs (its next commit
+stops it, as above).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import time
 from typing import Any, Self
 
 from pipeline.store.filesystem import Store
-from pipeline.store.lease import Lease, RunFolderBusy
+from pipeline.store.lease import Lease, LeaseLost, RunFolderBusy
 
 LEASE_FOLDER = "_lease"
 DEFAULT_TTL_S = 300.0
@@ -123,13 +128,30 @@ class ObjectLease(Lease):
         if self._generations()[-1:] != [self.generation]:
             self.lost = True
             print(
-                f"warning: the run lease of {self.run.uri} was taken over by another writer",
+                f"warning: the run lease of {self.run.uri} was taken over by another writer; "
+                "this run stops at its next commit",
                 file=sys.stderr,
             )
             self._stop.set()
             return
         self._holder["expires_at"] = _now() + self.ttl_s
         self.run.write_bytes(self._body(), LEASE_FOLDER, f"{self.generation:08d}.json")
+
+    def check(self) -> None:
+        """The fence before a commit: raise `LeaseLost` when a later generation exists."""
+        generations = self._generations()
+        latest = generations[-1] if generations else None
+        if not self.lost and latest == self.generation:
+            return
+        self.lost = True
+        self._stop.set()  # a lost lease is never renewed (nor released) again
+        holder = self._read(latest) if latest else {}
+        raise LeaseLost(
+            f"run folder {self.run.uri}: this run's lease (generation {self.generation}) was "
+            f"taken over by {self.describe(holder)} (generation {latest}) after it went "
+            f"unrenewed for {self.ttl_s:.0f} s; stopped without committing more (rerun the "
+            "same run id once that run has ended to resume)"
+        )
 
     def release(self) -> None:
         if self.generation is None:
@@ -149,4 +171,4 @@ class ObjectLease(Lease):
         self.generation = None
 
 
-__all__ = ["DEFAULT_TTL_S", "LEASE_FOLDER", "ObjectLease"]
+__all__ = ["DEFAULT_TTL_S", "LEASE_FOLDER", "LeaseLost", "ObjectLease"]

@@ -2,7 +2,8 @@
 
     run=<id>/run.json                          the manifest (config, secrets redacted; summary)
     run=<id>/<record type>/part-<batch>.parquet   one part per record type per batch
-    run=<id>/_committed/<batch>                one empty marker per committed batch
+    run=<id>/_committed/<batch>                one marker per committed batch (JSON:
+                                               lease generation, parts, problem ids)
     run=<id>/_lease, _lease.json | _lease/     the writer lease (`pipeline.store.lease`)
     run=<id>/report.md, report.json, *.png     the run report (`pipeline.report`)
 
@@ -10,9 +11,20 @@ A `RunFolder` is opened once per run (`RunFolder.open(output_root, run_id)`, or
 `RunFolder.at(".../run=<id>")` for a folder named on a command line) and handed on: the
 sink writes through it, and the resume filter, summary, report and publisher read through
 it.  It owns one filesystem client (`pipeline.store.filesystem.Store`), the rule for which
-parts count (committed batches only), the manifest, the lease and local copies of a
-bucket's run.  Ray workers get (output_root, run_id) and open their own: a filesystem
-client is per process.
+parts count (committed batches only, one generation per problem), the manifest, the
+lease and local copies of a bucket's run.  Ray workers get (output_root, run_id) and open
+their own: a filesystem client is per process.
+
+What counts (the fencing rule, `Counted`): a batch counts once its marker exists and
+every part its marker names is there.  The marker carries the lease generation of the
+writer that committed it (`pipeline.store.lease`).  For each problem, only the rows of one
+generation count: the newest generation that *finished* it (committed its tree, or its
+source-error row).  So a problem is counted once even when two holders both committed it
+(a holder that stalled past its lease's TTL between its last check and its marker, while
+the next holder searched the same problem): the newer holder's rows win, the stale
+holder's late batch is ignored, whatever order the two arrived in.  A problem never
+finished keeps every row (each failed attempt's error row).  Markers written before
+generations existed are empty: generation 0, read as before.
 """
 
 from __future__ import annotations
@@ -22,8 +34,8 @@ import importlib
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +53,131 @@ def _parquet() -> Any:
     return importlib.import_module("pyarrow.parquet")
 
 
-def batch_of(part_name: str) -> str:
-    """The batch id in a part's file name (`part-<batch>.parquet` -> `<batch>`)."""
-    return part_name.removeprefix("part-").split(".")[0]
+def batch_of(name: str) -> str:
+    """The batch id in a part's file name or path (`part-<batch>.parquet` -> `<batch>`)."""
+    return str(name).rsplit("/", 1)[-1].removeprefix("part-").split(".")[0]
+
+
+def part_name(batch: str) -> str:
+    return f"part-{batch}.parquet"
+
+
+def _ids(table: Any, column: str = "problem_id") -> list[Any]:
+    if table.num_rows == 0 or column not in table.column_names:
+        return []
+    ids: list[Any] = table.column(column).to_pylist()
+    return ids
+
+
+def tree_keys(trees: Any) -> set[str]:
+    """Problems a `trees` table finishes: only a tree row marks a problem done."""
+    return {str(v) for v in _ids(trees) if v is not None}
+
+
+def source_error_keys(errors: Any) -> set[str]:
+    """Keys an `errors` table finishes: source errors (a bad row stays bad, so it is written
+    once).  Errors of other stages (a failed search, an engine outage) are retried by the
+    next run, and an error row never stands for another row's problem."""
+    pairs = zip(_ids(errors), _ids(errors, "stage"), strict=True)
+    return {str(pid) for pid, stage in pairs if pid is not None and stage == "source"}
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a commit marker says of its batch: the lease generation of its writer (the
+    fencing token), its parts (record type -> rows), every problem id with a row in it and
+    the ids it finishes (`tree_keys`, `source_error_keys`).  A marker written before
+    generations existed is empty: `parts` is None (whatever parts exist count) and the
+    generation 0."""
+
+    generation: int = 0
+    parts: Mapping[str, int] | None = None
+    problems: frozenset[str] = frozenset()
+    done: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, tables: Mapping[str, Any], generation: int) -> Batch:
+        """The marker of a batch of (non-empty) pyarrow tables, keyed by record type."""
+        tables = {kind: t for kind, t in tables.items() if t.num_rows}
+        problems = {str(v) for t in tables.values() for v in _ids(t) if v is not None}
+        done = set()
+        if "trees" in tables:
+            done |= tree_keys(tables["trees"])
+        if "errors" in tables:
+            done |= source_error_keys(tables["errors"])
+        return cls(
+            generation,
+            {kind: t.num_rows for kind, t in tables.items()},
+            frozenset(problems),
+            frozenset(done),
+        )
+
+    @classmethod
+    def parse(cls, body: bytes) -> Batch:
+        """A marker's body; an empty or unreadable one is a marker from before fencing."""
+        try:
+            data = json.loads(body) if body.strip() else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            data = None
+        if not isinstance(data, dict) or not isinstance(data.get("parts"), dict):
+            return cls()
+        return cls(
+            int(data.get("generation") or 0),
+            {str(k): int(v) for k, v in data["parts"].items()},
+            frozenset(map(str, data.get("problems") or ())),
+            frozenset(map(str, data.get("done") or ())),
+        )
+
+    def body(self) -> bytes:
+        if self.parts is None:
+            return b""
+        data = {
+            "generation": self.generation,
+            "parts": dict(self.parts),
+            "problems": sorted(self.problems),
+            "done": sorted(self.done),
+        }
+        return (json.dumps(data) + "\n").encode()
+
+
+@dataclass(frozen=True)
+class Counted:
+    """The batches readers count, and in each the problem ids whose rows do not count."""
+
+    dropped: Mapping[str, frozenset[str]]  # counted batch -> ids whose rows in it are ignored
+    names: Mapping[str, tuple[str, ...]]  # record type -> part names of counted batches
+
+    @classmethod
+    def of(cls, batches: Mapping[str, Batch], present: Mapping[str, set[str]]) -> Counted:
+        """The fencing rule (module docstring) over every marker and the parts present."""
+        complete = {
+            batch: info
+            for batch, info in batches.items()
+            if info.parts is None
+            or all(part_name(batch) in present.get(kind, ()) for kind in info.parts)
+        }
+        finished: dict[str, int] = {}  # problem -> the newest generation that finished it
+        for info in complete.values():
+            for key in info.done:
+                finished[key] = max(finished.get(key, info.generation), info.generation)
+        # a marker from before fencing (generation 0) names no problems: any of its rows
+        # may belong to a problem a later generation finished
+        legacy = frozenset(k for k, g in finished.items() if g != 0)
+        dropped: dict[str, frozenset[str]] = {}
+        for batch, info in complete.items():
+            if info.parts is None:
+                dropped[batch] = legacy
+                continue
+            lost = frozenset(
+                k for k in info.problems if finished.get(k, info.generation) != info.generation
+            )
+            if not (info.problems and lost == info.problems):  # else nothing in it counts
+                dropped[batch] = lost
+        names = {
+            kind: tuple(sorted(n for n in found if batch_of(n) in dropped))
+            for kind, found in present.items()
+        }
+        return cls(dropped, names)
 
 
 def check_run_id(run_id: str) -> str:
@@ -58,6 +192,8 @@ class RunFolder:
 
     store: Store
     run_id: str
+    # markers read so far and the last `Counted` (a cache: never part of equality)
+    _memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def open(cls, output_root: str | Path, run_id: str) -> RunFolder:
@@ -90,66 +226,144 @@ class RunFolder:
 
     # -- committed parts ----------------------------------------------------------------
     def committed_batches(self) -> set[str]:
-        return set(self.store.names(MARKERS))
+        """Every batch with a marker (complete or not, counted or not).  A local marker
+        being written is a temporary file next to it for a moment: not a marker yet."""
+        return {n for n in self.store.names(MARKERS) if not n.endswith(".tmp")}
+
+    def _marked(self) -> bool:
+        """Does the folder hold commit markers?  A local folder with no marker folder at
+        all was not written by the sink (a hand-made sft/dpo folder): all of it counts."""
+        return self.remote or self.store.exists(MARKERS)
+
+    def batches(self) -> dict[str, Batch]:
+        """Every committed batch and what its marker says (markers are read once and
+        remembered: a marker never changes)."""
+        names = self.committed_batches()
+        known: dict[str, Batch] = self._memo.setdefault("batches", {})
+        new = sorted(names - set(known))
+        if new:
+            paths = {batch: self.store.join(MARKERS, batch) for batch in new}
+            bodies = self.store.read_many(list(paths.values()))
+            for batch, path in paths.items():
+                known[batch] = Batch.parse(bodies[path])
+        return {batch: known[batch] for batch in names}
+
+    def counted(self) -> Counted:
+        """What readers count now (`Counted`); recomputed only when a marker came or went."""
+        batches = self.batches()
+        key = frozenset(batches)
+        cached = self._memo.get("counted")
+        if cached is not None and cached[0] == key:
+            return cached[1]  # type: ignore[no-any-return]
+        kinds = set(RECORD_TYPES).union(*(b.parts or () for b in batches.values()))
+        present = {kind: set(self.store.names(kind)) for kind in sorted(kinds)}
+        counted = Counted.of(batches, present)
+        self._memo["counted"] = (key, counted)
+        return counted
+
+    def _rule(self) -> Counted | None:
+        """`counted()`, or None for a folder without markers (everything counts)."""
+        return self.counted() if self._marked() else None
 
     def parts(self, kind: str) -> list[Any]:
-        """Part files of one record type whose batch is committed (Paths locally, bucket
-        paths remotely), sorted.
+        """Part files of one record type that count (Paths locally, bucket paths remotely),
+        sorted: committed, complete and not wholly superseded (`Counted`).  A part may
+        still hold rows that do not count: read parts with `tables` (or `read_part`),
+        which drop them.
 
         A local folder with no marker folder at all was not written by the sink (a
         hand-made sft/dpo folder): every Parquet file in it counts.
         """
-        names = [n for n in self.store.names(kind) if n.endswith(".parquet")]
-        if self.remote or self.store.exists(MARKERS):
-            committed = self.committed_batches()
-            names = [n for n in names if n.startswith("part-") and batch_of(n) in committed]
+        return self._parts(kind, self._rule())
+
+    def _parts(self, kind: str, rule: Counted | None) -> list[Any]:
+        if rule is not None:
+            names: Iterable[str] = rule.names.get(kind, ())
+        else:
+            names = [n for n in self.store.names(kind) if n.endswith(".parquet")]
         if not self.remote:
             return sorted(Path(self.store.join(kind, n)) for n in names)
         return sorted(self.store.join(kind, n) for n in names)
 
+    @staticmethod
+    def _dropped(part: Any, rule: Counted | None) -> frozenset[str]:
+        return frozenset() if rule is None else rule.dropped.get(batch_of(part), frozenset())
+
+    def _read(self, part: Any, dropped: frozenset[str], **kwargs: Any) -> Any:
+        if not dropped:
+            return _parquet().read_table(part, filesystem=self.store.fs, **kwargs)
+        columns = kwargs.pop("columns", None)
+        if columns is not None:
+            kwargs["columns"] = list(dict.fromkeys([*columns, "problem_id"]))
+        table = _parquet().read_table(part, filesystem=self.store.fs, **kwargs)
+        pa = importlib.import_module("pyarrow")
+        pc = importlib.import_module("pyarrow.compute")
+        lost = pc.is_in(table.column("problem_id"), value_set=pa.array(sorted(dropped)))
+        table = table.filter(pc.invert(lost))
+        return table if columns is None else table.select(columns)
+
     def read_part(self, part: Any, **kwargs: Any) -> Any:
-        return _parquet().read_table(part, filesystem=self.store.fs, **kwargs)
+        """One part as a pyarrow Table, without the rows that do not count."""
+        return self._read(part, self._dropped(part, self._rule()), **kwargs)
+
+    def tables(self, kind: str, **kwargs: Any) -> Iterator[Any]:
+        """Each counted part of one record type as a pyarrow Table of the rows that count
+        (`kwargs` go to `pyarrow.parquet.read_table`: columns, schema)."""
+        rule = self._rule()
+        for part in self._parts(kind, rule):
+            yield self._read(part, self._dropped(part, rule), **kwargs)
 
     def read(self, kind: str) -> Any:
-        """All committed rows of one record type as a pyarrow Table (schema kept when empty)."""
-        parts = self.parts(kind)
-        if not parts:
+        """All counted rows of one record type as a pyarrow Table (schema kept when empty)."""
+        tables = list(self.tables(kind, schema=SCHEMAS[kind]))
+        if not tables:
             return SCHEMAS[kind].empty_table()
-        pa = importlib.import_module("pyarrow")
-        return pa.concat_tables([self.read_part(p, schema=SCHEMAS[kind]) for p in parts])
+        return importlib.import_module("pyarrow").concat_tables(tables)
 
     def count(self, kind: str) -> int:
-        """Committed rows of one record type, from the Parquet footers (no data read)."""
-        return sum(
-            _parquet().read_metadata(part, filesystem=self.store.fs).num_rows
-            for part in self.parts(kind)
-        )
+        """Counted rows of one record type, from the Parquet footers (no data read) unless
+        a part holds rows that do not count."""
+        rule = self._rule()
+        total = 0
+        for part in self._parts(kind, rule):
+            if dropped := self._dropped(part, rule):
+                total += self._read(part, dropped, columns=["problem_id"]).num_rows
+            else:
+                total += _parquet().read_metadata(part, filesystem=self.store.fs).num_rows
+        return total
+
+    def counted_files(self, kind: str, into: Path) -> list[Path]:
+        """A local folder's counted parts of one record type as files holding exactly the
+        rows that count: a part with rows that do not is written filtered under `into`
+        (for publishing, which uploads files)."""
+        rule = self._rule()
+        files = []
+        for part in self._parts(kind, rule):
+            if dropped := self._dropped(part, rule):
+                target = into / kind / Path(part).name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _parquet().write_table(self._read(part, dropped), target)
+                part = target
+            files.append(Path(part))
+        return files
 
     def counts(self) -> dict[str, int]:
-        """Committed rows of every record type."""
+        """Counted rows of every record type."""
         return {kind: self.count(kind) for kind in RECORD_TYPES}
 
     # -- what is done (the resume rule reads these: `pipeline.store.resume`) --------------
     def searched_problem_ids(self) -> set[str]:
         """Problems whose search tree is committed: only a tree row marks a problem done."""
         values: set[str] = set()
-        for path in self.parts("trees"):
-            data = self.read_part(path, columns=["problem_id"]).column(0)
-            values.update(str(v) for v in data.to_pylist() if v is not None)
+        for table in self.tables("trees", columns=["problem_id"]):
+            values |= tree_keys(table)
         return values
 
     def final_error_keys(self) -> set[str]:
-        """Keys of committed source errors: a bad row stays bad, so it is written once.
-
-        Errors of other stages (a failed search, an engine outage) are retried by the
-        next run, and an error row never stands for another row's problem.
-        """
+        """Keys of committed source errors (`source_error_keys`)."""
         keys: set[str] = set()
-        for path in self.parts("errors"):
-            table = self.read_part(path, columns=["problem_id", "stage"])
-            for pid, stage in zip(*(c.to_pylist() for c in table.columns), strict=True):
-                if pid is not None and stage == "source":
-                    keys.add(str(pid))
+        for table in self.tables("errors", columns=["problem_id", "stage"]):
+            keys |= source_error_keys(table)
         return keys
 
     def done_problem_ids(self) -> set[str]:
@@ -183,7 +397,7 @@ class RunFolder:
     def local_copy(self, *, write_back: tuple[str, ...] = ()) -> Iterator[Path]:
         """The folder as a local `Path`: itself when local, else a temporary copy.
 
-        The copy holds run.json, the commit markers and only the committed parts, so the
+        The copy holds run.json and the markers and parts of the counted batches, so the
         Path-based readers (summary, report, publish) see exactly what a reader of the
         bucket would.  Files named in `write_back` (suffix match, e.g. "report.md",
         ".png") that exist after the block are uploaded back to the run folder.  Cost: the
@@ -198,14 +412,15 @@ class RunFolder:
         with tempfile.TemporaryDirectory(prefix="bgmcts-run-") as temp:
             local = Path(temp) / store.name
             (local / MARKERS).mkdir(parents=True)
-            for batch in self.committed_batches():
-                (local / MARKERS / batch).touch()
+            batches = self.batches()
+            for batch in self.counted().dropped:
+                (local / MARKERS / batch).write_bytes(batches[batch].body())
             for name in store.names():
                 if name in RECORD_TYPES:
                     (local / name).mkdir()
                     for part in self.parts(name):
-                        part_name = str(part).rsplit("/", 1)[-1]
-                        (local / name / part_name).write_bytes(store.read_bytes(name, part_name))
+                        file = str(part).rsplit("/", 1)[-1]
+                        (local / name / file).write_bytes(store.read_bytes(name, file))
                 elif name.endswith((".json", ".md", ".png")) and not name.startswith("_"):
                     (local / name).write_bytes(store.read_bytes(name))
             yield local
@@ -230,8 +445,13 @@ __all__ = [
     "MANIFEST",
     "MARKERS",
     "RUN_PREFIX",
+    "Batch",
+    "Counted",
     "RunFolder",
     "batch_of",
     "check_run_id",
     "local_run_dir",
+    "part_name",
+    "source_error_keys",
+    "tree_keys",
 ]

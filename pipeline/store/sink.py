@@ -4,10 +4,16 @@ Layout under the output root (a local folder or an object-store prefix,
 `pipeline.store.filesystem`)::
 
     run=<run_id>/<record type>/part-<batch>.parquet   (pipeline.records.SCHEMAS)
-    run=<run_id>/_committed/<batch>                    (one empty marker per batch)
+    run=<run_id>/_committed/<batch>                    (one marker per batch)
 
 A batch is committed by creating its marker, after every part of the batch is in
 place; readers (resume, report, publish) read only parts whose batch has a marker.
+The marker (`pipeline.store.run_folder.Batch`) names the batch's parts, its problem ids
+and the lease generation of its writer, the fencing token: right before the marker the
+sink checks that its lease is still held (`Lease.check`, raising `LeaseLost`), and
+readers count each problem's rows of one generation only (`RunFolder`), so a writer
+overtaken while stalled neither commits after it notices nor doubles a problem if its
+marker slips in.
 
 * Local folder: parts are written under temporary names and renamed into place
   (atomic), then the marker is created.
@@ -19,7 +25,9 @@ place; readers (resume, report, publish) read only parts whose batch has a marke
 Opening a sink for writing deletes temporary files and every part whose batch has no
 marker (a crash between the first part and the marker), so a rerun with the same run
 id redoes exactly those problems and never writes a row twice.  Only the lease holder
-(`pipeline.store.lease`) opens a run for writing, so the cleaning never races a live writer.
+(`pipeline.store.lease`) opens a run for writing, so the cleaning never races a live writer
+(on a bucket it may race a stalled, overtaken one: a marker that comes after its parts
+were cleaned names parts that are gone, and readers ignore such an incomplete batch).
 """
 
 from __future__ import annotations
@@ -27,27 +35,36 @@ from __future__ import annotations
 import importlib
 import io
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pipeline.records import RECORD_TYPES, SCHEMAS, to_table
 from pipeline.store.filesystem import Store
-from pipeline.store.run_folder import MARKERS, RunFolder, batch_of
+from pipeline.store.lease import Lease
+from pipeline.store.run_folder import MARKERS, Batch, RunFolder, batch_of, part_name
 
 
 def _parquet() -> Any:
     return importlib.import_module("pyarrow.parquet")
 
 
-def commit_batch(store: Store, tables: Mapping[str, Any]) -> str:
+def commit_batch(
+    store: Store,
+    tables: Mapping[str, Any],
+    *,
+    generation: int = 0,
+    fence: Callable[[], None] | None = None,
+) -> str:
     """Write `tables` (folder name -> pyarrow Table) as one batch and commit it; returns
     the batch id.  The one crash-safe Parquet writer: the run sink and the evaluation's
     saved searches (`pipeline.evaluation.parts`) both commit through it.
 
     Locally each part is written under a temporary name and renamed into place; on a
     bucket each part is one PUT to its final name.  Either way the marker goes last, and
-    a reader counts only parts whose batch has a marker.
+    a reader counts only parts whose batch has a marker.  `generation` is the writer's
+    lease generation, written into the marker; `fence` (the lease's `check`) runs right
+    before the marker and raises to leave the batch uncommitted.
     """
     batch = uuid.uuid4().hex
     for kind, table in tables.items():
@@ -58,27 +75,32 @@ def commit_batch(store: Store, tables: Mapping[str, Any]) -> str:
             # object is either absent or whole.
             buffer = io.BytesIO()
             _parquet().write_table(table, buffer)
-            store.write_bytes(buffer.getvalue(), kind, f"part-{batch}.parquet")
+            store.write_bytes(buffer.getvalue(), kind, part_name(batch))
         else:
             store.makedirs(kind)
-            final = Path(store.join(kind, f"part-{batch}.parquet"))
+            final = Path(store.join(kind, part_name(batch)))
             temp = final.with_suffix(".tmp")
             _parquet().write_table(table, temp)
             temp.rename(final)
-    store.write_bytes(b"", MARKERS, batch)
+    if fence is not None:
+        fence()
+    store.write_bytes(Batch.of(tables, generation).body(), MARKERS, batch)
     return batch
 
 
 class ParquetSink:
     """The writer of one run folder; reading goes through the folder (`RunFolder`)."""
 
-    def __init__(self, folder: RunFolder) -> None:
+    def __init__(self, folder: RunFolder, lease: Lease | None = None) -> None:
         """Open a run folder for writing and clean what a crash left uncommitted.
 
         A reader must not clean (the folder may belong to a run that is writing now), so
-        only the lease holder opens a sink.
+        only the lease holder opens a sink, passing its held `lease`: every commit then
+        carries the lease's generation and is fenced by its `check`.  Without a lease
+        (tests, tools that write a folder nobody else does) batches are generation 0.
         """
         self.folder = folder
+        self.lease = lease
         self.store = folder.store
         for kind in (*RECORD_TYPES, MARKERS):
             self.store.makedirs(kind)
@@ -105,4 +127,9 @@ class ParquetSink:
         if unknown:
             raise ValueError(f"unknown record types {sorted(unknown)}")
         tables = {kind: to_table(rows, SCHEMAS[kind]) for kind, rows in records.items()}
-        return commit_batch(self.store, tables)
+        if self.lease is None:
+            return commit_batch(self.store, tables)
+        generation = self.lease.generation
+        if generation is None:
+            raise ValueError(f"run folder {self.run_dir}: the sink's lease is not held")
+        return commit_batch(self.store, tables, generation=generation, fence=self.lease.check)

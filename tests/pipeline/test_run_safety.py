@@ -248,7 +248,7 @@ def test_only_committed_parts_are_published(tmp_path: Path) -> None:
         "depth": 1,
         "answers_in_path": 1,
         "truncated": False,
-        "difficulty": "mixed",
+        "difficulty": "all_correct",
         "split": "train",
         "label_source": "reference",
         "run_id": "r",
@@ -257,7 +257,7 @@ def test_only_committed_parts_are_published(tmp_path: Path) -> None:
     committed = sink.folder.parts("sft")[0]
     # a batch renamed into place whose marker never came (the writer is mid-commit)
     (sink.run_dir / "sft" / "part-inflight.parquet").write_bytes(committed.read_bytes())
-    assert _local_files(sink.run_dir)["sft"] == [committed]
+    assert _local_files(sink.run_dir, tmp_path / "counted")["sft"] == [committed]
 
 
 def test_the_lease_outlives_nothing(tmp_path: Path) -> None:
