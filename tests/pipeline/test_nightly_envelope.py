@@ -123,9 +123,6 @@ def _tree(problem_id: str, night: RunConfig, c_used: float) -> dict[str, Any]:
         "budget": 200.0,
         "seed": 0,
         "node_scores": [],
-        "difficulty": "unanswered",
-        "gate_drops": [],
-        "split": "train",
         "trace": [],
     }
 
