@@ -256,6 +256,72 @@ def test_no_credential_from_a_url_reaches_any_log_file_or_output(
     assert _leaks(iter(outputs)) == {}
 
 
+# What a job's Ray workers log through Ray's, Serve's and libraries' own loggers: a task,
+# an actor and a Serve replica each log the canary URL and raise with it.
+_WORKERS = """
+import logging
+import ray
+from ray import serve
+from pipeline.run.cluster import start_ray
+
+URL = "http://qzUserRay7:qzPassRay7@127.0.0.1:9/v1?token=qzTokenRay7"
+start_ray(2, quiet=True)
+
+@ray.remote
+def task():
+    logging.getLogger("httpx").warning("HTTP Request: POST %s 500", URL)
+
+@ray.remote
+class Actor:
+    def log(self):
+        try:
+            raise ConnectionError(f"cannot reach {URL}")
+        except ConnectionError:
+            logging.getLogger("ray.data").exception("actor call failed")
+
+@serve.deployment
+class Replica:
+    def __call__(self):
+        logging.getLogger("ray.serve").warning("calling %s", URL)
+        raise RuntimeError(f"engine at {URL} failed")
+
+ray.get(task.remote())
+ray.get(Actor.remote().log.remote())
+serve.start(proxy_location="Disabled")
+try:
+    serve.run(Replica.bind(), name="r", route_prefix=None).remote().result()
+except Exception:
+    pass
+serve.shutdown()
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_every_ray_worker_of_the_job_redacts_its_log_lines(ray_tmp: Path) -> None:
+    """The job's `worker_process_setup_hook`: tasks, actors and Serve replicas redact what
+    any logger writes (Ray's, Serve's, a library's, a traceback), not only ours."""
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "PYTHONPATH": str(REPO)}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKERS],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (session,) = (ray_tmp / "ray").glob("session_2*")
+    logs = [t for f in _files(session / "logs") for t in _texts_of(f)]
+    written = "\n".join(text for _, text in logs)
+    for line in ("HTTP Request: POST", "cannot reach", "calling http", "engine at http"):
+        assert line in written  # each was logged (redacted)
+    leaked = {where for where, text in logs if "Ray7" in text}
+    assert leaked == set()
+
+
 def _job(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", *args],
