@@ -38,6 +38,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequen
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from actors.redact import redact_text
+
 Req = TypeVar("Req")
 Res = TypeVar("Res")
 
@@ -120,7 +122,7 @@ class Coalescer(Generic[Req, Res]):
                 future.cancel()
             raise
         except Exception as exc:
-            _fail_all(live, f"coalesced call failed: {type(exc).__name__}: {exc}")
+            _fail_all(live, redact_text(f"coalesced call failed: {type(exc).__name__}: {exc}"))
             return
         for (_, future), result in zip(live, results, strict=True):
             _settle(future, result)
@@ -178,7 +180,8 @@ async def fan_out_stream(
         try:
             result: Res | RequestFailed = await handle_one(request)
         except Exception as exc:
-            result = RequestFailed(f"{type(exc).__name__}: {exc}")
+            # crosses to the client (its retry warning, the node's error): no credentials
+            result = RequestFailed(redact_text(f"{type(exc).__name__}: {exc}"))
         finished.append((index, result))
         if wake and not wake[0].done():
             wake[0].set_result(None)

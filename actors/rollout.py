@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from actors.grading import answers_match
+from actors.redact import redact_text
 from search import derive_seed
 from search.answers import extract_boxed
 from search.protocols import (
@@ -100,7 +101,9 @@ class RolloutScorer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return Score(0.0, error=f"rollout request failed: {type(exc).__name__}: {exc}")
+            return Score(
+                0.0, error=redact_text(f"rollout request failed: {type(exc).__name__}: {exc}")
+            )
         output_tokens = sum(g.output_tokens for g in rollouts)
         input_tokens = sum(g.input_tokens for g in rollouts)
         self.rollout_requests += 1

@@ -35,7 +35,7 @@ from actors.config import ScorerConfig, ServiceConfig
 from actors.engines.base import Completion, Sampling
 from actors.engines.factory import build_engine, check_engine
 from actors.policy import EnginePolicy
-from actors.redact import install_log_redaction
+from actors.redact import install_log_redaction, redact_text
 from search.protocols import (
     FinishReason,
     Generation,
@@ -218,7 +218,7 @@ class _Resilience:
                     "%s failed (%s: %s); retry %d in %.1fs",
                     what,
                     type(exc).__name__,
-                    exc,
+                    redact_text(exc),
                     attempt + 1,
                     delay,
                 )
@@ -328,7 +328,9 @@ class ServePolicy(_Client):
         try:
             return await self._resilience.call("policy request", make)
         except Exception as exc:
-            message = f"policy request failed after retries: {type(exc).__name__}: {exc}"
+            message = redact_text(
+                f"policy request failed after retries: {type(exc).__name__}: {exc}"
+            )
             return [Generation("", 0, FinishReason.ERROR, error=message)] * request.n
 
     async def count_tokens(self, text: str) -> int:
@@ -365,4 +367,5 @@ class ServeScorer(_Client):
             score: Score = await self._resilience.call("score request", make)
             return score
         except Exception as exc:
-            return Score(0.0, error=f"scorer failed after retries: {type(exc).__name__}: {exc}")
+            error = f"scorer failed after retries: {type(exc).__name__}: {exc}"
+            return Score(0.0, error=redact_text(error))

@@ -39,34 +39,41 @@ def guarded(
 
     `InputError` and the `bad_input` types exit 2, the `failures` types (a Hub that
     refused a push) exit 1, each with its own message; anything else exits 1 naming its
-    type.  Every message goes through `redact_text`.
+    type.  Every message and traceback goes through `redact_text`, and so does every log
+    line and warning of the process (`install_log_redaction`).
     """
-    from actors.redact import redact_text
+    from actors.redact import install_log_redaction, redact_text
     from pipeline.errors import InputError
 
+    install_log_redaction()
     fix_input: tuple[type[BaseException], ...] = (InputError, *bad_input)
     try:
         return action()
     except fix_input as exc:
-        if verbose:
-            traceback.print_exc()
-        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
+        _traceback(verbose)
+        print(f"error: {redact_text(exc)}", file=sys.stderr)
         return BAD_INPUT
     except failures as exc:
-        if verbose:
-            traceback.print_exc()
-        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
+        _traceback(verbose)
+        print(f"error: {redact_text(exc)}", file=sys.stderr)
         return FAILED
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     except Exception as exc:
-        if verbose:
-            traceback.print_exc()
+        _traceback(verbose)
         hint = "" if verbose else " (run with --verbose for the traceback)"
-        message = redact_text(str(exc)).splitlines()[0] if str(exc) else ""
+        message = redact_text(exc).splitlines()[0] if str(exc) else ""
         print(f"error: {type(exc).__name__}: {message}{hint}", file=sys.stderr)
         return FAILED
+
+
+def _traceback(verbose: bool) -> None:
+    """The traceback of the exception being handled, redacted, with --verbose."""
+    from actors.redact import redact_text
+
+    if verbose:
+        print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
 
 
 __all__ = ["BAD_INPUT", "FAILED", "OK", "add_verbose", "guarded"]

@@ -22,7 +22,11 @@ live in a temporary folder, content-addressed by sha256. It binds loopback only
 non-empty token is accepted.
 
 Failure injection for tests: set ``server.fail_commits = True`` (commit endpoint answers 500),
-``server.fail_preupload = True`` or ``server.fail_all = True`` (every request answers 500).
+``server.fail_preupload = True``, ``server.fail_all = True`` (every request answers 500) or
+``server.fail_lfs_batch = n`` (the next n LFS batch requests answer 503; the client retries
+them, warning with the URL). ``server.basic_auth = "user:password"``: a Hub behind a proxy that
+checks basic auth (an endpoint URL with userinfo, which the client sends as basic auth in place
+of its token) also takes those credentials.
 ``server.requests`` records ``(method, path)`` of every request (never headers).
 """
 
@@ -88,6 +92,8 @@ class HubServer:
         self.fail_commits = False
         self.fail_preupload = False
         self.fail_all = False
+        self.fail_lfs_batch = 0
+        self.basic_auth: str | None = None
         self._counter = 0
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.daemon_threads = True
@@ -193,6 +199,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _authed(self) -> bool:
         auth = self.headers.get("Authorization", "")
+        if self.hub.basic_auth is not None and auth.startswith("Basic "):
+            return base64.b64decode(auth.removeprefix("Basic ")).decode() == self.hub.basic_auth
         return auth.startswith("Bearer ") and len(auth) > len("Bearer ")
 
     def _repo(self, type_plural: str | None, repo_id: str) -> Repo:
@@ -262,6 +270,10 @@ class _Handler(BaseHTTPRequestHandler):
             if method != "POST":
                 raise _HTTPError(405, "Method not allowed")
             self._repo(m.group(1), m.group(2))
+            with hub.lock:
+                failing, hub.fail_lfs_batch = hub.fail_lfs_batch > 0, max(hub.fail_lfs_batch - 1, 0)
+            if failing:
+                raise _HTTPError(503, "Injected LFS batch failure")
             return self._lfs_batch(json.loads(body))
         if m := _API_REPO.match(path):
             type_plural, repo_id, rest = m.group(1), m.group(2), m.group(3) or ""

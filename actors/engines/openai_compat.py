@@ -339,7 +339,8 @@ class OpenAIEngine:
         if key:
             text = text.replace(key, "***")
         # The URL may carry credentials (user:key@host, ?api_key=): never in a message.
-        return redact_text(f"{self.base_url}: {text[:500]}")
+        # Redacted before it is cut, so a cut cannot leave half a credential unrecognized.
+        return f"{redact_text(self.base_url)}: {redact_text(text)[:500]}"
 
     # -- server endpoints -------------------------------------------------------------
 
@@ -384,7 +385,7 @@ class OpenAIEngine:
                 return rendered
             failures.append(failure)
         raise EngineError(
-            f"{self.name}: could not render the chat template on {self.server_url} "
+            f"{self.name}: could not render the chat template on {redact_text(self.server_url)} "
             f"({'; '.join(failures)}); set chat_template='hf' with tokenizer_path=<local "
             "tokenizer folder> for servers without /apply-template or /tokenize"
         )
@@ -438,7 +439,7 @@ class OpenAIEngine:
                 return [int(t["id"] if isinstance(t, Mapping) else t) for t in tokens]
             failures.append(f"{status} {str(data)[:200]}")
         raise EngineError(
-            f"{self.name}: {self.server_url}/tokenize failed ({'; '.join(failures)}); "
+            f"{self.name}: {redact_text(self.server_url)}/tokenize failed ({'; '.join(failures)}); "
             "servers without /tokenize need tokenizer_path=<local tokenizer folder>"
         )
 

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+from actors.redact import redact_text
 from pipeline.evaluation.config import (
     EvalConfig,
     Method,
@@ -214,7 +215,7 @@ async def _run_services_tasks(
                         "budget": task.budget,
                         "seed": task.seed,
                         "problem_id": task.problem_id,
-                        "error": f"{type(exc).__name__}: {exc}",
+                        "error": redact_text(f"{type(exc).__name__}: {exc}"),
                     }
                 )
             done += 1

@@ -547,12 +547,12 @@ def publish_run(
         run_id,
         repo_id,
         ", ".join(f"{k}={v['train']}+{v['test']} test" for k, v in split_counts.items()),
-        info.commit_url,
+        redact_text(info.commit_url),
     )
     return PublishResult(
         repo_id=repo_id,
         run_id=run_id,
-        commit_url=str(info.commit_url),
+        commit_url=redact_text(info.commit_url),  # built from the endpoint (userinfo too)
         counts=counts,
         uploaded=sorted(added),
         deleted=deleted,
@@ -610,7 +610,8 @@ def _commit(
             repo_type="dataset",
         )
     except Exception as err:
-        detail = scrub(f"{type(err).__name__}: {err}", secrets)
+        # HTTP errors quote the URL they called: the endpoint's userinfo, signed query values
+        detail = scrub(redact_text(f"{type(err).__name__}: {err}"), secrets)
         # `from None`: the chained HTTP error carries request objects (headers included).
         raise fail(f"Publishing run {run_id} to {repo_id} failed: {detail}") from None
     return info, deleted

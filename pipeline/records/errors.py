@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from actors.redact import redact_text
 from pipeline.records.schema import RUN_ID_FIELD, Row, doc_field, record_schema
 
 ERRORS_SCHEMA = record_schema(
@@ -29,20 +30,20 @@ ERRORS_SCHEMA = record_schema(
 def error_row(
     problem_id: str | None, stage: str, error: BaseException | str, *, run_id: str
 ) -> Row:
-    """An `errors` row from an exception or a message."""
+    """An `errors` row from an exception or a message (credentials in it redacted)."""
     if isinstance(error, BaseException):
         return {
             "problem_id": problem_id,
             "stage": stage,
             "error_type": type(error).__name__,
-            "message": str(error) or type(error).__name__,
+            "message": redact_text(error) or type(error).__name__,
             "run_id": run_id,
         }
     return {
         "problem_id": problem_id,
         "stage": stage,
         "error_type": None,
-        "message": error,
+        "message": redact_text(error),
         "run_id": run_id,
     }
 

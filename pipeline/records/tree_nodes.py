@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from actors.redact import redact_text
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     PROBLEM_ID_FIELD,
@@ -92,7 +93,8 @@ def tree_node_rows(graded: GradedTree, *, run_id: str) -> list[Row]:
                 "iteration": n.iteration,
                 "from_generative": n.from_generative,
                 "full_generation": n.full_generation,
-                "error": n.error,
+                # an engine error may quote its endpoint URL: no credentials in a row
+                "error": None if n.error is None else redact_text(n.error),
                 "split": graded.split,
             }
         )

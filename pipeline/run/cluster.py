@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
+
+# Every worker process of the job (tasks, actors, Serve replicas) redacts its log lines
+# from the start: a Ray worker's own and its libraries' (httpx, openai) loggers included.
+REDACTION_HOOK = "actors.redact.install_log_redaction"
 
 
 def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
@@ -15,19 +21,37 @@ def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
 
     import ray
 
+    from actors.redact import install_log_redaction
+
+    install_log_redaction()  # the driver
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return False
     level = logging.WARNING if quiet else logging.INFO
     address = os.environ.get("RAY_ADDRESS")
+    runtime_env = _runtime_env()
     if address:
-        ray.init(address=address, log_to_driver=False, logging_level=level)
+        ray.init(address=address, log_to_driver=False, logging_level=level, runtime_env=runtime_env)
     else:
         ray.init(
-            num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=level
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=level,
+            runtime_env=runtime_env,
         )
     return True
+
+
+def _runtime_env() -> dict[str, Any] | None:
+    """The job's runtime env: the redaction hook, unless `ray job submit` set a hook already
+    (Ray refuses two; the actors and replicas still install redaction themselves)."""
+    # What `ray job submit --runtime-env` gave the driver (Ray's JobConfig as JSON).
+    submitted = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
+    if "worker_process_setup_hook" in (submitted.get("runtime_env") or {}):
+        return None
+    return {"worker_process_setup_hook": REDACTION_HOOK}
 
 
 def quiet_ray() -> None:

@@ -105,9 +105,7 @@ class SearchActor:
         return list(outputs)
 
     def _error(self, problem_id: str, stage: str, error: BaseException | str) -> Records:
-        row = dict(error_row(problem_id, stage, error, run_id=self.run_id))
-        row["message"] = redact_text(str(row["message"]))
-        return {"errors": [row]}
+        return {"errors": [error_row(problem_id, stage, error, run_id=self.run_id)]}
 
     async def solve(self, problem: Problem) -> Records:
         async with self.gate:

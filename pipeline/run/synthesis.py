@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from actors.redact import install_log_redaction, redact_secrets
+from actors.redact import install_log_redaction, redact_secrets, redact_text
 from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, OutputLocationError
 from pipeline.problems.sources import check_source
@@ -197,7 +197,7 @@ def _synthesize(
         with folder.local_copy(write_back=REPORT_FILES) as run_dir:
             write_run_report(run_dir, config.prices)
     except Exception as exc:  # the data is written; a report failure must not lose the run
-        print(f"warning: the run report could not be written: {exc}", file=sys.stderr)
+        print(f"warning: the run report could not be written: {redact_text(exc)}", file=sys.stderr)
     return summary
 
 

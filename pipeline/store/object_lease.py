@@ -35,6 +35,7 @@ import threading
 import time
 from typing import Any, Self
 
+from actors.redact import redact_text
 from pipeline.store.filesystem import Store
 from pipeline.store.lease import Lease, LeaseLost, RunFolderBusy
 
@@ -121,7 +122,7 @@ class ObjectLease(Lease):
             try:
                 self.renew()
             except Exception as exc:  # a renewal failure is retried; expiry is the backstop
-                print(f"warning: run lease renewal failed: {exc}", file=sys.stderr)
+                print(f"warning: run lease renewal failed: {redact_text(exc)}", file=sys.stderr)
 
     def renew(self) -> None:
         assert self.generation is not None
@@ -167,7 +168,10 @@ class ObjectLease(Lease):
                 self.run.delete_many([self.run.join(LEASE_FOLDER, f"{g:08d}.json") for g in older])
             except Exception as exc:  # a failing bucket: the lease then simply expires
                 # (never raise here: it would hide the error that ended the run)
-                print(f"warning: the run lease could not be released: {exc}", file=sys.stderr)
+                print(
+                    f"warning: the run lease could not be released: {redact_text(exc)}",
+                    file=sys.stderr,
+                )
         self.generation = None
 
 
