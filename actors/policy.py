@@ -16,6 +16,9 @@ class EnginePolicy:
     (the same seed gives the same text); their shared prompt is served from the
     engine's prefix cache.  A path too long for the context comes back as a
     `context_overflow` choice, a failed request as an `error` choice: neither raises.
+    A completion with no text but white space (an engine that answers with nothing,
+    `completion_tokens` 0) is a failed request too: it holds no step, and as an `error`
+    choice it is retried by `actors.serve.ServePolicy` and never spends the budget.
     """
 
     def __init__(
@@ -54,7 +57,8 @@ class EnginePolicy:
             )
         )
         ends = frozenset(self.solution_stops) - frozenset(request.stop)
-        return [_generation(c, ends) for c in completions]
+        asked = request.max_tokens >= 1  # max_tokens 0 asks for nothing: empty is the answer
+        return [_generation(c, ends, empty_fails=asked) for c in completions]
 
     async def count_tokens(self, text: str) -> int:
         return len(await self.engine.tokenize(text))
@@ -63,12 +67,24 @@ class EnginePolicy:
         return len(await self.engine.tokenize(await self.render(problem, assistant_prefix)))
 
 
-def _generation(completion: Completion, solution_ends: frozenset[str]) -> Generation:
+def _generation(
+    completion: Completion, solution_ends: frozenset[str], *, empty_fails: bool = True
+) -> Generation:
     if completion.finish is FinishReason.ERROR:
         return Generation("", 0, FinishReason.ERROR, completion.input_tokens, completion.error)
     finish = completion.finish
+    if empty_fails and finish is not FinishReason.CONTEXT_OVERFLOW and not completion.text.strip():
+        return Generation("", 0, FinishReason.ERROR, completion.input_tokens, _empty(completion))
     if finish is FinishReason.STOP_STRING and completion.stop_string in solution_ends:
         # The model began what the prompt's format puts after a solution (a few-shot
         # prompt's next "Problem:"): its solution ended as at the end of sequence.
         finish = FinishReason.EOS
     return Generation(completion.text, completion.output_tokens, finish, completion.input_tokens)
+
+
+def _empty(completion: Completion) -> str:
+    what = "an empty completion" if not completion.text else "a completion of white space only"
+    return (
+        f"the engine returned {what} ({completion.output_tokens} tokens, "
+        f"finish {completion.finish.value})"
+    )

@@ -1,10 +1,11 @@
 """Whether a finished search produced anything, and a circuit breaker for a dead engine.
 
 A search whose every request failed (endpoint down), whose problem cannot fit the
-model's context, or which spent nothing, still returns a tree (`stop_reason:
-stalled`).  Recording it as a searched problem would make every rerun skip it, so
-the search actor turns it into an `errors` row instead (`failure_reason`), which a
-rerun retries.
+model's context, whose every step is empty (an engine that answers with nothing) or
+which spent nothing, still returns a tree (`stop_reason: stalled`, or
+`budget_exhausted` when continuation prompts spent the budget around empty steps).
+Recording it as a searched problem would make every rerun skip it, so the search
+actor turns it into an `errors` row instead (`failure_reason`), which a rerun retries.
 
 `EngineBreaker` counts policy requests that failed after their retries, in a row
 across every tree of the actor; at `limit` it opens, and the actor stops starting
@@ -29,11 +30,12 @@ def failure_reason(
 ) -> str | None:
     """Why `result` is not a usable search, or None when at least one node succeeded.
 
-    `problem_tokens` (the problem's prompt size, when known) makes the
-    context-overflow message name both sizes.
+    A node succeeded when it has no error, did not overflow the context and holds text
+    (`Node.empty`: white space only is no step).  `problem_tokens` (the problem's prompt
+    size, when known) makes the context-overflow message name both sizes.
     """
     nodes = [n for n in result.tree if n.id != result.tree.root.id]
-    ok = [n for n in nodes if n.error is None and n.finish not in _FAILED]
+    ok = [n for n in nodes if n.error is None and n.finish not in _FAILED and not n.empty]
     if ok and result.c_used > 0:
         return None
     if nodes and all(n.finish is FinishReason.CONTEXT_OVERFLOW for n in nodes):
@@ -43,6 +45,12 @@ def failure_reason(
     errors = [n.error for n in nodes if n.error]
     if nodes and len(errors) == len(nodes):
         return f"every request failed ({len(nodes)} nodes): {errors[0]}"
+    empty = [n for n in nodes if n.error is None and n.finish not in _FAILED and n.empty]
+    if empty and not ok:
+        return (
+            f"every step the policy returned was empty ({len(empty)} of {len(nodes)} nodes "
+            f"had no text, {len(errors)} failed): the engine answered with nothing"
+        )
     if not nodes:
         return f"the search spent nothing (stop_reason {result.stop_reason}, no node created)"
     return f"the search spent nothing usable (stop_reason {result.stop_reason}, c_used 0)"

@@ -19,4 +19,20 @@ class OutputLocationError(InputError):
     """The output root cannot be written (missing permission, read-only, full)."""
 
 
-__all__ = ["EmptySelection", "InputError", "OutputLocationError"]
+class OutputFullError(OutputLocationError):
+    """The output root ran out of space (ENOSPC) or quota (EDQUOT) during a write.
+
+    `path` is the file being written, `needed_bytes` what the write needed on disk (a
+    whole batch when a batch was being committed: `pipeline.store.sink`) and `reason`
+    the kernel's answer in words; the run turns them into one line naming the output
+    root and the space to free (`pipeline.run.synthesis`).
+    """
+
+    def __init__(self, message: str, *, path: str = "", needed_bytes: int = 0, reason: str = ""):
+        super().__init__(message)
+        self.path = path
+        self.needed_bytes = needed_bytes
+        self.reason = reason
+
+
+__all__ = ["EmptySelection", "InputError", "OutputFullError", "OutputLocationError"]

@@ -72,6 +72,12 @@ class Node:
         return self.error is None and self.finish not in _NOT_EXPANDABLE
 
     @property
+    def empty(self) -> bool:
+        """The step holds no text but white space: the engine answered with nothing, which
+        is never a step of a committed tree nor of a training row."""
+        return not self.text.strip()
+
+    @property
     def segment(self) -> str:
         """This node's contribution to the trajectory text."""
         return self.inserted_text + self.text

@@ -45,7 +45,7 @@ from pipeline.records.schema import (
     record_schema,
 )
 from pipeline.records.training_text import BLANK_LINES, line_owners
-from pipeline.records.trajectories import Drops, select_paths
+from pipeline.records.trajectories import Drops, has_empty_step, select_paths
 from pipeline.records.tree_paths import SubtreeAnswers, subtree_answers
 from search.protocols import FinishReason
 from search.tree import Node
@@ -146,6 +146,8 @@ def prm_rows(
             if leaf.parent_id is None or leaf.children or leaf.answered:
                 continue
             if leaf.error is not None or leaf.finish in (None, *_UNSCORED):
+                continue
+            if has_empty_step(tree, leaf):  # a step with no text is never a prm step
                 continue
             text = tree.assistant_text(leaf).rstrip()
             if graded.fold_blank_lines:

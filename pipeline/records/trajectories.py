@@ -22,7 +22,7 @@ from rapidfuzz.distance import Indel
 from pipeline.records.config import SelfCorrection
 from pipeline.records.grading import GradedTree
 from pipeline.records.tree_paths import answers_on_path
-from search.tree import Node
+from search.tree import Node, Tree
 
 Drops = Counter[str]
 
@@ -78,7 +78,9 @@ def select_paths(
 ) -> list[tuple[Node, int]]:
     """(node, answers_in_path) of `nodes` after the gates, each counting its drops.
 
-    In order: ``truncated`` (with `drop_truncated`), ``no_statement`` (with
+    First, always, ``empty_step``: a path with a step of no text but white space
+    (`Node.empty`, an engine that answered with nothing) is never a training row.
+    Then, in order: ``truncated`` (with `drop_truncated`), ``no_statement`` (with
     `require_statement`: the text states no answer), ``duplicate`` (with
     `dedupe`; near duplicates with `similarity` < 1), then the self-correction
     rule (``self_correction``): a path is a self-correction trace when an
@@ -88,7 +90,9 @@ def select_paths(
     if self_correction not in ("exclude", "include", "only"):
         raise ValueError(f"unknown self_correction rule {self_correction!r}")
     counts = drops if drops is not None else Counter()
-    picked = list(nodes)
+    tree = graded.result.tree
+    picked = [n for n in nodes if not has_empty_step(tree, n)]
+    counts[f"{record}.empty_step"] += len(nodes) - len(picked)
     if drop_truncated:
         kept = [n for n in picked if not graded.training(n).truncated]
         counts[f"{record}.truncated"] += len(picked) - len(kept)
@@ -112,6 +116,11 @@ def select_paths(
     return out
 
 
+def has_empty_step(tree: Tree, node: Node) -> bool:
+    """Does the path to `node` hold a step with no text (the root, the problem, aside)?"""
+    return any(step.empty for step in tree.path(node) if step.parent_id is not None)
+
+
 def count(drops: Drops | None, key: str, dropped: int) -> None:
     if drops is not None and dropped > 0:
         drops[key] += dropped
@@ -123,6 +132,7 @@ __all__ = [
     "assistant_turn",
     "count",
     "distinct_trajectories",
+    "has_empty_step",
     "select_paths",
     "user_turn",
 ]

@@ -13,8 +13,8 @@ records the moment it is graded, so the driver commits it while the other trees 
 A problem that fails becomes an `errors` record; it never fails the call.
 
 Only a search that produced something counts as done: one whose every request
-failed, whose problem cannot fit the context, or which spent nothing becomes a
-(retryable) `errors` row (`actors.search_outcome`).  After
+failed, whose problem cannot fit the context, whose every step is empty, or which
+spent nothing becomes a (retryable) `errors` row (`actors.search_outcome`).  After
 `engine_failure_limit` failed policy requests in a row the actor's circuit
 breaker opens and it starts no new problem (each becomes a retryable error row
 at no cost) until the run ends.

@@ -29,9 +29,9 @@ from typing import Any, Literal, TextIO
 
 from actors.redact import install_log_redaction, redact_secrets, redact_text
 from pipeline.config import RunConfig
-from pipeline.errors import EmptySelection, OutputLocationError
+from pipeline.errors import EmptySelection, OutputFullError, OutputLocationError
 from pipeline.problems.sources import check_source
-from pipeline.report.run_report import REPORT_FILES, write_run_report
+from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
 from pipeline.run.cluster import quiet_ray, start_ray
 from pipeline.run.envelope import results_of
 from pipeline.run.live import LiveProgress
@@ -41,6 +41,7 @@ from pipeline.store.filesystem import (
     describe_os_error,
     is_remote,
     is_storage_error,
+    out_of_space,
 )
 from pipeline.store.lease import Lease
 from pipeline.store.run_folder import RunFolder
@@ -94,20 +95,108 @@ def synthesize(
                 progress_every_s=progress_every_s,
                 verbose=verbose,
             )
-    except OSError as exc:
-        # The output root is the only place this process writes (read-only, full, no access).
-        if exc.filename and str(exc.filename).startswith(str(Path(config.output_root))):
+    except Exception as exc:
+        reason = out_of_space(exc)
+        if reason is not None and _writing_output(exc, config.output_root):
+            # exit 2: make room and rerun; every committed tree is kept
+            raise disk_full(config, folder, selection, reason, exc) from exc
+        # The output root is the only place this process writes (read-only, no access).
+        filename = str(getattr(exc, "filename", None) or "")
+        if isinstance(exc, OSError) and filename.startswith(str(Path(config.output_root))):
             raise OutputLocationError(
-                f"output_root {config.output_root}: cannot write "
-                f"{exc.filename}: {exc.strerror or exc}"
+                f"output_root {config.output_root}: cannot write {filename}: {exc.strerror or exc}"
             ) from exc
-        if is_remote(str(config.output_root)):  # a bucket failing mid-run, after retries
-            raise OutputLocationError(describe_os_error(config.output_root, exc)) from exc
-        raise
-    except Exception as exc:  # botocore's own errors (an endpoint that cannot be reached)
+        # a bucket failing mid-run after retries (botocore's own errors included)
         if is_remote(str(config.output_root)) and is_storage_error(exc):
             raise OutputLocationError(describe_os_error(config.output_root, exc)) from exc
         raise
+
+
+# Room for run.json and the run report when no report is in the run folder yet: a small
+# run's are 6.8 KiB and five PNGs of 34-61 KiB (measured 2026-11-25), doubled.
+REPORT_ALLOWANCE = 512 * 1024
+
+
+def disk_full(
+    config: RunConfig, folder: RunFolder, selection: int, reason: str, exc: BaseException
+) -> OutputFullError:
+    """One line for a full output root: the root, the file, and the free space to make.
+
+    The estimate: the problems of the selection whose tree is not committed yet, times
+    what one tree takes on disk (the batch that did not fit, or the committed trees'
+    average when that is more), plus run.json and the report (what they take now, or
+    `REPORT_ALLOWANCE` before the first report).
+    """
+    root = config.output_root
+    path = exc.path if isinstance(exc, OutputFullError) else getattr(exc, "filename", None)
+    batch = exc.needed_bytes if isinstance(exc, OutputFullError) else 0
+    try:
+        used, trees = folder.disk_usage()
+        extra = _report_bytes(folder)
+    except OSError:  # only for the estimate: the batch alone then
+        used, trees, extra = 0, 0, REPORT_ALLOWANCE
+    average = used // trees if trees else 0
+    per_tree = max(batch, average)
+    where = _under(path, root) if path else f"the run folder {_under(folder.location, root)}"
+    if not per_tree:
+        estimate = (
+            f"free at least {_size(extra)} there (run.json and the report; a tree's size is "
+            "not known before the first one is committed)"
+        )
+    else:
+        remaining = max(1, selection - trees)
+        basis = "the batch that did not fit" if batch >= average else f"the {trees} trees' average"
+        estimate = (
+            f"free about {_size(remaining * per_tree + extra)} there (estimate: {remaining} "
+            f"problems not yet written x {_size(per_tree)} per tree, {basis}, plus "
+            f"{_size(extra)} for run.json and the report)"
+        )
+    return OutputFullError(
+        f"output_root {root}: {reason} writing {where}; {estimate} and rerun the same "
+        "command to resume; every committed tree is kept",
+        path=str(path or ""),
+        needed_bytes=batch,
+        reason=reason,
+    )
+
+
+def _writing_output(exc: BaseException, root: str | Path) -> bool:
+    """Did `exc` come from a write under the output root?  Our writes there say so
+    (`OutputFullError`); an `OSError` of this process without a file name (the lease,
+    written in the run folder) or naming one under the root does too.  A Ray error that
+    carries an ENOSPC (Ray's own temp folder full) is not the output root's."""
+    if isinstance(exc, OutputFullError):
+        return True
+    if any(c.__module__.startswith("ray") for c in type(exc).__mro__):
+        return False
+    filename = getattr(exc, "filename", None)
+    return filename is None or str(filename).startswith(str(Path(root)))
+
+
+def _report_bytes(folder: RunFolder) -> int:
+    """What run.json and the report take in the run folder now (or the allowance)."""
+    if folder.remote:
+        return 0
+    run_dir = folder.store.local_path
+    files = [run_dir / "run.json", *(p for p in run_dir.iterdir() if p.name.endswith(REPORT_FILES))]
+    if not (run_dir / REPORT_MD).exists():
+        return REPORT_ALLOWANCE
+    return sum(p.stat().st_blocks * 512 for p in files if p.is_file())
+
+
+def _under(path: Any, root: str | Path) -> str:
+    """`path` relative to the output root when it lies under it (the line names the root)."""
+    text, base = str(path), str(root).rstrip("/") + "/"
+    return text.removeprefix(base) if text.startswith(base) else text
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
 
 
 def _describe(config: RunConfig) -> str:

@@ -25,7 +25,9 @@ What differs between a disk and a bucket, and how each operation copes:
 * **Failures.**  botocore retries throttling (503 SlowDown) and 5xx answers itself
   (`AWS_RETRY_MODE` / `AWS_MAX_ATTEMPTS`, default "legacy", 5 attempts with backoff);
   an error that outlives the retries surfaces as an `OSError` that `describe_os_error`
-  turns into one line naming the output root.
+  turns into one line naming the output root.  A local disk that is full (ENOSPC) or
+  over quota (EDQUOT) fails a write with `OutputFullError`, its half-written temp
+  file removed, carrying what the write needed on disk.
 """
 
 from __future__ import annotations
@@ -39,10 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import OutputLocationError
+from pipeline.errors import OutputFullError, OutputLocationError
 
 _SCHEME = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<rest>.*)$")
 REMOTE_SCHEMES = ("s3", "s3a", "gs", "gcs")
+# The kernel's "no room" answers, in the words a message gives them.
+OUT_OF_SPACE = {
+    errno.ENOSPC: "no space left on device (ENOSPC)",
+    errno.EDQUOT: "disk quota exceeded (EDQUOT)",
+}
 
 
 def is_remote(location: str | Path) -> bool:
@@ -189,16 +196,44 @@ class Store:
             Path(self.join(*sub)).mkdir(parents=True, exist_ok=True)
 
     def write_bytes(self, data: bytes, *sub: str) -> None:
-        """Replace a file whole: a crash leaves the old content or the new, never half."""
+        """Replace a file whole: a crash leaves the old content or the new, never half.
+
+        A full disk (or quota) raises `OutputFullError` with what the file needs on disk;
+        the half-written temp file is removed first, so the space it took is free again.
+        """
         target = self.join(*sub)
         if not self.remote:
             path = Path(target)
-            path.parent.mkdir(parents=True, exist_ok=True)
             temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            temp.write_bytes(data)
-            os.replace(temp, path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                temp.write_bytes(data)
+                os.replace(temp, path)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    temp.unlink(missing_ok=True)
+                reason = out_of_space(exc)
+                if reason is None:
+                    raise
+                needed = self.on_disk(len(data))
+                raise OutputFullError(
+                    f"{target}: {reason} (the file needs {needed:,} bytes)",
+                    path=target,
+                    needed_bytes=needed,
+                    reason=reason,
+                ) from exc
             return
         self.fs.pipe_file(target, data)  # one PUT: atomic on S3 and GCS
+
+    def on_disk(self, size: int) -> int:
+        """What a file of `size` bytes takes on this folder's filesystem: whole blocks."""
+        if self.remote:
+            return size
+        try:
+            block = os.statvfs(self.path).f_frsize or 4096
+        except OSError:
+            block = 4096
+        return -(-size // block) * block
 
     def write_text(self, text: str, *sub: str) -> None:
         self.write_bytes(text.encode("utf-8"), *sub)
@@ -303,6 +338,15 @@ def describe_os_error(root: str | Path, exc: BaseException) -> str:
     return f"output_root {root}: {what}"
 
 
+def out_of_space(exc: BaseException) -> str | None:
+    """The reason in words when `exc` is a full disk (ENOSPC) or quota (EDQUOT), else None."""
+    if isinstance(exc, OutputFullError):
+        return exc.reason or None
+    if isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE:
+        return OUT_OF_SPACE[exc.errno]
+    return None
+
+
 def is_storage_error(exc: BaseException) -> bool:
     """Is `exc` an object store failing (after its client's retries), not a bug of ours?
 
@@ -341,4 +385,5 @@ __all__ = [
     "is_remote",
     "is_storage_error",
     "open_store",
+    "out_of_space",
 ]

@@ -351,6 +351,16 @@ class RunFolder:
         """Counted rows of every record type."""
         return {kind: self.count(kind) for kind in RECORD_TYPES}
 
+    def disk_usage(self) -> tuple[int, int]:
+        """(bytes the committed parts take on a local disk, trees committed): what one
+        more tree will need, on average.  (0, 0) on a bucket, which never fills up."""
+        if self.remote:
+            return 0, 0
+        used = sum(
+            Path(part).stat().st_blocks * 512 for kind in RECORD_TYPES for part in self.parts(kind)
+        )
+        return used, self.count("trees")
+
     # -- what is done (the resume rule reads these: `pipeline.store.resume`) --------------
     def searched_problem_ids(self) -> set[str]:
         """Problems whose search tree is committed: only a tree row marks a problem done."""

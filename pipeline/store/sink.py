@@ -16,7 +16,10 @@ overtaken while stalled neither commits after it notices nor doubles a problem i
 marker slips in.
 
 * Local folder: parts are written under temporary names and renamed into place
-  (atomic), then the marker is created.
+  (atomic), then the marker is created.  A full disk (ENOSPC, EDQUOT) stops the commit
+  with `OutputFullError` carrying the whole batch's size on disk, after removing the
+  parts of the batch already written: they could never count, and the rerun needs the
+  space.
 * Object store (s3://, gs://): there is no atomic rename (a "rename" is copy + delete),
   but one PUT is atomic, so each part is written once, straight to its final name, and
   the marker, written last, is what makes the batch visible.  A crash before the
@@ -32,13 +35,14 @@ were cleaned names parts that are gone, and readers ignore such an incomplete ba
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
+from pipeline.errors import OutputFullError
 from pipeline.records import RECORD_TYPES, SCHEMAS, to_table
 from pipeline.store.filesystem import Store
 from pipeline.store.lease import Lease
@@ -47,6 +51,21 @@ from pipeline.store.run_folder import MARKERS, Batch, RunFolder, batch_of, part_
 
 def _parquet() -> Any:
     return importlib.import_module("pyarrow.parquet")
+
+
+def serialise(tables: Mapping[str, Any]) -> dict[str, bytes]:
+    """Each non-empty table (folder name -> pyarrow Table) as the bytes of its Parquet part.
+
+    Serialised in memory (a batch is a few trees) so that a part is written by one
+    call, and the batch's size is known before anything is written.
+    """
+    parts: dict[str, bytes] = {}
+    for kind, table in tables.items():
+        if table.num_rows:
+            buffer = io.BytesIO()
+            _parquet().write_table(table, buffer)
+            parts[kind] = buffer.getvalue()
+    return parts
 
 
 def commit_batch(
@@ -61,30 +80,33 @@ def commit_batch(
     saved searches (`pipeline.evaluation.parts`) both commit through it.
 
     Locally each part is written under a temporary name and renamed into place; on a
-    bucket each part is one PUT to its final name.  Either way the marker goes last, and
-    a reader counts only parts whose batch has a marker.  `generation` is the writer's
-    lease generation, written into the marker; `fence` (the lease's `check`) runs right
-    before the marker and raises to leave the batch uncommitted.
+    bucket each part is one PUT to its final name (`Store.write_bytes`).  Either way the
+    marker goes last, and a reader counts only parts whose batch has a marker.
+    `generation` is the writer's lease generation, written into the marker; `fence` (the
+    lease's `check`) runs right before the marker and raises to leave the batch
+    uncommitted.
     """
+    parts = serialise(tables)
     batch = uuid.uuid4().hex
-    for kind, table in tables.items():
-        if table.num_rows == 0:
-            continue
-        if store.remote:
-            # One PUT of a buffer serialised in memory (a batch is a few trees), so an
-            # object is either absent or whole.
-            buffer = io.BytesIO()
-            _parquet().write_table(table, buffer)
-            store.write_bytes(buffer.getvalue(), kind, part_name(batch))
-        else:
-            store.makedirs(kind)
-            final = Path(store.join(kind, part_name(batch)))
-            temp = final.with_suffix(".tmp")
-            _parquet().write_table(table, temp)
-            temp.rename(final)
-    if fence is not None:
-        fence()
-    store.write_bytes(Batch.of(tables, generation).body(), MARKERS, batch)
+    written: list[str] = []
+    try:
+        for kind, data in parts.items():
+            store.write_bytes(data, kind, part_name(batch))
+            written.append(store.join(kind, part_name(batch)))
+        if fence is not None:
+            fence()
+        store.write_bytes(Batch.of(tables, generation).body(), MARKERS, batch)
+    except OutputFullError as exc:
+        with contextlib.suppress(OSError):  # best effort: the next sink cleans what is left
+            store.delete_many(written)
+        # the whole batch on disk: its parts (whole blocks each) and its marker
+        needed = sum(store.on_disk(len(data)) for data in parts.values())
+        raise OutputFullError(
+            f"{store.uri}: {exc.reason} writing {exc.path} (the batch needs {needed:,} bytes)",
+            path=exc.path,
+            needed_bytes=needed,
+            reason=exc.reason,
+        ) from exc
     return batch
 
 

@@ -4,16 +4,14 @@
 model) on 127.0.0.1; it serves /v1/completions, /tokenize and /apply-template,
 and its native /completion endpoint reports `stop_type`, which is the ground
 truth the OpenAI engine's eos/stop-string rule is checked against.  A small
-stdlib HTTP server stands in for servers that answer in vLLM's or SGLang's
-format and for one that echoes the Authorization header back in its errors.
+stdlib HTTP server (`tests.openai_server`) stands in for servers that answer in
+vLLM's or SGLang's format and for one that echoes the Authorization header back
+in its errors.
 """
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -27,6 +25,8 @@ from actors.policy import EnginePolicy
 from search import parse_search_config, run_search
 from search.protocols import FinishReason
 from search.scripted import ScriptedScorer
+from tests.openai_server import FakeServer, Respond
+from tests.openai_server import completion as _completion
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -209,37 +209,6 @@ async def test_search_with_the_openai_engine_keeps_the_budget(engine: OpenAIEngi
 
 
 # ------------------------------------------------------------------ servers in other formats
-Respond = Callable[[str, Mapping[str, Any], Mapping[str, str]], tuple[int, Any]]
-
-
-class FakeServer:
-    """A stdlib HTTP server answering JSON with `respond(path, body, headers)`."""
-
-    def __init__(self, respond: Respond) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, answer = respond(self.path, body, dict(self.headers))
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture()
 def fake_server() -> Iterator[Callable[[Respond], FakeServer]]:
     servers: list[FakeServer] = []
@@ -251,21 +220,6 @@ def fake_server() -> Iterator[Callable[[Respond], FakeServer]]:
     yield start
     for server in servers:
         server.close()
-
-
-def _completion(choice: Mapping[str, Any], completion_tokens: int) -> dict[str, Any]:
-    return {
-        "id": "cmpl-1",
-        "object": "text_completion",
-        "created": 0,
-        "model": "m",
-        "choices": [{"index": 0, "logprobs": None, **choice}],
-        "usage": {
-            "prompt_tokens": 7,
-            "completion_tokens": completion_tokens,
-            "total_tokens": 7 + completion_tokens,
-        },
-    }
 
 
 @pytest.mark.parametrize(
