@@ -16,9 +16,13 @@ class EnginePolicy:
     (the same seed gives the same text); their shared prompt is served from the
     engine's prefix cache.  A path too long for the context comes back as a
     `context_overflow` choice, a failed request as an `error` choice: neither raises.
-    A completion with no text but white space (an engine that answers with nothing,
-    `completion_tokens` 0) is a failed request too: it holds no step, and as an `error`
-    choice it is retried by `actors.serve.ServePolicy` and never spends the budget.
+    A completion with no text but white space that the engine ended on its own (an
+    engine that answers with nothing, `completion_tokens` 0) is a failed request too: it
+    holds no step, and as an `error` choice it is retried by `actors.serve.ServePolicy`
+    and never spends the budget.  A white-space start that `max_tokens` cut (a request
+    near the end of the budget may ask for 1 or 2 tokens) is an answer, not a failure:
+    retrying it with the same seed gives it again, and it is charged like any step (the
+    records never train on an empty step).
     """
 
     def __init__(
@@ -73,7 +77,13 @@ def _generation(
     if completion.finish is FinishReason.ERROR:
         return Generation("", 0, FinishReason.ERROR, completion.input_tokens, completion.error)
     finish = completion.finish
-    if empty_fails and finish is not FinishReason.CONTEXT_OVERFLOW and not completion.text.strip():
+    capped = finish is FinishReason.LENGTH and completion.output_tokens > 0
+    if (
+        empty_fails
+        and finish is not FinishReason.CONTEXT_OVERFLOW
+        and not capped
+        and not completion.text.strip()
+    ):
         return Generation("", 0, FinishReason.ERROR, completion.input_tokens, _empty(completion))
     if finish is FinishReason.STOP_STRING and completion.stop_string in solution_ends:
         # The model began what the prompt's format puts after a solution (a few-shot

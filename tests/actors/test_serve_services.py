@@ -155,4 +155,7 @@ async def test_search_end_to_end_through_both_deployments(
     result = await run_search("What is 12 times 3?", config, policy, scorer, 200, seed=3)
     assert 0 < result.c_used <= 200
     assert all(0.0 <= n.q <= 1.0 for n in result.tree)
-    assert result.tokens.scorer_requests == len(result.tree) - 1
+    # every generated node is scored; a failed generation (an empty answer) is not
+    generated = [n for n in result.tree if n.parent_id is not None]
+    failed = sum(n.finish is FinishReason.ERROR for n in generated)
+    assert result.tokens.scorer_requests == len(generated) - failed

@@ -128,7 +128,7 @@ def test_an_engine_that_answers_nothing_gives_error_rows_and_a_rerun_completes(
 async def test_an_empty_or_white_space_completion_is_a_failed_request() -> None:
     answers = [
         completion({"text": "", "finish_reason": "stop", "stop_reason": None}, 0),
-        completion({"text": " \n ", "finish_reason": "length"}, 2),
+        completion({"text": " \n ", "finish_reason": "stop", "stop_reason": None}, 2),
         completion({"text": " six", "finish_reason": "stop", "stop_reason": None}, 2),
     ]
     server = FakeServer(chat_server_respond(lambda body: answers[int(body["seed"]) % 3]))
@@ -151,6 +151,30 @@ async def test_an_empty_or_white_space_completion_is_a_failed_request() -> None:
     assert empty.error == "the engine returned an empty completion (0 tokens, finish eos)"
     assert blank.finish is FinishReason.ERROR and "white space only" in (blank.error or "")
     assert (ok.finish, ok.text, ok.output_tokens) == (FinishReason.EOS, " six", 2)
+
+
+async def test_a_white_space_start_cut_by_max_tokens_is_an_answer_not_a_failure() -> None:
+    """Near the end of the budget a request may ask for 1 token; a white-space start that
+    the cap cut is charged like any step (retrying it with the same seed gives it again)."""
+    server = FakeServer(
+        chat_server_respond(lambda body: completion({"text": " ", "finish_reason": "length"}, 1))
+    )
+    engine = OpenAIEngine(f"{server.url}/v1", "m", max_retries=0)
+    try:
+        request = GenerationRequest(
+            problem="q",
+            assistant_prefix="Step 1:",
+            n=1,
+            max_tokens=1,
+            stop=(),
+            temperature=1.0,
+            seed=3,
+        )
+        [capped] = await EnginePolicy(engine).generate(request)
+    finally:
+        await engine.close()
+        server.close()
+    assert (capped.finish, capped.text, capped.output_tokens) == (FinishReason.LENGTH, " ", 1)
 
 
 @dataclass
