@@ -238,26 +238,20 @@ def preference_pools(
     answered = graded.answered()
     good = sorted((n for n in answered if graded.labels[n.id]), key=lambda n: (-n.q, n.id))
     bad = sorted((n for n in answered if not graded.labels[n.id]), key=lambda n: (n.q, n.id))
-    pools = []
-    for side, nodes in (("chosen", good), ("rejected", bad)):
+
+    def pool(side: str, nodes: list[Node]) -> list[Node]:
         paths = select_paths(
             graded,
             nodes,
             True,
             self_correction,
             record=f"{record}.{side}",
-            drop_truncated=gates.drop_truncated,
-            require_statement=gates.require_statement,
-            similarity=gates.near_duplicate,
+            gates=gates,
             drops=drops,
         )
-        pools.append([n for n, _ in paths])
-    good, bad = pools
-    if gates.rejected_states_reference:
-        kept = [n for n in bad if n.id not in graded.states_reference]
-        count(drops, f"{record}.rejected.states_reference", len(bad) - len(kept))
-        bad = kept
-    return good, bad
+        return [n for n, _ in paths]
+
+    return pool("chosen", good), pool("rejected", bad)
 
 
 __all__ = ["DPO_SCHEMA", "PAIR_POOL", "dpo_rows", "preference_pools"]

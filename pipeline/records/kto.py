@@ -83,17 +83,9 @@ def kto_rows(
         dedupe,
         self_correction,
         record="kto",
-        drop_truncated=gates.drop_truncated,
-        require_statement=gates.require_statement,
-        similarity=gates.near_duplicate,
+        gates=gates,
         drops=drops,
     )
-    if gates.rejected_states_reference:
-        kept = [
-            (n, k) for n, k in paths if graded.labels[n.id] or n.id not in graded.states_reference
-        ]
-        count(drops, "kto.states_reference", len(paths) - len(kept))
-        paths = kept
     return [
         {
             "prompt": user_turn(graded),

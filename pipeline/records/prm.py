@@ -133,8 +133,9 @@ def prm_rows(
         dedupe,
         self_correction,
         record="prm",
-        drop_truncated=gates.drop_truncated,
-        require_statement=gates.require_statement,
+        # near duplicates stay (only identical paths are one row), and a wrong path that
+        # states the reference stays: its steps' labels say which step went wrong
+        gates=gates.model_copy(update={"near_duplicate": 1.0, "rejected_states_reference": False}),
         drops=drops,
     )
     rows = [

@@ -105,9 +105,7 @@ def sft_rows(
         dedupe,
         self_correction,
         record="sft",
-        drop_truncated=gates.drop_truncated,
-        require_statement=gates.require_statement,
-        similarity=gates.near_duplicate,
+        gates=gates,
         drops=drops,
     )
     if gates.sft_top_k:

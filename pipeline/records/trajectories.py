@@ -15,11 +15,11 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from rapidfuzz.distance import Indel
 
-from pipeline.records.config import SelfCorrection
+from pipeline.records.config import GatesConfig, SelfCorrection
 from pipeline.records.grading import GradedTree
 from pipeline.records.tree_paths import answers_on_path
 from search.tree import Node, Tree
@@ -71,49 +71,54 @@ def select_paths(
     self_correction: SelfCorrection,
     *,
     record: str = "",
-    drop_truncated: bool = False,
-    require_statement: bool = False,
-    similarity: float = 1.0,
+    gates: GatesConfig | None = None,
     drops: Drops | None = None,
 ) -> list[tuple[Node, int]]:
     """(node, answers_in_path) of `nodes` after the gates, each counting its drops.
 
     First, always, ``empty_step``: a path with a step of no text but white space
     (`Node.empty`, an engine that answered with nothing) is never a training row.
-    Then, in order: ``truncated`` (with `drop_truncated`), ``no_statement`` (with
-    `require_statement`: the text states no answer), ``duplicate`` (with
-    `dedupe`; near duplicates with `similarity` < 1), then the self-correction
-    rule (``self_correction``): a path is a self-correction trace when an
-    earlier node on it answered or its training text states more than one
-    answer.
+    Then, with `gates` (`records.gates`): ``truncated`` (`drop_truncated`) and
+    ``no_statement`` (`require_statement`: the text states no answer); then
+    ``duplicate`` (with `dedupe`; near duplicates by `gates.near_duplicate`, exact
+    copies without gates); then the self-correction rule (``self_correction``): a
+    path is a self-correction trace when an earlier node on it answered or its
+    training text states more than one answer; last, with
+    `gates.rejected_states_reference`, ``states_reference``: an incorrect path whose
+    text states the reference.
     """
     if self_correction not in ("exclude", "include", "only"):
         raise ValueError(f"unknown self_correction rule {self_correction!r}")
-    counts = drops if drops is not None else Counter()
+
+    def gate(name: str, nodes: list[Node], keep: Callable[[Node], bool]) -> list[Node]:
+        kept = [n for n in nodes if keep(n)]
+        count(drops, f"{record}.{name}", len(nodes) - len(kept))
+        return kept
+
     tree = graded.result.tree
-    picked = [n for n in nodes if not has_empty_step(tree, n)]
-    counts[f"{record}.empty_step"] += len(nodes) - len(picked)
-    if drop_truncated:
-        kept = [n for n in picked if not graded.training(n).truncated]
-        counts[f"{record}.truncated"] += len(picked) - len(kept)
-        picked = kept
-    if require_statement:
-        kept = [n for n in picked if graded.training(n).statements > 0]
-        counts[f"{record}.no_statement"] += len(picked) - len(kept)
-        picked = kept
+    picked = gate("empty_step", list(nodes), lambda n: not has_empty_step(tree, n))
+    if gates is not None and gates.drop_truncated:
+        picked = gate("truncated", picked, lambda n: not graded.training(n).truncated)
+    if gates is not None and gates.require_statement:
+        picked = gate("no_statement", picked, lambda n: graded.training(n).statements > 0)
     if dedupe:
+        similarity = 1.0 if gates is None else gates.near_duplicate
         kept = distinct_trajectories(picked, graded, similarity)
-        counts[f"{record}.duplicate"] += len(picked) - len(kept)
+        count(drops, f"{record}.duplicate", len(picked) - len(kept))
         picked = kept
-    counted = [(n, answers_in_path(graded, n), graded.training(n).statements > 1) for n in picked]
+    many = {n.id for n in picked if graded.training(n).statements > 1}
+    answers = {n.id: answers_in_path(graded, n) for n in picked}
     if self_correction == "exclude":
-        out = [(n, k) for n, k, many in counted if k == 1 and not many]
+        picked = gate("self_correction", picked, lambda n: answers[n.id] == 1 and n.id not in many)
     elif self_correction == "only":
-        out = [(n, k) for n, k, many in counted if k > 1 or many]
-    else:
-        out = [(n, k) for n, k, _ in counted]
-    counts[f"{record}.self_correction"] += len(counted) - len(out)
-    return out
+        picked = gate("self_correction", picked, lambda n: answers[n.id] > 1 or n.id in many)
+    if gates is not None and gates.rejected_states_reference:
+        picked = gate(
+            "states_reference",
+            picked,
+            lambda n: graded.labels[n.id] or n.id not in graded.states_reference,
+        )
+    return [(n, answers[n.id]) for n in picked]
 
 
 def has_empty_step(tree: Tree, node: Node) -> bool:
