@@ -59,6 +59,7 @@ from pipeline.records.trajectories import (
     Drops,
     answers_in_path,
     assistant_turn,
+    common_prefix,
     count,
     select_paths,
     user_turn,
@@ -194,7 +195,7 @@ def dpo_rows(
                 "rejected_answer": r.answer,
                 "pair_type": div.pair_type,
                 "shared_steps": div.shared_steps,
-                "shared_prefix_chars": _common_prefix(chosen, rejected),
+                "shared_prefix_chars": common_prefix(chosen, rejected),
                 "edit_distance": distance,
                 "chosen_answers_in_path": answers_in_path(graded, c),
                 "rejected_answers_in_path": answers_in_path(graded, r),
@@ -208,16 +209,6 @@ def dpo_rows(
             }
         )
     return rows
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """Characters `a` and `b` share at their start."""
-    k = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        k += 1
-    return k
 
 
 def preference_pools(

@@ -38,7 +38,7 @@ from pipeline.records.schema import (
     record_schema,
 )
 from pipeline.records.training_text import line_owners
-from pipeline.records.trajectories import Drops, count
+from pipeline.records.trajectories import Drops, common_prefix, count
 from pipeline.records.tree_paths import subtree_answers
 from search.tree import Node
 
@@ -97,7 +97,7 @@ def step_dpo_rows(
     candidates: list[tuple[int, Node, Node]] = []
     for c in good:
         for r in bad:
-            shared = _shared(lines[c.id], lines[r.id])
+            shared = common_prefix(lines[c.id], lines[r.id])
             if shared < len(lines[c.id]) and shared < len(lines[r.id]):
                 candidates.append((shared, c, r))
     candidates.sort(key=lambda t: (-t[0], t[2].q - t[1].q, t[1].id, t[2].id))
@@ -141,13 +141,6 @@ def step_dpo_rows(
             }
         )
     return rows
-
-
-def _shared(a: list[str], b: list[str]) -> int:
-    k = 0
-    while k < len(a) and k < len(b) and a[k] == b[k]:
-        k += 1
-    return k
 
 
 __all__ = ["STEP_DPO_SCHEMA", "step_dpo_rows"]

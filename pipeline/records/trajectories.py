@@ -121,6 +121,16 @@ def select_paths(
     return [(n, answers[n.id]) for n in picked]
 
 
+def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
+    """How many leading items (characters of two texts, lines of two paths) `a` and `b` share."""
+    k = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        k += 1
+    return k
+
+
 def has_empty_step(tree: Tree, node: Node) -> bool:
     """Does the path to `node` hold a step with no text (the root, the problem, aside)?"""
     return any(step.empty for step in tree.path(node) if step.parent_id is not None)
@@ -135,6 +145,7 @@ __all__ = [
     "Drops",
     "answers_in_path",
     "assistant_turn",
+    "common_prefix",
     "count",
     "distinct_trajectories",
     "has_empty_step",
