@@ -60,8 +60,7 @@ class GradedTree:
     # the user turn of every training row (`records.prompt`); None: the bare problem
     prompt: str | None = None
     split: str = "train"  # `pipeline.records.splits.split_of` of the problem id
-    extraction: AnswerExtraction = AnswerExtraction.BOXED
-    fold_blank_lines: bool = True
+    fold_blank_lines: bool = True  # how `texts` were made (`records.fold_blank_lines`)
     texts: Mapping[int, TrainingText] = field(default_factory=dict)  # answered id -> text
     # answered ids whose training text states the reference (empty without one)
     states_reference: frozenset[int] = frozenset()
@@ -94,10 +93,7 @@ class GradedTree:
 
     def training(self, node: Node) -> TrainingText:
         """The text a training row holds for the trajectory ending at answered `node`."""
-        text = self.texts.get(node.id)
-        if text is None:
-            text = training_text(self.result.tree, node, self.extraction, self.fold_blank_lines)
-        return text
+        return self.texts[node.id]
 
 
 async def grade_result(
@@ -121,7 +117,6 @@ async def grade_result(
     nodes = result.answered_nodes
     keys = {n.id: answer_key(n.answer) for n in nodes}
     texts = {n.id: training_text(result.tree, n, extraction, fold_blank_lines) for n in nodes}
-    common = {"extraction": extraction, "fold_blank_lines": fold_blank_lines, "texts": texts}
     if reference is not None:
         stated = {
             i: [k for a in stated_answers(t.text, extraction) if (k := answer_key(a))]
@@ -147,8 +142,9 @@ async def grade_result(
             labels,
             chosen_correct,
             verified,
+            fold_blank_lines=fold_blank_lines,
+            texts=texts,
             states_reference=says_reference,
-            **common,  # type: ignore[arg-type]
         )
     if pseudo_label == "prm_threshold":
         labels = {n.id: keys[n.id] is not None and n.q >= threshold for n in nodes}
@@ -157,7 +153,16 @@ async def grade_result(
         labels = {n.id: keys[n.id] in winners for n in nodes}
     else:
         raise ValueError(f"unknown pseudo_label rule {pseudo_label!r}")
-    return GradedTree(problem_id, result, None, pseudo_label, labels, None, **common)  # type: ignore[arg-type]
+    return GradedTree(
+        problem_id,
+        result,
+        None,
+        pseudo_label,
+        labels,
+        None,
+        fold_blank_lines=fold_blank_lines,
+        texts=texts,
+    )
 
 
 def answer_key(answer: str | None) -> str | None:
@@ -188,16 +193,11 @@ async def _majority_answers(
     if not answers:
         return set()
     order = {a: i for i, a in enumerate(answers)}
-    anchors = sorted(answers, key=lambda a: (-count[a], order[a]))[:MAJORITY_ANCHORS]
-    pairs = sorted(
-        {
-            (min(a, b, key=order.__getitem__), max(a, b, key=order.__getitem__))
-            for a in anchors
-            for b in answers
-        }
-        - {(a, a) for a in answers},
-        key=lambda p: (order[p[0]], order[p[1]]),
-    )
+    anchors = set(sorted(answers, key=lambda a: (-count[a], order[a]))[:MAJORITY_ANCHORS])
+    # every pair (earlier reached, later reached) with at least one anchor in it
+    pairs = [
+        (a, b) for j, b in enumerate(answers) for a in answers[:j] if a in anchors or b in anchors
+    ]
     verdicts = await compare_all(pairs, timeout_s)
     parent = {a: a for a in answers}  # union-find over equivalent answers
 
