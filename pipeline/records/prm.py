@@ -44,10 +44,9 @@ from pipeline.records.schema import (
     list_of,
     record_schema,
 )
-from pipeline.records.training_text import BLANK_LINES, line_owners
+from pipeline.records.training_text import line_owners, tidy
 from pipeline.records.trajectories import Drops, has_empty_step, select_paths
 from pipeline.records.tree_paths import SubtreeAnswers, subtree_answers
-from search.protocols import FinishReason
 from search.tree import Node
 
 PRM_SCHEMA = record_schema(
@@ -146,19 +145,12 @@ def prm_rows(
         for leaf in tree.nodes:
             if leaf.parent_id is None or leaf.children or leaf.answered:
                 continue
-            if leaf.error is not None or leaf.finish in (None, *_UNSCORED):
+            if not leaf.expandable or has_empty_step(tree, leaf):  # failed, or holds no text
                 continue
-            if has_empty_step(tree, leaf):  # a step with no text is never a prm step
-                continue
-            text = tree.assistant_text(leaf).rstrip()
-            if graded.fold_blank_lines:
-                text = BLANK_LINES.sub("", text)
+            text = tidy(tree.assistant_text(leaf), graded.fold_blank_lines)
             answers = sum(n.answered for n in tree.path(leaf))
             rows.append(_row(graded, leaf, text, answers, below, threshold, config, run_id))
     return rows
-
-
-_UNSCORED = (FinishReason.ERROR, FinishReason.CONTEXT_OVERFLOW)
 
 
 def _row(

@@ -25,7 +25,7 @@ from search.answers import AnswerExtraction, answer_span, answer_statements
 from search.protocols import FinishReason
 from search.tree import Node, Tree
 
-BLANK_LINES = re.compile(r"\n[ \t]*(?=\n)")
+_BLANK_LINES = re.compile(r"\n[ \t]*(?=\n)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +58,16 @@ def training_text(
     else:
         cut = before + node.inserted_text + node.text[: span.end]
         closed = span.closed
-    text = cut.rstrip()
-    if fold_blank_lines:
-        text = BLANK_LINES.sub("", text)
+    text = tidy(cut, fold_blank_lines)
     truncated = not closed and node.finish is FinishReason.LENGTH
     dropped = len(raw.rstrip()) - len(cut.rstrip())
     return TrainingText(text, dropped, truncated, len(answer_statements(text)))
+
+
+def tidy(text: str, fold_blank_lines: bool = True) -> str:
+    """A training text's form: trailing white space dropped, blank lines folded."""
+    text = text.rstrip()
+    return _BLANK_LINES.sub("", text) if fold_blank_lines else text
 
 
 def line_owners(tree: Tree, node: Node, text: str) -> list[Node]:
@@ -88,4 +92,4 @@ def line_owners(tree: Tree, node: Node, text: str) -> list[Node]:
     return owners
 
 
-__all__ = ["BLANK_LINES", "TrainingText", "line_owners", "training_text"]
+__all__ = ["TrainingText", "line_owners", "tidy", "training_text"]
