@@ -102,15 +102,9 @@ def _texts(table: str, row: Row) -> dict[str, str]:
     return {"steps": separator.join(row["completions"])}
 
 
-def _nodes_of(table: str, row: Row) -> list[int]:
-    keys = {
-        "dpo": ("chosen_node_id",),
-        "step_dpo": ("chosen_node_id",),
-        "kto": ("node_id",),
-        "sft": ("node_id",),
-        "prm": ("node_id",),
-    }[table]
-    return [int(row[k]) for k in keys if row.get(k) is not None]
+def _trained_node(row: Row) -> int:
+    """The answered node a row's trained-towards text ends at (dpo, step_dpo: the chosen)."""
+    return int(row["chosen_node_id"] if "chosen_node_id" in row else row["node_id"])
 
 
 async def hygiene(
@@ -152,9 +146,8 @@ async def hygiene(
                 found.add("many_answers")
             if row.get("ends_in_answer", True) and any(not answer_statements(t) for t in trained):
                 found.add("no_answer")
-            for node_id in _nodes_of(name, row):
-                if node_info.get((problem, node_id), {}).get("truncated"):
-                    found.add("truncated")
+            if node_info.get((problem, _trained_node(row)), {}).get("truncated"):
+                found.add("truncated")
             if len(prompts[problem]) > 1:
                 found.add("prompts")
             reference = row.get("reference") or references.get(problem)
