@@ -9,6 +9,7 @@ InvalidAccessKeyId).  Nothing is faked on the client side: the code under test s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -82,6 +84,21 @@ class S3Server:
             self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         )
         return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
+
+    @contextlib.contextmanager
+    def empty_bucket(self, bucket: str, setenv: Any) -> Iterator[S3Server]:
+        """A fresh, empty `bucket` for one test, the AWS env pointed at this server through
+        `setenv` (pytest's `monkeypatch.setenv`); the bucket is removed afterwards."""
+        for key, value in self.env().items():
+            setenv(key, value)
+        client = self.client()
+        client.create_bucket(Bucket=bucket)
+        try:
+            yield self
+        finally:
+            for key in self.keys(bucket):
+                client.delete_object(Bucket=bucket, Key=key)
+            client.delete_bucket(Bucket=bucket)
 
     def stop(self) -> None:
         if self._process is not None:

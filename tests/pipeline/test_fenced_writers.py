@@ -55,16 +55,8 @@ def server() -> Iterator[S3Server]:
 @pytest.fixture
 def s3(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     """The module's S3 server with a fresh, empty bucket; the AWS env points at it."""
-    for key, value in server.env().items():
-        monkeypatch.setenv(key, value)
-    client = server.client()
-    client.create_bucket(Bucket=BUCKET)
-    try:
+    with server.empty_bucket(BUCKET, monkeypatch.setenv):
         yield server
-    finally:
-        for key in server.keys(BUCKET):
-            client.delete_object(Bucket=BUCKET, Key=key)
-        client.delete_bucket(Bucket=BUCKET)
 
 
 def _records(problem_id: str, run_id: str) -> dict[str, list[dict[str, Any]]]:

@@ -31,7 +31,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from search import parse_search_config, run_search
 from search.protocols import Generation, GenerationRequest
 from search.scripted import ScriptedPolicy, ScriptedScorer
 from tests.hub_server import HubServer
+from tests.openai_server import FakeServer
 from tests.tiny_run import REPO, tiny_run_config
 
 # Distinct strings no code or path of the run contains by chance.
@@ -76,28 +76,17 @@ class OpenAIServer:
         self.auth: list[str] = []
         self.lock = threading.Lock()
         sleep = SleepEngine(latency_s=0, output_tokens=8)
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with server.lock:
-                    server.paths.append(self.path)
-                    server.auth.append(self.headers.get("Authorization", ""))
-                status, answer = server.respond(self.path, body, sleep)
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        def respond(path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+            with self.lock:
+                self.paths.append(path)
+                self.auth.append(
+                    next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+                )
+            return self.respond(path, body, sleep)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_port
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+        self.http = FakeServer(respond)
+        self.port = self.http.httpd.server_port
 
     def respond(self, path: str, body: Mapping[str, Any], sleep: SleepEngine) -> tuple[int, Any]:
         with self.lock:
@@ -137,8 +126,7 @@ class OpenAIServer:
                      "choices": [choice], "usage": usage}  # fmt: skip
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.http.close()
 
 
 @pytest.fixture
