@@ -73,16 +73,12 @@ class OpenAIServer:
     def __init__(self, fail: int) -> None:
         self.fail = fail
         self.paths: list[str] = []
-        self.auth: list[str] = []
         self.lock = threading.Lock()
         sleep = SleepEngine(latency_s=0, output_tokens=8)
 
         def respond(path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
             with self.lock:
                 self.paths.append(path)
-                self.auth.append(
-                    next((v for k, v in headers.items() if k.lower() == "authorization"), "")
-                )
             return self.respond(path, body, sleep)
 
         self.http = FakeServer(respond)
