@@ -83,6 +83,9 @@ class Budget:
     cost: TokenWeights = field(default_factory=TokenWeights)
     used: float = 0.0
     tokens: TokenCounts = field(default_factory=TokenCounts)
+    # What pending expansions may still spend (`reserve`); always 0 with one in flight.
+    reserved: float = 0.0
+    open_reservations: int = 0
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.total) or self.total <= 0:
@@ -90,7 +93,8 @@ class Budget:
 
     @property
     def remaining(self) -> float:
-        return self.total - self.used
+        """B - C_used less what pending expansions hold (`reserve`)."""
+        return self.total - self.used - self.reserved
 
     @property
     def rho(self) -> float:
@@ -132,11 +136,32 @@ class Budget:
         return max(0, min(cap, math.floor(spendable / (n * self.cost.policy_output) + 1e-9)))
 
     def _charge(self, amount: float, what: str) -> None:
-        if amount > self.total - self.used + 1e-9:  # self.remaining, inlined
+        if amount > self.total - self.used - self.reserved + 1e-9:  # self.remaining, inlined
             raise BudgetViolation(
                 f"{what} costs {amount:g} but only {self.remaining:g} of B={self.total:g} is left"
             )
         self.used = min(self.total, self.used + amount)
+
+    def reserve(self, amount: float) -> Reservation:
+        """Hold `amount` for a pending expansion: C_used + reserved <= B stays true whatever
+        the pending expansions spend, in whatever order they land (each spends at most
+        what it holds: release first, then charge)."""
+        if not amount >= 0:
+            raise ValueError(f"a reservation must be >= 0, got {amount!r}")
+        if amount > self.remaining + 1e-9:
+            raise BudgetViolation(
+                f"reserving {amount:g} but only {self.remaining:g} of B={self.total:g} is free"
+            )
+        self.reserved += amount
+        self.open_reservations += 1
+        return Reservation(self, amount)
+
+    def _release(self, amount: float, closing: bool) -> None:
+        self.reserved = max(0.0, self.reserved - amount)
+        if closing:
+            self.open_reservations -= 1
+            if self.open_reservations == 0:
+                self.reserved = 0.0  # no float residue once nothing is pending
 
     def charge_generation(
         self, *, output_tokens: int, input_tokens: int, inserted_tokens: int
@@ -159,3 +184,33 @@ class Budget:
         self._charge(input_tokens * cost.prm_input + output_tokens * cost.prm_output, "scoring")
         self.tokens.prm_input += input_tokens
         self.tokens.prm_output += output_tokens
+
+
+class Reservation:
+    """One pending expansion's hold on the budget (`Budget.reserve`).
+
+    `release(part)` gives back part of it (before charging what that part really cost);
+    `close()` gives back whatever is left and is safe to call more than once, so a
+    `finally` can always call it (failures and cancellations leave nothing behind).
+    """
+
+    __slots__ = ("budget", "closed", "left")
+
+    def __init__(self, budget: Budget, amount: float) -> None:
+        self.budget = budget
+        self.left = amount
+        self.closed = False
+
+    def release(self, part: float) -> None:
+        if self.closed:
+            return
+        part = min(max(part, 0.0), self.left)
+        self.left -= part
+        self.budget._release(part, closing=False)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        left, self.left = self.left, 0.0
+        self.budget._release(left, closing=True)

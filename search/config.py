@@ -167,7 +167,27 @@ class _EarlyStop(BaseModel):
     )
 
 
-class BGMCTSConfig(_Common, _EarlyStop):
+class _InFlight(BaseModel):
+    max_inflight_expansions: int = Field(
+        1,
+        ge=1,
+        description="expansions of one tree in flight at once; 1: the paper's one at a time. "
+        "Above 1 the next leaf is selected while earlier ones are generated or scored (a "
+        "virtual loss on each pending path) and each pending expansion's largest cost is "
+        "reserved, so C_used <= B whatever order results arrive in",
+    )
+
+    @model_validator(mode="after")
+    def _inflight_needs_paper(self) -> _InFlight:
+        if self.max_inflight_expansions > 1 and getattr(self, "reference", False):
+            raise ValueError(
+                "max_inflight_expansions > 1 needs conventions: paper (the released code "
+                "expands one child per request, one at a time)"
+            )
+        return self
+
+
+class BGMCTSConfig(_Common, _EarlyStop, _InFlight):
     """BG-MCTS (Sec. 3) with the ablation switches of Table 2 and App. G."""
 
     algorithm: Literal["bg_mcts"] = Field("bg_mcts", description="BG-MCTS (Sec. 3)")
@@ -192,7 +212,7 @@ class BGMCTSConfig(_Common, _EarlyStop):
     )
 
 
-class MCTSConfig(_Common, _EarlyStop):
+class MCTSConfig(_Common, _EarlyStop, _InFlight):
     """Budget-agnostic MCTS with PUCT (Eq. 1); App. B's tuned k=2, c=sqrt(2)."""
 
     algorithm: Literal["mcts"] = Field("mcts", description="budget-agnostic MCTS (Eq. 1)")

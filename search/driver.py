@@ -9,6 +9,14 @@ only decides (see `search.algorithms.base`).  Loop (the paper's Algorithm 1):
 
 Each request's per-choice `max_tokens` is clipped so that the request can never
 push C_used past B, which makes `C_used <= B` an invariant rather than a hope.
+
+With `max_inflight_expansions` above 1 (BG-MCTS and MCTS) the loop keeps up to that
+many expansions of the tree in flight: each pending expansion reserves its largest
+cost (max_tokens x choices, fixed charges and the score reserve) before it is sent, and
+its path carries a virtual loss (`Tree.add_virtual_visits`) so the next selection goes
+elsewhere; when a result lands the reservation is released part by part, each part
+just before the real cost it stood for is charged, so C_used + reserved <= B at every
+instant, whatever order the results arrive in.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from search.algorithms import make_algorithm
 from search.algorithms.base import Expansion, SearchAlgorithm
 from search.answer_choice import AnswerTally, normalize_answer
 from search.answers import extract_answer, is_answered
-from search.budget import Budget, BudgetViolation
+from search.budget import Budget, BudgetViolation, Reservation
 from search.config import NodeUnit, SearchConfig
 from search.protocols import (
     FinishReason,
@@ -80,6 +88,20 @@ class SearchResult:
     @property
     def answered_nodes(self) -> list[Node]:
         return self.tree.answered_nodes()
+
+
+@dataclass(slots=True)
+class _Pending:
+    """What one in-flight expansion holds: its reservation and the virtual loss on its path."""
+
+    reservation: Reservation
+    nodes: list[tuple[Node, int]]  # (parent, virtual visits) per plan
+    spent: float = 0.0  # what its request and scores were charged
+
+    def drop_virtual(self, tree: Tree) -> None:
+        for node, visits in self.nodes:
+            tree.add_virtual_visits(node, -visits)
+        self.nodes = []
 
 
 @dataclass(slots=True)
@@ -256,18 +278,34 @@ class _Search:
             )
         return score
 
+    def _max_generation_cost(self, plan: _Plan) -> float:
+        """The most a plan's request can be charged (what `_size` sized it against)."""
+        cost = self.budget.cost
+        return (
+            plan.max_tokens + plan.inserted_tokens
+        ) * plan.n * cost.policy_output + plan.input_tokens * cost.policy_input
+
     async def _step(
-        self, iteration: int, plans: list[_Plan], observe: bool = True
+        self,
+        iteration: int,
+        plans: list[_Plan],
+        observe: bool = True,
+        pending: _Pending | None = None,
     ) -> tuple[list[Node], int]:
         budget, tree, tally = self.budget, self.tree, self.tally
         c_before = budget.used
         results = await self._policy_calls.gather([self._generate(p) for p in plans])
         for plan, generations in zip(plans, results, strict=True):
+            if pending is not None:  # release what this request held, then charge it
+                pending.reservation.release(self._max_generation_cost(plan))
+                pending.spent -= budget.used
             budget.charge_generation(
                 output_tokens=sum(g.output_tokens for g in generations),
                 input_tokens=plan.input_tokens if generations else 0,
                 inserted_tokens=plan.inserted_tokens * len(generations),
             )
+            if pending is not None:
+                pending.spent += budget.used
         # (plan index, generation, answered, answer, scored) per child, in plan order
         drafts: list[tuple[int, Generation, bool, str | None, bool]] = []
         for index, generations in enumerate(results):
@@ -291,8 +329,14 @@ class _Search:
                 for index, g, answered, answer, scored in drafts
             ]
         )
+        if pending is not None:  # the score reserve, then the real score costs
+            pending.reservation.close()
+            pending.drop_virtual(tree)  # the real children replace the virtual visits
+            pending.spent -= budget.used
         for score in scores:
             budget.charge_score(input_tokens=score.input_tokens, output_tokens=score.output_tokens)
+        if pending is not None:
+            pending.spent += budget.used
         added: list[Node] = []
         children: list[list[Node]] = [[] for _ in plans]
         counts = budget.tokens
@@ -330,6 +374,30 @@ class _Search:
 
     async def run(self) -> SearchResult:
         start = time.perf_counter()
+        if getattr(self.config, "max_inflight_expansions", 1) > 1:
+            stop_reason, iteration = await self._run_in_flight()
+        else:
+            stop_reason, iteration = await self._run_one_at_a_time()
+        chosen = self.tally.chosen_node
+        return SearchResult(
+            problem=self.tree.problem,
+            algorithm=self.algorithm.name,
+            seed=self.seed,
+            budget=self.budget.total,
+            c_used=self.budget.used,
+            tree=self.tree,
+            chosen_answer=self.tally.answer,
+            chosen_node_id=None if chosen is None else chosen.id,
+            tokens=self.budget.tokens,
+            trace=self.trace,
+            stop_reason=stop_reason,
+            iterations=iteration,
+            wall_time_s=time.perf_counter() - start,
+            votes=self.tally.votes(),
+        )
+
+    async def _run_one_at_a_time(self) -> tuple[str, int]:
+        """The paper's loop (Algorithm 1): one expansion at a time."""
         stalled, iteration = 0, 0
         stop_reason = "budget_exhausted"
         while True:
@@ -362,23 +430,87 @@ class _Search:
             if stalled >= self.config.max_stalled_expansions:
                 stop_reason = "stalled"
                 break
-        chosen = self.tally.chosen_node
-        return SearchResult(
-            problem=self.tree.problem,
-            algorithm=self.algorithm.name,
-            seed=self.seed,
-            budget=self.budget.total,
-            c_used=self.budget.used,
-            tree=self.tree,
-            chosen_answer=self.tally.answer,
-            chosen_node_id=None if chosen is None else chosen.id,
-            tokens=self.budget.tokens,
-            trace=self.trace,
-            stop_reason=stop_reason,
-            iterations=iteration,
-            wall_time_s=time.perf_counter() - start,
-            votes=self.tally.votes(),
-        )
+        return stop_reason, iteration
+
+    async def _run_in_flight(self) -> tuple[str, int]:
+        """Up to `max_inflight_expansions` expansions pending at once (see the module doc).
+
+        New expansions are proposed while fewer than the limit are pending and the free
+        budget (B - C_used - reserved) still fits one; otherwise the loop waits for the
+        next result.  Results are applied in the order they land (several landing
+        together: in the order they were sent).  On any exit, the pending expansions
+        are cancelled and every reservation is closed.
+        """
+        limit = getattr(self.config, "max_inflight_expansions", 1)
+        budget = self.budget
+        pending: dict[asyncio.Task[float], int] = {}
+        holds: dict[asyncio.Task[float], _Pending] = {}
+        stop_reason, iteration, stalled = "budget_exhausted", 0, 0
+        closing = False
+        try:
+            while True:
+                while not closing and len(pending) < limit:
+                    if budget.exhausted:  # maybe only for now: reservations come back
+                        closing = not pending
+                        stop_reason = "budget_exhausted"
+                        break
+                    if self.algorithm.should_stop(self.tree, budget):
+                        closing, stop_reason = True, "early_stop"
+                        break
+                    expansions = self.algorithm.propose(self.tree, budget)
+                    if not expansions:
+                        closing = not pending
+                        stop_reason = "algorithm_done"
+                        break
+                    plans = self._size([await self._plan(e) for e in expansions])
+                    if not plans:
+                        closing = not pending
+                        stop_reason = "budget_exhausted"
+                        break
+                    iteration += 1
+                    hold = self._hold(plans)  # before the next plan is sized
+                    task = asyncio.ensure_future(self._pending_step(iteration, plans, hold))
+                    pending[task] = iteration
+                    holds[task] = hold
+                if not pending:
+                    break
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=pending.__getitem__):
+                    del pending[task], holds[task]
+                    spent = task.result()  # a BudgetViolation ends the search here
+                    stalled = 0 if spent > 0 else stalled + 1
+                    if stalled >= self.config.max_stalled_expansions:
+                        closing, stop_reason = True, "stalled"
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            for hold in holds.values():  # a task cancelled before it started runs no finally
+                hold.reservation.close()
+                hold.drop_virtual(self.tree)
+        return stop_reason, iteration
+
+    def _hold(self, plans: list[_Plan]) -> _Pending:
+        """Reserve the plans' largest cost and put a virtual loss on their paths."""
+        most = sum(self._max_generation_cost(p) + self._reserve * p.n for p in plans)
+        pending = _Pending(self.budget.reserve(most), [(p.parent, p.n) for p in plans])
+        for node, visits in pending.nodes:
+            self.tree.add_virtual_visits(node, visits)
+        return pending
+
+    async def _pending_step(self, iteration: int, plans: list[_Plan], pending: _Pending) -> float:
+        """One in-flight expansion; whatever happens, nothing stays reserved or virtual
+        (`_run_in_flight` also closes the holds of tasks cancelled before they started).
+        Returns what it spent."""
+        tree = self.tree
+        try:
+            _, generative = await self._step(iteration, plans, pending=pending)
+        finally:
+            pending.reservation.close()
+            pending.drop_virtual(tree)
+        self._record(iteration, generative)
+        return pending.spent
 
     async def _expand_one_child_per_request(
         self, iteration: int, expansions: list[Expansion]

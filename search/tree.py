@@ -311,6 +311,23 @@ class Tree:
                 return
             current = nodes[parent_id]
 
+    def add_virtual_visits(self, node: Node, visits: int) -> None:
+        """A virtual loss on `node`'s path: `visits` more visits of value 0 up to the root.
+
+        With several expansions of one tree in flight (`max_inflight_expansions`), the
+        children a pending expansion will add are counted at once with Q = 0 (the worst
+        value), so the next selection walk sees that path as visited and goes elsewhere;
+        the driver takes them back (`visits` < 0) just before the real children land.
+        """
+        nodes = self.nodes
+        current = node
+        while True:
+            current.m += visits
+            parent_id = current.parent_id
+            if parent_id is None:
+                return
+            current = nodes[parent_id]
+
     # ------------------------------------------------------------------ export
     def answered_nodes(self) -> list[Node]:
         return [self.nodes[i] for i in self.answered_ids]
