@@ -14,6 +14,7 @@ is cancelled.  Checked at every service call and at the end:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from typing import Any
 
@@ -146,10 +147,8 @@ def test_random_arrivals_never_overspend_nor_leave_a_reservation(
         while not task.done() and arrivals.calls < cancel_after:
             await asyncio.sleep(0)
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
 
     asyncio.run(main())
     _no_residue(search)
