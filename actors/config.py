@@ -113,6 +113,12 @@ class LoadModelConfig(_Strict):
         1.0, gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"
     )
     output_tokens: int = Field(16, ge=1, description="tokens per completion (max_tokens caps)")
+    output_tokens_max: int | None = Field(
+        None,
+        ge=1,
+        description="None: every completion has output_tokens; else each one's length is "
+        "drawn in [output_tokens, output_tokens_max] (steps and trees of varied length)",
+    )
     context_length: int = Field(4096, ge=256, description=CONTEXT_OVERFLOW)
     answer_every: int = Field(
         4, ge=0, description="every n-th stopped step answers $\\boxed{42}$ instead; 0: never"

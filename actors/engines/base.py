@@ -60,6 +60,35 @@ class Completion:
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class EngineCapacity:
+    """What an engine can hold at once, for admission (`actors.admission`).
+
+    * `max_seqs`: sequences decoded in one batch (vLLM `max_num_seqs`, llama.cpp slots);
+    * `kv_tokens`: tokens the KV cache holds (running sequences and cached prefixes);
+    * `context_length`: the longest prompt plus completion;
+    * `prefix_hit_rate`: the share of prompt tokens served from the prefix cache so
+      far (None: unknown, or nothing served yet).
+    """
+
+    max_seqs: int
+    kv_tokens: int
+    context_length: int
+    prefix_hit_rate: float | None = None
+
+
+def engine_capacity(engine: object) -> EngineCapacity:
+    """`engine.capacity()` where the engine has it; else one sequence of its context
+    (an engine that says nothing is admitted as if it were small)."""
+    method = getattr(engine, "capacity", None)
+    if method is not None:
+        capacity = method()
+        assert isinstance(capacity, EngineCapacity)
+        return capacity
+    context = int(getattr(engine, "context_length", 4096))
+    return EngineCapacity(max_seqs=1, kv_tokens=context, context_length=context)
+
+
 @runtime_checkable
 class Engine(Protocol):
     name: str

@@ -14,8 +14,16 @@ What is modelled (as vLLM and SGLang schedule a GPU):
 * **A maximum number of sequences.** At most ``max_seqs`` run at once; the rest wait
   in arrival order and are admitted when a sequence finishes.
 
-Not modelled: attention cost that grows with context length, KV-cache pressure on
-running sequences (the cache only holds finished prefixes here), speculative decoding.
+* **KV capacity shared by running and cached tokens.** ``cache_tokens`` is the whole
+  KV cache: a running sequence holds its uncached prompt and its output tokens
+  (reserved in full when it is admitted), and the prefix cache keeps only what is left,
+  evicting least recently used blocks (``PrefixCache.pin``).  A sequence whose tokens
+  do not fit waits (unless nothing runs), as vLLM's scheduler waits for free blocks.
+  Every eviction is counted; an evicted context is prefilled again at the curve's
+  prefill rate when a later request needs it.
+
+Not modelled: attention cost that grows with context length, preemption of running
+sequences, speculative decoding.
 
 The ceiling: a full batch of ``max_seqs`` sequences gives
 ``max_seqs / step_s(max_seqs)`` decode tokens per second, and a request costs the
@@ -73,7 +81,24 @@ class PrefixCache:
             raise ValueError(f"block_tokens must be >= 1, got {block_tokens}")
         self.block_tokens = block_tokens
         self.capacity_blocks = capacity_tokens // block_tokens
+        self.pinned_blocks = 0  # held by running sequences: not available to the cache
+        self.evicted_blocks = 0
         self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.capacity_blocks * self.block_tokens
+
+    def pin(self, tokens: int) -> None:
+        """Running sequences hold `tokens` of the KV cache; evict LRU blocks to make room."""
+        self.pinned_blocks = min(self.capacity_blocks, -(-max(tokens, 0) // self.block_tokens))
+        self._evict()
+
+    def _evict(self) -> None:
+        room = self.capacity_blocks - self.pinned_blocks
+        while len(self._blocks) > room:
+            self._blocks.popitem(last=False)
+            self.evicted_blocks += 1
 
     def keys(self, tokens: Sequence[str]) -> list[int]:
         """One key per *full* block: the hash of the previous key and the block's tokens."""
@@ -101,8 +126,7 @@ class PrefixCache:
         for key in keys:
             self._blocks[key] = None
             self._blocks.move_to_end(key)
-        while len(self._blocks) > self.capacity_blocks:
-            self._blocks.popitem(last=False)
+        self._evict()
 
 
 @dataclass
@@ -111,6 +135,11 @@ class _Sequence:
     keys_after: list[int]  # prompt + output blocks, cached when the sequence finishes
     done: asyncio.Future[None]
     uncached: int = 0
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV tokens it holds while running: its uncached prompt and its output."""
+        return self.uncached + self.decode_steps
 
 
 @dataclass
@@ -127,6 +156,8 @@ class BatcherStats:
     work_s: float = 0.0  # see EngineCurve.work_s
     busy_s: float = 0.0  # time with at least one sequence running
     max_running: int = 0
+    evicted_tokens: int = 0  # prefix-cache tokens evicted to make room (LRU)
+    kv_waits: int = 0  # admissions put off because the KV cache was full
     first_arrival: float | None = None  # time.monotonic(): comparable across processes
     last_finish: float | None = None
 
@@ -145,6 +176,7 @@ class ContinuousBatcher:
         self._running: list[tuple[int, int, _Sequence]] = []  # (finish step, order, seq)
         self._order = itertools.count()
         self._step = 0
+        self._running_kv = 0  # KV tokens the running sequences hold
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -176,12 +208,24 @@ class ContinuousBatcher:
 
     def _admit(self) -> int:
         prefill = 0
+        capacity = self.cache.capacity_tokens
         while self._waiting and len(self._running) < self.curve.max_seqs:
-            sequence = self._waiting.popleft()
+            sequence = self._waiting[0]
+            if self._running and self._running_kv + sequence.kv_tokens > capacity:
+                self.stats.kv_waits += 1  # no free KV blocks: wait for a sequence to end
+                break
+            self._waiting.popleft()
+            self._running_kv += sequence.kv_tokens
             prefill += sequence.uncached
             finish = self._step + sequence.decode_steps
             heapq.heappush(self._running, (finish, next(self._order), sequence))
+        self._pin()
         return prefill
+
+    def _pin(self) -> None:
+        before = self.cache.evicted_blocks
+        self.cache.pin(self._running_kv)
+        self.stats.evicted_tokens += (self.cache.evicted_blocks - before) * self.cache.block_tokens
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -226,7 +270,13 @@ class ContinuousBatcher:
                 _, _, sequence = heapq.heappop(self._running)
                 self.stats.finished += 1
                 self.stats.work_s += curve.work_s(sequence.decode_steps, sequence.uncached)
+                self._running_kv -= sequence.kv_tokens
+                self._pin()
+                before = self.cache.evicted_blocks
                 self.cache.insert(sequence.keys_after)
+                self.stats.evicted_tokens += (
+                    self.cache.evicted_blocks - before
+                ) * self.cache.block_tokens
                 self.stats.last_finish = loop.time()
                 if not sequence.done.done():  # a cancelled caller leaves a done future
                     sequence.done.set_result(None)

@@ -89,5 +89,6 @@ def build_engine(config: EngineConfig) -> Engine:
             slow_factor=config.slow_factor,
             seed=config.seed,
             name=config.model,
+            output_tokens_max=config.output_tokens_max,
         )
     raise EngineError(f"unknown engine kind {config!r}")

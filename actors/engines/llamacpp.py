@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from actors.engines.base import Completion, EngineError, Sampling, TopLogprobs
+from actors.engines.base import Completion, EngineCapacity, EngineError, Sampling, TopLogprobs
 from actors.models import resolve_model_path
 from search.protocols import FinishReason
 
@@ -51,6 +51,7 @@ class LlamaCppEngine:
         params.n_parallel = parallel
         self.name = name or path.stem
         self.context_length = context_length
+        self.parallel = parallel
         self._server = xllamacpp.Server(params)
         self._client = httpx.AsyncClient(
             base_url=self._server.listening_address, timeout=request_timeout_s
@@ -60,6 +61,16 @@ class LlamaCppEngine:
         self.prompt_tokens_evaluated = 0
         self.prompt_tokens_cached = 0
         self.tokens_generated = 0
+
+    def capacity(self) -> EngineCapacity:
+        """llama.cpp's slots, each with its own share of the context (its KV cache)."""
+        seen = self.prompt_tokens_evaluated + self.prompt_tokens_cached
+        return EngineCapacity(
+            max_seqs=self.parallel,
+            kv_tokens=self.parallel * self.context_length,
+            context_length=self.context_length,
+            prefix_hit_rate=self.prompt_tokens_cached / seen if seen else None,
+        )
 
     def cache_stats(self) -> dict[str, int]:
         return {

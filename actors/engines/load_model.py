@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from actors.engines.base import Completion, Sampling
+from actors.engines.base import Completion, EngineCapacity, Sampling
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache, decode_steps_for
 from actors.engines.sleep import SleepEngine
 
@@ -61,10 +61,12 @@ class LoadModelEngine:
         slow_factor: float = 1.0,
         seed: int = 0,
         name: str = "load-model",
+        output_tokens_max: int | None = None,
     ) -> None:
         self.answers = SleepEngine(
             latency_s=0.0,
             output_tokens=output_tokens,
+            output_tokens_max=output_tokens_max,
             context_length=context_length,
             answer_every=answer_every,
             seed=seed,
@@ -95,6 +97,17 @@ class LoadModelEngine:
             "max_seqs": float(curve.max_seqs),
             "time_scale": self.batcher.time_scale,
         }
+
+    def capacity(self) -> EngineCapacity:
+        """Slots and KV tokens from the config; the hit rate from the counters so far."""
+        stats = self.batcher.stats
+        hit = stats.cached_prompt_tokens / stats.prompt_tokens if stats.prompt_tokens else None
+        return EngineCapacity(
+            max_seqs=self.batcher.curve.max_seqs,
+            kv_tokens=self.batcher.cache.capacity_blocks * self.batcher.cache.block_tokens,
+            context_length=self.context_length,
+            prefix_hit_rate=hit,
+        )
 
     def stats(self) -> dict[str, Any]:
         """Counters since start: work_s / (wall seconds / time_scale) is the utilisation."""

@@ -57,6 +57,7 @@ class SleepEngine:
         answer_every: int = 4,
         seed: int = 0,
         name: str = "sleep",
+        output_tokens_max: int | None = None,
     ) -> None:
         if latency_s < 0:
             raise ValueError(f"latency_s must be >= 0, got {latency_s}")
@@ -64,6 +65,14 @@ class SleepEngine:
             raise ValueError(f"output_tokens must be >= 1, got {output_tokens}")
         self.latency_s = latency_s
         self.output_tokens = output_tokens
+        # None: every completion has `output_tokens`; else a length drawn per request in
+        # [output_tokens, output_tokens_max] (trees of varied length, steps up to the max)
+        if output_tokens_max is not None and output_tokens_max < output_tokens:
+            raise ValueError(
+                f"output_tokens_max ({output_tokens_max}) must be >= output_tokens "
+                f"({output_tokens})"
+            )
+        self.output_tokens_max = output_tokens_max
         self.context_length = context_length
         self.answer_every = answer_every
         self.seed = seed
@@ -88,7 +97,11 @@ class SleepEngine:
         answer = not stop or (self.answer_every > 0 and int(draw * 2**32) % self.answer_every == 0)
         tail = ANSWER_TEXT.split() if answer else []
         # The last generated token is the stop string or the end-of-sequence token.
-        needed = max(self.output_tokens, len(tail) + 1)
+        length = self.output_tokens
+        if self.output_tokens_max is not None:
+            spread = self.output_tokens_max - self.output_tokens + 1
+            length += int(_unit(self.seed, sampling.seed, prompt, "length") * spread)
+        needed = max(length, len(tail) + 1)
         if max_tokens < needed:
             words = [_FILLER] * max_tokens
             finish, stop_string = FinishReason.LENGTH, ""

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from actors.engines.base import Completion, EngineError, Sampling, TopLogprobs
+from actors.engines.base import Completion, EngineCapacity, EngineError, Sampling, TopLogprobs
 from search.protocols import FinishReason
 
 if TYPE_CHECKING:
@@ -110,6 +110,28 @@ class VLLMEngine:
         if not self.prompt_tokens_seen:
             return None
         return self.cached_tokens_seen / self.prompt_tokens_seen
+
+    def capacity(self) -> EngineCapacity:
+        """Slots (`max_num_seqs`) and KV tokens (`num_gpu_blocks` x `block_size`) as the
+        started engine reports them in its config; a version that does not: one full
+        context per slot (a guess that never over-admits more than the slots)."""
+        config = getattr(self._llm, "vllm_config", None)
+        cache = getattr(config, "cache_config", None)
+        scheduler = getattr(config, "scheduler_config", None)
+        max_seqs = int(getattr(scheduler, "max_num_seqs", 0) or 256)
+        blocks = getattr(cache, "num_gpu_blocks", None)
+        block_size = getattr(cache, "block_size", None)
+        kv_tokens = (
+            int(blocks) * int(block_size)
+            if blocks and block_size
+            else max_seqs * self.context_length
+        )
+        return EngineCapacity(
+            max_seqs=max_seqs,
+            kv_tokens=kv_tokens,
+            context_length=self.context_length,
+            prefix_hit_rate=self.prefix_cache_hit_rate,
+        )
 
     async def complete(self, prompt: str, sampling: Sampling) -> Completion:
         if sampling.max_tokens < 1:  # nothing may be generated

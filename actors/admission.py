@@ -1,0 +1,79 @@
+"""How many trees to keep in flight per engine: from what the engines report.
+
+A tree keeps `seqs_per_tree` sequences in an engine's batch on average (its in-flight
+expansions times their choices, times the share of its time it spends at that engine:
+a tree alternates policy and scorer) and keeps a working set of `context_tokens` of KV
+hot (its prompt, the path it is extending and the outputs in flight).  Two limits:
+
+* **full**: enough trees that the batch is full: max_seqs / seqs_per_tree;
+* **warm**: no more trees than the KV cache can hold the working sets of (a `kv_share`
+  of it: the rest is for the running sequences' outputs and for churn), so a tree's
+  next step finds its prefix cached instead of prefilling it again.
+
+When the two disagree (an H100 with 256 slots and a 400k-token KV cache at contexts of
+thousands of tokens), warm wins: an evicted context costs its whole prefill again (a
+3,000-token context: ~125 ms of engine time against ~20 ms for the 256 tokens it then
+decodes), and the batch is filled by more expansions per tree
+(`search.max_inflight_expansions`) instead of more trees.  The hand-set
+`trees_per_actor` stays as a cap.  A measured prefix hit rate below `min_hit_rate`
+shrinks the count in proportion (the working-set estimate was too small).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from actors.engines.base import EngineCapacity
+
+
+@dataclass(frozen=True, slots=True)
+class TreeShape:
+    """What one tree asks of an engine (estimates the caller derives from its config)."""
+
+    seqs_per_tree: float
+    context_tokens: float
+
+
+def trees_in_flight(
+    engines: list[tuple[EngineCapacity, TreeShape]],
+    *,
+    cap: int,
+    kv_share: float = 0.9,
+    min_hit_rate: float = 0.8,
+) -> int:
+    """Trees to keep in flight: the smallest over the engines of min(full, warm), at
+    least 1 and at most `cap`."""
+    if not engines:
+        return max(1, cap)
+    counts: list[int] = []
+    for capacity, shape in engines:
+        full = math.ceil(capacity.max_seqs / max(shape.seqs_per_tree, 1e-9))
+        warm = math.floor(kv_share * capacity.kv_tokens / max(shape.context_tokens, 1.0))
+        count = min(full, warm)
+        hit = capacity.prefix_hit_rate
+        if hit is not None and hit < min_hit_rate:
+            count = math.floor(count * hit / min_hit_rate)
+        counts.append(count)
+    return max(1, min(cap, *counts))
+
+
+def search_tree_shape(
+    *,
+    prompt_tokens: float,
+    path_tokens: float,
+    step_tokens: float,
+    choices: int,
+    inflight: int,
+    engine_share: float = 0.5,
+) -> TreeShape:
+    """One tree's load on one engine: `inflight` expansions of `choices` sequences,
+    `engine_share` of the time at this engine; its working set is the prompt, the path
+    being extended and the outputs in flight (siblings share the path's blocks)."""
+    return TreeShape(
+        seqs_per_tree=inflight * choices * engine_share,
+        context_tokens=prompt_tokens + path_tokens + inflight * choices * step_tokens,
+    )
+
+
+__all__ = ["TreeShape", "search_tree_shape", "trees_in_flight"]

@@ -1,0 +1,258 @@
+"""Goodput at the shape of a real GPU: `python -m benchmarks.engine_saturation --h100`.
+
+Two load-model engines at their H100 defaults (`actors/engines/load_model.py`: decode
+step 7.4 ms + 0.051 ms per sequence, `max_seqs` 256, prefill 24,000 tokens/s, a
+400,000-token KV cache shared by running sequences and LRU-cached prefixes), one for
+the policy and one for GenPRM, serve BG-MCTS trees of realistic length: problem prompts
+of ~300 tokens, steps of 64-512 tokens (drawn per request), B = 10,000 output tokens,
+k = 2, GenPRM analyses of 128-1,024 tokens.  The search core, the real `EnginePolicy`
+and `GenPRMScorer` clients and both engines run on one asyncio loop in this process
+(no Ray, no Serve: at a thousand trees the 2-core machine cannot host the Ray pipeline,
+and what this measures is what the engines see; Serve's CPU per request is
+`benchmarks/coalescing_cpu.py`).  Trees stream: each of the N tree slots starts a new
+problem when its tree ends.
+
+Per setting, over a window after a warm-up (simulated seconds, i.e. before time_scale):
+
+* decode util p/s: each engine's decode tokens / (window x its decode ceiling);
+* hit: prompt tokens served from the prefix cache / prompt tokens, both engines;
+* prefill/decode: prompt tokens prefilled / decode tokens;
+* goodput: decode tokens/s of the search's own output (policy steps and GenPRM
+  analyses and judgements) / the engines' decode ceiling (every decode token here
+  belongs to a search: nothing else runs);
+* engine util: work at the ceiling's operating point (decode and prefill) / window;
+* our CPU: this process's CPU seconds per simulated second (the search, the clients and
+  the engine simulation together; below 1, one core would keep up with the two engines
+  in real time: the driver is not the limit).
+
+Admission on: trees in flight = `actors.admission.trees_in_flight` from the engines'
+`capacity()` (slots, KV tokens) and the tree's shape; off: the hand-set count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import resource
+import selectors
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from actors.admission import TreeShape, search_tree_shape, trees_in_flight
+from actors.engines.batching import EngineCurve
+from actors.engines.load_model import LoadModelEngine
+from actors.genprm import GenPRMScorer
+from actors.policy import EnginePolicy
+from search import parse_search_config, run_search
+
+H100 = EngineCurve(
+    decode_base_s=0.0074, decode_per_seq_s=0.000051, prefill_tokens_per_s=24_000.0, max_seqs=256
+)
+BUDGET = 10_000
+PROMPT_WORDS = 300
+STEP = (64, 512)
+ANALYSIS = (128, 1024)
+K = 2
+
+
+@dataclass
+class Setting:
+    trees: int  # hand-set trees in flight (admission off) or the cap (admission on)
+    inflight: int
+    admission: bool
+    shared: bool = True  # policy and GenPRM on one engine (else one engine each)
+
+
+def _problem(i: int) -> str:
+    words = " ".join(f"t{i}.{j}" for j in range(PROMPT_WORDS))
+    return f"Problem {i}: {words} What is {i} + {i}?"
+
+
+def _engines(time_scale: float, shared: bool) -> tuple[LoadModelEngine, LoadModelEngine]:
+    def engine(name: str, lengths: tuple[int, int], seed: int) -> LoadModelEngine:
+        return LoadModelEngine(
+            curve=H100,
+            cache_tokens=400_000,
+            time_scale=time_scale,
+            output_tokens=lengths[0],
+            output_tokens_max=lengths[1],
+            context_length=32_768,
+            answer_every=8,
+            seed=seed,
+            name=name,
+        )
+
+    if shared:  # one engine serves both roles; lengths up to the longer cap
+        one = engine("h100", (STEP[0], ANALYSIS[1]), 1)
+        return one, one
+    return engine("policy", STEP, 1), engine("genprm", ANALYSIS, 2)
+
+
+def admitted_trees(setting: Setting, policy: LoadModelEngine, scorer: LoadModelEngine) -> int:
+    """Admission on: from the engines' capacity and the tree's shape (estimates: the
+    path being extended is half of B / k deep on average; GenPRM's conversation holds
+    the path and an analysis per step, about three times the policy's)."""
+    if not setting.admission:
+        return setting.trees
+    step_mean = sum(STEP) / 2
+    path = BUDGET / K / 2
+    policy_shape = search_tree_shape(
+        prompt_tokens=PROMPT_WORDS,
+        path_tokens=path,
+        step_tokens=step_mean,
+        choices=K,
+        inflight=setting.inflight,
+    )
+    scorer_shape = search_tree_shape(
+        prompt_tokens=PROMPT_WORDS,
+        path_tokens=path * (1 + sum(ANALYSIS) / sum(STEP)),
+        step_tokens=sum(ANALYSIS) / 2,
+        choices=K,
+        inflight=setting.inflight,
+    )
+    if policy is scorer:  # one engine carries both roles' sequences and contexts
+        shared = TreeShape(
+            seqs_per_tree=policy_shape.seqs_per_tree + scorer_shape.seqs_per_tree,
+            context_tokens=policy_shape.context_tokens + scorer_shape.context_tokens,
+        )
+        return trees_in_flight([(policy.capacity(), shared)], cap=setting.trees)
+    return trees_in_flight(
+        [(policy.capacity(), policy_shape), (scorer.capacity(), scorer_shape)],
+        cap=setting.trees,
+    )
+
+
+def _snapshot(engines: tuple[LoadModelEngine, ...]) -> list[dict[str, Any]]:
+    return [dict(e.stats()) for e in engines]
+
+
+async def _run(setting: Setting, time_scale: float, warm_s: float, window_s: float) -> dict:
+    policy_engine, scorer_engine = _engines(time_scale, setting.shared)
+    policy = EnginePolicy(policy_engine)
+    scorer = GenPRMScorer(scorer_engine, max_analysis_tokens=ANALYSIS[1])
+    config = parse_search_config(
+        {
+            "algorithm": "bg_mcts",
+            "k": K,
+            "step_max_tokens": STEP[1],
+            "max_inflight_expansions": setting.inflight,
+        }
+    )
+    trees = admitted_trees(setting, policy_engine, scorer_engine)
+    counter = itertools.count()
+    finished = [0]
+
+    async def slot() -> None:
+        while True:
+            i = next(counter)
+            await run_search(_problem(i), config, policy, scorer, BUDGET, seed=i)
+            finished[0] += 1
+
+    engines = tuple({id(e): e for e in (policy_engine, scorer_engine)}.values())
+    tasks = [asyncio.ensure_future(slot()) for _ in range(trees)]
+    try:
+        await asyncio.sleep(warm_s * time_scale)
+        before = _snapshot(engines)
+        done_before = finished[0]
+        loop = asyncio.get_running_loop()
+        sim0, wall0, cpu0 = loop.time(), time.perf_counter(), _cpu()
+        await asyncio.sleep(window_s * time_scale)
+        after = _snapshot(engines)
+        sim, wall, cpu = loop.time() - sim0, time.perf_counter() - wall0, _cpu() - cpu0
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    window = sim / time_scale  # simulated seconds that really passed
+
+    def delta(key: str) -> float:
+        return sum(a[key] - b[key] for a, b in zip(after, before, strict=True))
+
+    ceiling = sum(a["decode_tokens_per_s"] for a in after)
+    decode = delta("decode_tokens")
+    prompt = delta("prompt_tokens")
+    return {
+        "trees": trees,
+        "inflight": setting.inflight,
+        "admission": setting.admission,
+        "decode_util": [
+            (a["decode_tokens"] - b["decode_tokens"]) / (window * a["decode_tokens_per_s"])
+            for a, b in zip(after, before, strict=True)
+        ],
+        "hit": delta("cached_prompt_tokens") / max(prompt, 1),
+        "prefill_per_decode": delta("prefill_tokens") / max(decode, 1),
+        "goodput": decode / window / ceiling,
+        "engine_util": delta("work_s") / (len(engines) * window),
+        "evicted_per_decode": delta("evicted_tokens") / max(decode, 1),
+        "max_running": [int(a["max_running"]) for a in after],
+        "trees_done": finished[0] - done_before,
+        "our_cpu": cpu / window,  # CPU s per simulated engine second
+        "wall_s": wall,
+        "window_s": window,
+    }
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class _JumpingSelector(selectors.SelectSelector):
+    """Never sleeps: a wait for the next timer moves the loop's clock to it instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        events = super().select(0)
+        if not events and timeout:
+            self.now += timeout
+        return events
+
+
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """An event loop on simulated time: when nothing is ready it jumps to the next timer.
+
+    The engines' timing (`asyncio` timers) is then exact whatever else runs on the
+    machine (this 2-core machine is shared: a wall-clock simulation would measure the
+    other users), and the run takes only the CPU the simulation needs.  Our CPU is then
+    reported per simulated second: CPU seconds this process spent per second of engine
+    time (below 1: one core keeps up with the two engines in real time).
+    """
+
+    def __init__(self) -> None:
+        self._selector_clock = _JumpingSelector()
+        super().__init__(self._selector_clock)
+
+    def time(self) -> float:
+        return self._selector_clock.now
+
+
+def run_setting(setting: Setting, warm_s: float, window_s: float) -> dict:
+    loop = VirtualClockLoop()
+    try:
+        return loop.run_until_complete(_run(setting, 1.0, warm_s, window_s))
+    finally:
+        loop.close()
+
+
+def row(r: dict) -> str:
+    limited = " (slower than real time)" if r["our_cpu"] >= 1.0 else ""
+    return (
+        f"| {'on' if r['admission'] else 'off'} | {r['trees']} | {r['inflight']} "
+        f"| {'/'.join(f'{u:.2f}' for u in r['decode_util'])} | {r['hit']:.0%} "
+        f"| {r['prefill_per_decode']:.2f} "
+        f"| {r['goodput']:.2f} | {r['engine_util']:.2f} | {r['evicted_per_decode']:.2f} "
+        f"| {'/'.join(map(str, r['max_running']))} | {r['trees_done']} "
+        f"| {r['our_cpu']:.2f}{limited} |"
+    )
+
+
+HEADER = (
+    "| admission | trees in flight | in-flight expansions/tree | decode util p/s | prefix hit "
+    "| prefill/decode token | goodput | engine util | evicted/decode token "
+    "| max running p/s | trees done | our CPU |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
+)
