@@ -22,9 +22,12 @@ shrinks the count in proportion (the working-set estimate was too small).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from actors.engines.base import EngineCapacity
+from search.config import SearchConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,4 +79,57 @@ def search_tree_shape(
     )
 
 
-__all__ = ["TreeShape", "search_tree_shape", "trees_in_flight"]
+def admitted_per_actor(
+    *,
+    capacities: Mapping[str, Mapping[str, Any]],
+    replicas: Mapping[str, int],
+    search: SearchConfig,
+    budget: float,
+    analysis_tokens: int,
+    prompt_tokens: int,
+    actors: int,
+    cap: int,
+) -> int:
+    """Trees in flight per search actor for a run: the policy and scorer deployments'
+    capacity (`capacity()` of one replica, times their replicas) shared by the actors."""
+    choices = int(getattr(search, "k", 2))
+    inflight = int(getattr(search, "max_inflight_expansions", 1))
+    step = search.step_max_tokens / 2
+    path = min(budget / max(choices, 1) / 2, float(capacities["policy"]["context_length"]))
+    shapes = {
+        "policy": search_tree_shape(
+            prompt_tokens=prompt_tokens,
+            path_tokens=path,
+            step_tokens=step,
+            choices=choices,
+            inflight=inflight,
+        ),
+        # GenPRM's conversation holds the path and one analysis per step
+        "scorer": search_tree_shape(
+            prompt_tokens=prompt_tokens,
+            path_tokens=path * (1 + analysis_tokens / max(search.step_max_tokens, 1)),
+            step_tokens=analysis_tokens / 2,
+            choices=choices,
+            inflight=inflight,
+        ),
+    }
+    engines = []
+    for role, shape in shapes.items():
+        one = capacities[role]
+        count = max(1, int(replicas.get(role, 1)))
+        engines.append(
+            (
+                EngineCapacity(
+                    max_seqs=int(one["max_seqs"]) * count,
+                    kv_tokens=int(one["kv_tokens"]) * count,
+                    context_length=int(one["context_length"]),
+                    prefix_hit_rate=one.get("prefix_hit_rate"),
+                ),
+                shape,
+            )
+        )
+    total = trees_in_flight(engines, cap=cap * max(actors, 1))
+    return max(1, min(cap, math.ceil(total / max(actors, 1))))
+
+
+__all__ = ["TreeShape", "admitted_per_actor", "search_tree_shape", "trees_in_flight"]

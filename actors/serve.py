@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from ray import serve
@@ -32,7 +32,7 @@ from ray.serve.handle import DeploymentHandle
 from actors.affinity import CONSISTENT_HASH_ROUTER, bucket, current_tree
 from actors.coalesce import Coalescer, RequestFailed, fan_out_stream
 from actors.config import ScorerConfig, ServiceConfig
-from actors.engines.base import Completion, Sampling
+from actors.engines.base import Completion, Sampling, engine_capacity
 from actors.engines.factory import build_engine, check_engine
 from actors.policy import EnginePolicy
 from actors.redact import install_log_redaction, redact_text
@@ -124,6 +124,10 @@ class PolicyServer:
     async def stats(self) -> dict[str, Any]:
         return {"name": self.policy.name, **self.engine.stats()}
 
+    async def capacity(self) -> dict[str, Any]:
+        """The engine's slots, KV tokens and hit rate (`actors.admission`)."""
+        return asdict(engine_capacity(self.engine._engine))
+
 
 @serve.deployment
 class ScorerServer:
@@ -160,6 +164,10 @@ class ScorerServer:
 
     async def stats(self) -> dict[str, Any]:
         return {"name": self.scorer.name, **self.engine.stats()}
+
+    async def capacity(self) -> dict[str, Any]:
+        """The engine's slots, KV tokens and hit rate (`actors.admission`)."""
+        return asdict(engine_capacity(self.engine._engine))
 
 
 def _bind(deployment: Any, service: ServiceConfig, name: str) -> Any:

@@ -35,6 +35,9 @@ above the default.
     ... --barrier: the same with main's batch barrier (the "before" numbers)
 
 With --quick the last line is exactly `ratio_to_ceiling=<float>` for the quick setting.
+With --h100 (`benchmarks/h100_goodput.py`: the H100 shape, realistic lengths, admission
+on and off, in-flight expansions per tree) it is `goodput_ratio=<float>` for
+`--h100-default`.
 """
 
 from __future__ import annotations
@@ -338,6 +341,19 @@ def main() -> None:
     parser.add_argument(
         "--barrier", action="store_true", help="main's batch barrier instead of continuous trees"
     )
+    parser.add_argument(
+        "--h100",
+        action="store_true",
+        help="the H100 shape (benchmarks/h100_goodput.py): goodput with admission on and off",
+    )
+    parser.add_argument(
+        "--h100-settings",
+        default="off:1024:1,off:256:1,on:1024:1,on:1024:4,on:1024:8",
+        help="admission:trees (off: in flight; on: the cap):in-flight expansions per tree",
+    )
+    parser.add_argument("--h100-default", default="on:1024:8", help="the goodput_ratio= setting")
+    parser.add_argument("--h100-warm-s", type=float, default=300.0, help="simulated seconds")
+    parser.add_argument("--h100-window-s", type=float, default=300.0, help="simulated seconds")
     parser.add_argument("--cell", help=argparse.SUPPRESS)  # a,t,n: run one setting here
     parser.add_argument("--cell-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -352,6 +368,9 @@ def main() -> None:
     ]
     if args.cell:
         _run_one_cell(args)
+        return
+    if args.h100:
+        _h100(args)
         return
 
     cores = os.cpu_count() or 2
@@ -396,6 +415,36 @@ def main() -> None:
         print(_row(result, cores))
     if args.quick:
         print(f"ratio_to_ceiling={results[0].ratio if not results[0].timed_out_s else 0.0:.3f}")
+
+
+def _h100(args: argparse.Namespace) -> None:
+    """The H100 shape on a virtual clock (one process, no Ray): see benchmarks/h100_goodput."""
+    from benchmarks.h100_goodput import HEADER, Setting, row, run_setting
+
+    def parse(text: str) -> Setting:
+        admission, trees, inflight = text.split(":")
+        return Setting(int(trees), int(inflight), admission == "on")
+
+    settings = [parse(t) for t in args.h100_settings.split(",") if t]
+    default = parse(args.h100_default)
+    if default not in settings:
+        settings.append(default)
+    print(
+        "H100 shape: one load-model engine (step 7.4 ms + 0.051 ms/seq, max_seqs 256, prefill "
+        "24,000 tokens/s, 400k-token KV cache) serving BG-MCTS (k=2, B=10,000) and GenPRM; "
+        "prompts ~300 tokens, completions 64-1,024 tokens (steps capped at 512, analyses at "
+        f"1,024); warm-up {args.h100_warm_s:g} s, window {args.h100_window_s:g} s of "
+        "simulated time (a virtual clock: the timing does not depend on this machine's load).",
+        flush=True,
+    )
+    print(HEADER, flush=True)
+    results = {}
+    for setting in settings:
+        result = run_setting(setting, args.h100_warm_s, args.h100_window_s)
+        results[(setting.admission, setting.trees, setting.inflight)] = result
+        print(row(result), flush=True)
+    chosen = results[(default.admission, default.trees, default.inflight)]
+    print(f"goodput_ratio={chosen['goodput']:.3f}")
 
 
 def _run_one_cell(args: argparse.Namespace) -> None:

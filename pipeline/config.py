@@ -153,6 +153,12 @@ class RunConfig(BaseModel):
     prices: PricesConfig | None = Field(None, description="per-million-token prices (report)")
     actors: int = Field(1, ge=1, description="search actors in the Ray Data pool")
     trees_per_actor: int = Field(4, ge=1, description="searches each actor runs at once")
+    admission: bool = Field(
+        False,
+        description="decide the searches each actor runs at once from what the engines "
+        "report (slots, KV tokens, prefix hit rate; actors/admission.py) so that the "
+        "batch stays full and the trees' contexts stay cached; trees_per_actor is the cap",
+    )
     actor_num_cpus: float = Field(0.5, ge=0, description="CPUs reserved per search actor")
     ray_num_cpus: int | None = Field(None, ge=1, description="local cluster size when starting one")
     engine_failure_limit: int = Field(

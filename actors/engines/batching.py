@@ -15,9 +15,12 @@ What is modelled (as vLLM and SGLang schedule a GPU):
   in arrival order and are admitted when a sequence finishes.
 
 * **KV capacity shared by running and cached tokens.** ``cache_tokens`` is the whole
-  KV cache: a running sequence holds its uncached prompt and its output tokens
-  (reserved in full when it is admitted), and the prefix cache keeps only what is left,
-  evicting least recently used blocks (``PrefixCache.pin``).  A sequence whose tokens
+  KV cache.  A sequence's prompt is looked up and its blocks cached when it is admitted
+  (prefilled), so a sibling admitted later shares them; its output tokens are held
+  outside the cache while it runs (reserved in full at admission) and cached when it
+  ends; the prefix cache keeps what is left, evicting least recently used blocks
+  (``PrefixCache.pin``).  A cache of 0 tokens means prefix caching off (and KV
+  capacity not modelled).  A sequence whose tokens
   do not fit waits (unless nothing runs), as vLLM's scheduler waits for free blocks.
   Every eviction is counted; an evicted context is prefilled again at the curve's
   prefill rate when a later request needs it.
@@ -132,14 +135,17 @@ class PrefixCache:
 @dataclass
 class _Sequence:
     decode_steps: int
+    prompt_keys: list[int]  # prompt blocks, cached once prefilled (at admission)
+    prompt_len: int
     keys_after: list[int]  # prompt + output blocks, cached when the sequence finishes
     done: asyncio.Future[None]
     uncached: int = 0
 
     @property
     def kv_tokens(self) -> int:
-        """KV tokens it holds while running: its uncached prompt and its output."""
-        return self.uncached + self.decode_steps
+        """KV tokens it holds outside the prefix cache while running: its output (its
+        prompt's blocks are cache blocks from admission on, shared with siblings)."""
+        return self.decode_steps
 
 
 @dataclass
@@ -183,21 +189,16 @@ class ContinuousBatcher:
     async def run(self, prompt: Sequence[str], output: Sequence[str], decode_steps: int) -> None:
         """Wait until a request with this prompt and `decode_steps` tokens has been served."""
         loop = asyncio.get_running_loop()
-        prompt_keys = self.cache.keys(prompt)
-        hit = self.cache.cached_blocks(prompt_keys) * self.cache.block_tokens
-        # Even a fully cached prompt computes its last token (that gives the first logits).
-        uncached = max(len(prompt) - hit, 1)
         sequence = _Sequence(
             decode_steps=max(decode_steps, 1),
+            prompt_keys=self.cache.keys(prompt),
+            prompt_len=len(prompt),
             keys_after=self.cache.keys([*prompt, *output]),
             done=loop.create_future(),
-            uncached=uncached,
         )
         self.stats.requests += 1
         if self.stats.first_arrival is None:
             self.stats.first_arrival = loop.time()
-        self.stats.prompt_tokens += len(prompt)
-        self.stats.cached_prompt_tokens += len(prompt) - uncached
         self._waiting.append(sequence)
         if self._task is None or self._task.done():
             self._wake = asyncio.Event()
@@ -209,14 +210,27 @@ class ContinuousBatcher:
     def _admit(self) -> int:
         prefill = 0
         capacity = self.cache.capacity_tokens
+        cache, stats = self.cache, self.stats
         while self._waiting and len(self._running) < self.curve.max_seqs:
             sequence = self._waiting[0]
-            if self._running and self._running_kv + sequence.kv_tokens > capacity:
-                self.stats.kv_waits += 1  # no free KV blocks: wait for a sequence to end
+            # The prefix is looked up when the sequence is admitted (as vLLM's scheduler
+            # does): a sibling admitted after its twin finds the prompt the twin prefilled.
+            hit = cache.cached_blocks(sequence.prompt_keys) * cache.block_tokens
+            # Even a fully cached prompt computes its last token (that gives the first logits).
+            uncached = max(sequence.prompt_len - hit, 1)
+            over = capacity and self._running_kv + uncached + sequence.kv_tokens > capacity
+            if over and self._running:
+                stats.kv_waits += 1  # no free KV blocks: wait for a sequence to end
                 break
             self._waiting.popleft()
+            sequence.uncached = uncached
+            stats.prompt_tokens += sequence.prompt_len
+            stats.cached_prompt_tokens += sequence.prompt_len - uncached
             self._running_kv += sequence.kv_tokens
-            prefill += sequence.uncached
+            before = cache.evicted_blocks
+            cache.insert(sequence.prompt_keys)  # prefilled now: its blocks are cached
+            stats.evicted_tokens += (cache.evicted_blocks - before) * cache.block_tokens
+            prefill += uncached
             finish = self._step + sequence.decode_steps
             heapq.heappush(self._running, (finish, next(self._order), sequence))
         self._pin()

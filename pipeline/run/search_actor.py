@@ -75,6 +75,7 @@ class SearchActor:
         # put them in the object store, which Ray warns about for restartable actors).
         self.reporter = None if board is None else Reporter(ray.get_actor(board), self.counters)
         self.gate = asyncio.Semaphore(self.run.trees_per_actor)
+        self._admitted: asyncio.Lock | None = asyncio.Lock() if self.run.admission else None
         # one index per actor (MATH500 + GSM8K test: well under a second to build)
         self.decontaminator = build_decontaminator(self.run.records.decontamination)
         self.models = {
@@ -107,7 +108,42 @@ class SearchActor:
     def _error(self, problem_id: str, stage: str, error: BaseException | str) -> Records:
         return {"errors": [error_row(problem_id, stage, error, run_id=self.run_id)]}
 
+    async def _admit(self, problem: str) -> None:
+        """Admission on: size the gate once, from the engines' capacity (the first problem
+        stands for the prompt length).  Trees already running keep going; new ones wait
+        at the gate, so continuing trees, whose contexts are cached, come first."""
+        lock = self._admitted
+        if lock is None:
+            return
+        async with lock:
+            if self._admitted is None:
+                return
+            from ray import serve
+
+            from actors.admission import admitted_per_actor
+
+            capacities = {
+                role: await serve.get_app_handle(app).capacity.remote()
+                for role, app in (("policy", POLICY_APP), ("scorer", SCORER_APP))
+            }
+            prompt = await self.policy.prompt_tokens(problem, "")
+            run = self.run
+            trees = admitted_per_actor(
+                capacities=capacities,
+                replicas={"policy": run.policy.num_replicas, "scorer": run.scorer.num_replicas},
+                search=run.search,
+                budget=run.budget,
+                analysis_tokens=run.scorer.genprm.max_analysis_tokens,
+                prompt_tokens=prompt,
+                actors=run.actors,
+                cap=run.trees_per_actor,
+            )
+            log.info("admission: %d trees in flight per actor (cap %d)", trees, run.trees_per_actor)
+            self.gate = asyncio.Semaphore(trees)
+            self._admitted = None
+
     async def solve(self, problem: Problem) -> Records:
+        await self._admit(problem.problem)
         async with self.gate:
             self.counters.trees_started += 1
             records = await self._solve(problem.problem_id, problem.problem, problem.reference)

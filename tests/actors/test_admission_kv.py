@@ -1,0 +1,135 @@
+"""KV capacity in the load model, engine capacity reports and the admission rule.
+
+The batcher runs on the benchmark's virtual clock (`benchmarks.h100_goodput`), so
+these checks do not depend on the machine's load: they count tokens, not seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from actors.admission import TreeShape, admitted_per_actor, trees_in_flight
+from actors.config import LoadModelConfig
+from actors.engines.base import EngineCapacity, engine_capacity
+from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
+from actors.engines.factory import build_engine
+from actors.engines.sleep import SleepEngine
+from benchmarks.h100_goodput import VirtualClockLoop
+from search import parse_search_config
+
+CURVE = EngineCurve(
+    decode_base_s=0.010, decode_per_seq_s=0.001, prefill_tokens_per_s=10_000, max_seqs=4
+)
+
+
+def _virtual(coro: Coroutine[Any, Any, Any]) -> Any:
+    loop = VirtualClockLoop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def _words(n: int, tag: str) -> list[str]:
+    return [f"{tag}{i}" for i in range(n)]
+
+
+def test_contexts_that_do_not_fit_are_evicted_and_prefilled_again() -> None:
+    """Two 320-token contexts, asked for in turn: a 400-token KV cache holds one of them
+    (each eviction is counted and the next request prefills again), 800 tokens hold both."""
+
+    async def alternate(cache_tokens: int) -> ContinuousBatcher:
+        batcher = ContinuousBatcher(CURVE, PrefixCache(cache_tokens, 16), 1.0)
+        a, b = _words(320, "a"), _words(320, "b")
+        for _ in range(3):
+            await batcher.run(a, [], 8)
+            await batcher.run(b, [], 8)
+        return batcher
+
+    small = _virtual(alternate(400))
+    large = _virtual(alternate(800))
+    assert small.stats.cached_prompt_tokens == 0
+    assert small.stats.evicted_tokens > 0
+    assert small.stats.prefill_tokens == 6 * 320
+    # the second round onwards hits (the last token is always computed)
+    assert large.stats.cached_prompt_tokens == 4 * 319
+    assert large.stats.evicted_tokens == 0
+
+
+def test_a_sibling_admitted_with_its_twin_shares_the_prefilled_prompt() -> None:
+    async def twins() -> ContinuousBatcher:
+        import asyncio
+
+        batcher = ContinuousBatcher(CURVE, PrefixCache(10_000, 16), 1.0)
+        prompt = _words(160, "p")
+        await asyncio.gather(batcher.run(prompt, [], 4), batcher.run(prompt, [], 4))
+        return batcher
+
+    batcher = _virtual(twins())
+    assert batcher.stats.prefill_tokens == 160 + 1  # the twin computes its last token only
+
+
+def test_running_sequences_wait_for_kv_and_push_cached_prefixes_out() -> None:
+    """A 200-token KV cache: three 100-token outputs cannot run at once."""
+
+    async def three() -> ContinuousBatcher:
+        import asyncio
+
+        batcher = ContinuousBatcher(CURVE, PrefixCache(200, 16), 1.0)
+        await asyncio.gather(*(batcher.run(_words(16, f"x{i}"), [], 100) for i in range(3)))
+        return batcher
+
+    batcher = _virtual(three())
+    assert batcher.stats.max_running == 1
+    assert batcher.stats.kv_waits > 0
+
+
+def test_engines_report_their_capacity() -> None:
+    engine = build_engine(LoadModelConfig(max_seqs=64, cache_tokens=160_000))
+    capacity = engine_capacity(engine)
+    assert capacity == EngineCapacity(
+        max_seqs=64, kv_tokens=160_000, context_length=4096, prefix_hit_rate=None
+    )
+    # an engine without `capacity()`: one sequence of its context (never over-admits)
+    fallback = engine_capacity(SleepEngine(context_length=2048))
+    assert fallback == EngineCapacity(max_seqs=1, kv_tokens=2048, context_length=2048)
+
+
+def test_admission_is_the_smaller_of_full_and_warm_under_the_cap() -> None:
+    h100 = EngineCapacity(max_seqs=256, kv_tokens=400_000, context_length=32_768)
+    # short contexts: filling 256 slots at 2 sequences per tree needs 128 trees
+    assert trees_in_flight([(h100, TreeShape(2.0, 1_000))], cap=1024) == 128
+    # long contexts: only 0.9 * 400k / 9,000 = 40 working sets stay cached
+    assert trees_in_flight([(h100, TreeShape(2.0, 9_000))], cap=1024) == 40
+    assert trees_in_flight([(h100, TreeShape(2.0, 1_000))], cap=16) == 16
+    # a measured hit rate below 0.8 shrinks the count in proportion
+    cold = EngineCapacity(256, 400_000, 32_768, prefix_hit_rate=0.4)
+    assert trees_in_flight([(cold, TreeShape(2.0, 9_000))], cap=1024) == 20
+    # the tightest engine decides
+    small = EngineCapacity(max_seqs=8, kv_tokens=8 * 4096, context_length=4096)
+    assert trees_in_flight([(h100, TreeShape(2, 1_000)), (small, TreeShape(2, 1_000))], cap=99) == 4
+
+
+def test_admitted_per_actor_splits_the_deployments_over_the_actors() -> None:
+    search = parse_search_config({"algorithm": "bg_mcts", "step_max_tokens": 512})
+    one = {"max_seqs": 256, "kv_tokens": 400_000, "context_length": 32_768}
+    kwargs: dict[str, Any] = {
+        "capacities": {"policy": one, "scorer": one},
+        "search": search,
+        "budget": 10_000,
+        "analysis_tokens": 1024,
+        "prompt_tokens": 300,
+        "cap": 1000,
+    }
+    total = admitted_per_actor(replicas={"policy": 1, "scorer": 1}, actors=1, **kwargs)
+    assert 1 < total < 128  # warm wins at these contexts
+    assert admitted_per_actor(
+        replicas={"policy": 2, "scorer": 2}, actors=2, **kwargs
+    ) == pytest.approx(total, abs=1)
+    assert (
+        admitted_per_actor(replicas={"policy": 1, "scorer": 1}, actors=1, **{**kwargs, "cap": 3})
+        == 3
+    )
