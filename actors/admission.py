@@ -79,6 +79,31 @@ def search_tree_shape(
     )
 
 
+class AdmissionController:
+    """Trees in flight, steered by what the engine reports at every interval.
+
+    The static rule (`trees_in_flight`) is the start: it only has estimates of a tree's
+    working set.  Then, per interval: a prefix hit rate below `min_hit_rate` (contexts
+    being evicted) takes `step` of the trees away; otherwise a batch that is not full
+    (running + waiting below `max_seqs`) adds `step` more, up to `cap`.  Fewer trees
+    take effect as trees end: running trees are never stopped, and new ones are
+    admitted only below the target, so continuing (hot) trees always go first.
+    """
+
+    def __init__(self, start: int, cap: int, *, min_hit_rate: float = 0.85, step: float = 0.125):
+        self.cap = max(1, cap)
+        self.target = max(1, min(start, self.cap))
+        self.min_hit_rate = min_hit_rate
+        self.step = step
+
+    def update(self, *, running: int, waiting: int, max_seqs: int, hit_rate: float | None) -> int:
+        if hit_rate is not None and hit_rate < self.min_hit_rate:
+            self.target = max(1, math.floor(self.target * (1 - self.step)))
+        elif running + waiting < max_seqs:
+            self.target = min(self.cap, self.target + max(1, math.ceil(self.target * self.step)))
+        return self.target
+
+
 def admitted_per_actor(
     *,
     capacities: Mapping[str, Mapping[str, Any]],
@@ -132,4 +157,10 @@ def admitted_per_actor(
     return max(1, min(cap, math.ceil(total / max(actors, 1))))
 
 
-__all__ = ["TreeShape", "admitted_per_actor", "search_tree_shape", "trees_in_flight"]
+__all__ = [
+    "AdmissionController",
+    "TreeShape",
+    "admitted_per_actor",
+    "search_tree_shape",
+    "trees_in_flight",
+]

@@ -30,6 +30,8 @@ from contextvars import ContextVar
 # Ray Serve's consistent-hash router (experimental in Ray 2.60; import path, so the
 # deployment resolves it in the Serve controller and the handle's router).
 CONSISTENT_HASH_ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
+# Bucket n -> replica n mod R (actors/routing.py): even with one bucket per replica.
+EVEN_BUCKET_ROUTER = "actors.routing.EvenBucketRouter"
 
 _TREE: ContextVar[str | None] = ContextVar("bgmcts_tree", default=None)
 

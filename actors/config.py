@@ -177,11 +177,18 @@ class ServiceConfig(_Strict):
     affinity: bool = Field(
         True, description="with more than one replica, send every request of a tree to one"
     )
+    affinity_router: Literal["even", "consistent_hash"] = Field(
+        "even",
+        description="how buckets reach replicas: even = bucket n to replica n mod R "
+        "(actors/routing.py; even with one bucket per replica); consistent_hash = Serve's "
+        "hash ring (needs several buckets per replica to spread evenly)",
+    )
     affinity_buckets_per_replica: int = Field(
-        4,
+        1,
         ge=1,
         description="trees hash into this many buckets per replica; a bucket's requests share "
-        "coalesced calls and one replica (more: better spread, smaller calls, more CPU)",
+        "coalesced calls and one replica (more: better spread under consistent_hash, "
+        "smaller calls, more CPU)",
     )
     affinity_fallback_replicas: int = Field(
         2, ge=0, description="replicas tried after a tree's own when its queue is full"

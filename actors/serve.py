@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from actors.affinity import CONSISTENT_HASH_ROUTER, bucket, current_tree
+from actors.affinity import CONSISTENT_HASH_ROUTER, EVEN_BUCKET_ROUTER, bucket, current_tree
 from actors.coalesce import Coalescer, RequestFailed, fan_out_stream
 from actors.config import ScorerConfig, ServiceConfig
 from actors.engines.base import Completion, Sampling, engine_capacity
@@ -183,8 +183,9 @@ def _bind(deployment: Any, service: ServiceConfig, name: str) -> Any:
     if service.routes_by_tree:
         from ray.serve.config import RequestRouterConfig
 
+        router = EVEN_BUCKET_ROUTER if service.affinity_router == "even" else CONSISTENT_HASH_ROUTER
         options["request_router_config"] = RequestRouterConfig(
-            request_router_class=CONSISTENT_HASH_ROUTER,  # type: ignore[arg-type]  # str is valid
+            request_router_class=router,  # type: ignore[arg-type]  # str is valid
             request_router_kwargs={"num_fallback_replicas": service.affinity_fallback_replicas},
         )
     return deployment.options(**options).bind(service.model_dump(mode="json"))

@@ -18,13 +18,16 @@ bound on the pipeline's cost.
 Modes, same cluster, same run: `one call per request` (`coalesce_max_batch: 1`,
 the path before coalescing); coalesced on 2 replicas of each deployment routed by
 tree (trees hashed into `affinity_buckets_per_replica` buckets per replica, one
-call per bucket); coalesced with each `--linger` (the replica holding a finished
-result that long for others to share its stream item); and `coalesced` (the
-service defaults, 1 replica).  The last line is `cpu_ms_per_request=<float>` for
-the default coalesced mode.
+call per bucket), with each `--routers` entry (`even`: bucket n to replica n mod 2,
+actors/routing.py; `consistent_hash`: Serve's hash ring); coalesced with each
+`--linger` (the replica holding a finished result that long for others to share its
+stream item); and `coalesced` (the service defaults, 1 replica).  The last lines are
+`cpu_ms_per_request=<float>` for the default coalesced mode and
+`cpu_ms_per_request_two_replicas=<float>` for the first `--routers` entry (the
+defaults: even router, one bucket per replica).
 
     .venv/bin/python -m benchmarks.coalescing_cpu [--trees 64] [--seconds 15]
-        [--linger 0.0005,0.002] [--buckets 8]
+        [--linger 0.0005,0.002] [--routers even:1,consistent_hash:4]
 """
 
 from __future__ import annotations
@@ -171,7 +174,10 @@ def main() -> None:
         "--linger", default="0.001", help="comma-separated coalesce_linger_s values to compare"
     )
     parser.add_argument(
-        "--buckets", default="8", help="comma-separated affinity_buckets_per_replica (2 replicas)"
+        "--routers",
+        default="even:1,consistent_hash:4",
+        help="comma-separated affinity_router:affinity_buckets_per_replica (2 replicas); the "
+        "first is the cpu_ms_per_request_two_replicas= figure",
     )
     args = parser.parse_args()
 
@@ -184,10 +190,14 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     engine = SleepConfig(latency_s=args.latency, output_tokens=8)
     modes: dict[str, dict[str, Any]] = {"one call per request": {"coalesce_max_batch": 1}}
-    for buckets in (int(b) for b in args.buckets.split(",") if b):
-        modes[f"coalesced, 2 replicas routed by tree, {buckets} buckets per replica"] = {
+    two_replicas: list[str] = []
+    for router, buckets in (r.split(":") for r in args.routers.split(",") if r):
+        mode = f"coalesced, 2 replicas, {router} router, {buckets} buckets per replica"
+        two_replicas.append(mode)
+        modes[mode] = {
             "num_replicas": 2,
-            "affinity_buckets_per_replica": buckets,
+            "affinity_router": router,
+            "affinity_buckets_per_replica": int(buckets),
         }
     for linger in (float(x) for x in args.linger.split(",") if x):
         modes[f"coalesced, linger {linger * 1000:g} ms"] = {"coalesce_linger_s": linger}
@@ -255,6 +265,10 @@ def main() -> None:
     )
     print(f"ratio one call per request / coalesced (defaults): {before / after:.1f}x")
     print(f"cpu_ms_per_request={1000 * after:.3f}")
+    if two_replicas:
+        two = dict(rows)[two_replicas[0]]
+        per_request = sum(two["cpu"].values()) / two["engine_calls"]
+        print(f"cpu_ms_per_request_two_replicas={1000 * per_request:.3f}")
 
 
 if __name__ == "__main__":

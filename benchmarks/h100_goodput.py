@@ -25,8 +25,13 @@ Per setting, over a window after a warm-up (simulated seconds, i.e. before time_
   the engine simulation together; below 1, one core would keep up with the two engines
   in real time: the driver is not the limit).
 
-Admission on: trees in flight = `actors.admission.trees_in_flight` from the engines'
-`capacity()` (slots, KV tokens) and the tree's shape; off: the hand-set count.
+Admission on: trees in flight start at `actors.admission.trees_in_flight` (the engine's
+`capacity()`: slots, KV tokens, and the tree's estimated shape) and are steered every 10
+simulated seconds by `actors.admission.AdmissionController` from the engine's batch
+(running + waiting vs `max_seqs`) and its prefix hit rate over the interval, capped by
+the setting's count; new trees start only below the target, so running trees (whose
+contexts are cached) always go first.  The trees column is the mean number in flight
+over the window.  Off: the hand-set count, always.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from actors.admission import TreeShape, search_tree_shape, trees_in_flight
+from actors.admission import AdmissionController, TreeShape, search_tree_shape, trees_in_flight
 from actors.engines.batching import EngineCurve
 from actors.engines.load_model import LoadModelEngine
 from actors.genprm import GenPRMScorer
@@ -139,20 +144,65 @@ async def _run(setting: Setting, time_scale: float, warm_s: float, window_s: flo
             "max_inflight_expansions": setting.inflight,
         }
     )
-    trees = admitted_trees(setting, policy_engine, scorer_engine)
+    start = admitted_trees(setting, policy_engine, scorer_engine)
+    controller = AdmissionController(start, setting.trees) if setting.admission else None
+    target = [start]
     counter = itertools.count()
     finished = [0]
-
-    async def slot() -> None:
-        while True:
-            i = next(counter)
-            await run_search(_problem(i), config, policy, scorer, BUDGET, seed=i)
-            finished[0] += 1
-
     engines = tuple({id(e): e for e in (policy_engine, scorer_engine)}.values())
-    tasks = [asyncio.ensure_future(slot()) for _ in range(trees)]
+    active: set[asyncio.Future[Any]] = set()
+    stopping = [False]
+
+    def admit() -> None:
+        # Continuing trees never wait; a new tree starts only below the target.
+        while not stopping[0] and len(active) < target[0]:
+            i = next(counter)
+            task = asyncio.ensure_future(
+                run_search(_problem(i), config, policy, scorer, BUDGET, seed=i)
+            )
+            active.add(task)
+            task.add_done_callback(ended)
+
+    def ended(task: asyncio.Future[Any]) -> None:
+        active.discard(task)
+        if not task.cancelled():
+            finished[0] += 1
+        admit()
+
+    async def steer(interval: float) -> None:
+        """Admission on: every interval, the engine's batch and hit rate set the target."""
+        last = _snapshot(engines)
+        while controller is not None:
+            await asyncio.sleep(interval * time_scale)
+            now = _snapshot(engines)
+            prompt = sum(
+                a["prompt_tokens"] - b["prompt_tokens"] for a, b in zip(now, last, strict=True)
+            )
+            cached = sum(
+                a["cached_prompt_tokens"] - b["cached_prompt_tokens"]
+                for a, b in zip(now, last, strict=True)
+            )
+            last = now
+            target[0] = controller.update(
+                running=sum(int(a["running"]) for a in now),
+                waiting=sum(int(a["waiting"]) for a in now),
+                max_seqs=sum(int(a["max_seqs"]) for a in now),
+                hit_rate=cached / prompt if prompt else None,
+            )
+            admit()
+
+    admit()
+    steering = asyncio.ensure_future(steer(10.0))
+    trees_seen: list[int] = []
+
+    async def sample(every: float) -> None:
+        while True:
+            await asyncio.sleep(every * time_scale)
+            trees_seen.append(len(active))
+
     try:
         await asyncio.sleep(warm_s * time_scale)
+        sampler = asyncio.ensure_future(sample(5.0))
         before = _snapshot(engines)
         done_before = finished[0]
         loop = asyncio.get_running_loop()
@@ -160,10 +210,14 @@ async def _run(setting: Setting, time_scale: float, warm_s: float, window_s: flo
         await asyncio.sleep(window_s * time_scale)
         after = _snapshot(engines)
         sim, wall, cpu = loop.time() - sim0, time.perf_counter() - wall0, _cpu() - cpu0
+        sampler.cancel()
     finally:
-        for task in tasks:
+        stopping[0] = True
+        steering.cancel()
+        for task in list(active):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*active, steering, return_exceptions=True)
+    trees = round(sum(trees_seen) / max(len(trees_seen), 1))
     window = sim / time_scale  # simulated seconds that really passed
 
     def delta(key: str) -> float:
@@ -174,6 +228,7 @@ async def _run(setting: Setting, time_scale: float, warm_s: float, window_s: flo
     prompt = delta("prompt_tokens")
     return {
         "trees": trees,
+        "trees_start": start,
         "inflight": setting.inflight,
         "admission": setting.admission,
         "decode_util": [
@@ -240,8 +295,9 @@ def run_setting(setting: Setting, warm_s: float, window_s: float) -> dict:
 
 def row(r: dict) -> str:
     limited = " (slower than real time)" if r["our_cpu"] >= 1.0 else ""
+    trees = f"{r['trees']} (start {r['trees_start']})" if r["admission"] else str(r["trees"])
     return (
-        f"| {'on' if r['admission'] else 'off'} | {r['trees']} | {r['inflight']} "
+        f"| {'on' if r['admission'] else 'off'} | {trees} | {r['inflight']} "
         f"| {'/'.join(f'{u:.2f}' for u in r['decode_util'])} | {r['hit']:.0%} "
         f"| {r['prefill_per_decode']:.2f} "
         f"| {r['goodput']:.2f} | {r['engine_util']:.2f} | {r['evicted_per_decode']:.2f} "

@@ -186,6 +186,14 @@ class ContinuousBatcher:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
     async def run(self, prompt: Sequence[str], output: Sequence[str], decode_steps: int) -> None:
         """Wait until a request with this prompt and `decode_steps` tokens has been served."""
         loop = asyncio.get_running_loop()

@@ -111,7 +111,8 @@ class LoadModelEngine:
 
     def stats(self) -> dict[str, Any]:
         """Counters since start: work_s / (wall seconds / time_scale) is the utilisation."""
-        return {**asdict(self.batcher.stats), **self.ceiling()}
+        live = {"running": self.batcher.running, "waiting": self.batcher.waiting}
+        return {**asdict(self.batcher.stats), **self.ceiling(), **live}
 
     async def render_chat(
         self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
