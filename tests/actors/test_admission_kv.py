@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from actors.admission import TreeShape, admitted_per_actor, trees_in_flight
+from actors.admission import AdmissionController, TreeShape, admitted_per_actor, trees_in_flight
 from actors.config import LoadModelConfig
 from actors.engines.base import EngineCapacity, engine_capacity
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
@@ -133,3 +133,32 @@ def test_admitted_per_actor_splits_the_deployments_over_the_actors() -> None:
         admitted_per_actor(replicas={"policy": 1, "scorer": 1}, actors=1, **{**kwargs, "cap": 3})
         == 3
     )
+
+
+def test_the_controller_adds_trees_while_the_batch_has_room_and_sheds_them_when_cold() -> None:
+    controller = AdmissionController(start=14, cap=40)
+    # batch not full, cache warm: more trees (an eighth more, at least one)
+    assert controller.update(running=100, waiting=0, max_seqs=256, hit_rate=0.95) == 16
+    # full batch, warm cache: hold
+    assert controller.update(running=256, waiting=30, max_seqs=256, hit_rate=0.95) == 16
+    # contexts being evicted: an eighth fewer
+    assert controller.update(running=256, waiting=0, max_seqs=256, hit_rate=0.5) == 14
+    for _ in range(20):
+        controller.update(running=0, waiting=0, max_seqs=256, hit_rate=None)
+    assert controller.target == 40  # the cap (trees_per_actor) holds
+
+
+def test_even_router_deals_buckets_round_the_replicas() -> None:
+    from actors.affinity import bucket
+    from actors.routing import bucket_index, even_ranking
+
+    replicas = ["r-b", "r-a"]  # ranked in id order, whatever order Serve lists them in
+    assert even_ranking(replicas, 0, fallbacks=1) == [1, 0]
+    assert even_ranking(replicas, 1, fallbacks=1) == [0, 1]
+    assert even_ranking(replicas, 3, fallbacks=0) == [0]
+    assert even_ranking([], 3, fallbacks=2) == []
+    assert bucket_index("bucket-12") == 12 and bucket_index("tree-7") is None
+    # one bucket per replica: two replicas get one bucket each, always
+    keys = {bucket(f"q{i}", 2) for i in range(50)}
+    firsts = {even_ranking(replicas, bucket_index(k) or 0, 0)[0] for k in keys}
+    assert firsts == {0, 1}
