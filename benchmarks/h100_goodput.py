@@ -290,6 +290,10 @@ def run_setting(setting: Setting, warm_s: float, window_s: float) -> dict:
     try:
         return loop.run_until_complete(_run(setting, 1.0, warm_s, window_s))
     finally:
+        rest = asyncio.all_tasks(loop)  # the engines' batch loops, idle by now
+        for task in rest:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
         loop.close()
 
 

@@ -436,9 +436,10 @@ class _Search:
         """Up to `max_inflight_expansions` expansions pending at once (see the module doc).
 
         New expansions are proposed while fewer than the limit are pending and the free
-        budget (B - C_used - reserved) still fits one; otherwise the loop waits for the
-        next result.  Results are applied in the order they land (several landing
-        together: in the order they were sent).  On any exit, the pending expansions
+        budget (B - C_used - reserved) still fits one at its full `max_tokens` cap (a
+        request cut short by the others' reservations would write truncated steps);
+        otherwise the loop waits for the next result.  Results are applied in the order
+        they land (several landing together: in the order they were sent).  On any exit, the pending expansions
         are cancelled and every reservation is closed.
         """
         limit = getattr(self.config, "max_inflight_expansions", 1)
@@ -466,6 +467,10 @@ class _Search:
                     if not plans:
                         closing = not pending
                         stop_reason = "budget_exhausted"
+                        break
+                    if pending and any(p.max_tokens < p.cap for p in plans):
+                        # What the pending ones hold would cut this request short: wait for
+                        # them instead (near the end of B, one at a time again).
                         break
                     iteration += 1
                     hold = self._hold(plans)  # before the next plan is sized
