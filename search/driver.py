@@ -439,8 +439,8 @@ class _Search:
         budget (B - C_used - reserved) still fits one at its full `max_tokens` cap (a
         request cut short by the others' reservations would write truncated steps);
         otherwise the loop waits for the next result.  Results are applied in the order
-        they land (several landing together: in the order they were sent).  On any exit, the pending expansions
-        are cancelled and every reservation is closed.
+        they land (several landing together: in the order they were sent).  On any exit,
+        the pending expansions are cancelled and every reservation is closed.
         """
         limit = getattr(self.config, "max_inflight_expansions", 1)
         budget = self.budget
