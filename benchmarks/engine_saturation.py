@@ -348,10 +348,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--h100-settings",
-        default="off:1024:1,off:256:1,on:1024:1,on:1024:4,on:1024:8",
+        default="off:1024:1,off:256:1,off:64:4,off:128:8,off:32:8,on:1024:1,on:1024:2,on:1024:4,on:1024:8,on:1024:16,on:1024:32",
         help="admission:trees (off: in flight; on: the cap):in-flight expansions per tree",
     )
-    parser.add_argument("--h100-default", default="on:1024:8", help="the goodput_ratio= setting")
+    parser.add_argument("--h100-default", default="on:1024:16", help="the goodput_ratio= setting")
     parser.add_argument("--h100-warm-s", type=float, default=300.0, help="simulated seconds")
     parser.add_argument("--h100-window-s", type=float, default=300.0, help="simulated seconds")
     parser.add_argument("--cell", help=argparse.SUPPRESS)  # a,t,n: run one setting here
