@@ -48,17 +48,38 @@ class Counters:
         return out
 
 
+@dataclass
+class Gauges:
+    """One search actor's levels (not deltas: the latest value wins).
+
+    `admitted`: the trees it lets run at once (`trees_per_actor`, or with `admission`
+    the count sized from the engines' capacity); `peak_in_flight`: the most it ran at once.
+    """
+
+    admitted: int = 0
+    peak_in_flight: int = 0
+
+
 class ProgressBoard:
     """The Ray actor the search actors push to and the driver reads (one per run)."""
 
     def __init__(self) -> None:
         self.totals = Counters()
+        self.gauges: dict[str, Gauges] = {}  # by search actor
 
-    def add(self, delta: dict[str, Any]) -> None:
+    def add(self, delta: dict[str, Any], actor: str = "", gauges: Gauges | None = None) -> None:
         self.totals.add(delta)
+        if gauges is not None:
+            self.gauges[actor] = gauges
 
     def snapshot(self) -> dict[str, Any]:
-        return asdict(self.totals)
+        """The counters summed over the actors; `admitted` and `peak_in_flight` per actor
+        (the largest over the actors; 0 before any actor reported)."""
+        levels = self.gauges.values()
+        return asdict(self.totals) | {
+            "admitted": max((g.admitted for g in levels), default=0),
+            "peak_in_flight": max((g.peak_in_flight for g in levels), default=0),
+        }
 
 
 class CountingPolicy:
@@ -118,12 +139,24 @@ class CountingScorer:
 
 
 class Reporter:
-    """Pushes a search actor's counters to the board every `every_s` seconds."""
+    """Pushes a search actor's counters (and its gauges, when they changed) to the board
+    every `every_s` seconds."""
 
-    def __init__(self, board: Any, counters: Counters, every_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        board: Any,
+        counters: Counters,
+        every_s: float = 0.5,
+        *,
+        actor: str = "",
+        gauges: Gauges | None = None,
+    ) -> None:
         self.board = board
         self.counters = counters
         self.every_s = every_s
+        self.actor = actor
+        self.gauges = gauges
+        self._pushed: Gauges | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -137,5 +170,8 @@ class Reporter:
 
     def flush(self) -> None:
         delta = self.counters.take()
-        if delta:
-            self.board.add.remote(delta)  # fire and forget
+        gauges = None if self.gauges is None or self.gauges == self._pushed else self.gauges
+        if delta or gauges is not None:
+            gauges = None if gauges is None else Gauges(**asdict(gauges))  # a copy: it changes
+            self.board.add.remote(delta, self.actor, gauges)  # fire and forget
+            self._pushed = gauges or self._pushed

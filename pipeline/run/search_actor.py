@@ -29,7 +29,7 @@ import traceback
 from typing import Any
 
 from actors.affinity import tree_affinity
-from actors.progress import Counters, CountingPolicy, CountingScorer, Reporter
+from actors.progress import Counters, CountingPolicy, CountingScorer, Gauges, Reporter
 from actors.redact import install_log_redaction, redact_text
 from actors.search_outcome import (
     BREAKER_STAGE,
@@ -73,7 +73,19 @@ class SearchActor:
         )
         # The run's progress board, by name (a handle in the constructor arguments would
         # put them in the object store, which Ray warns about for restartable actors).
-        self.reporter = None if board is None else Reporter(ray.get_actor(board), self.counters)
+        # Admitted trees and the most in flight at once: what the run summary reports.
+        self.gauges = Gauges(admitted=self.run.trees_per_actor)
+        self.in_flight = 0
+        self.reporter = (
+            None
+            if board is None
+            else Reporter(
+                ray.get_actor(board),
+                self.counters,
+                actor=ray.get_runtime_context().get_actor_id() or "",
+                gauges=self.gauges,
+            )
+        )
         self.gate = asyncio.Semaphore(self.run.trees_per_actor)
         self._admitted: asyncio.Lock | None = asyncio.Lock() if self.run.admission else None
         # one index per actor (MATH500 + GSM8K test: well under a second to build)
@@ -140,13 +152,19 @@ class SearchActor:
             )
             log.info("admission: %d trees in flight per actor (cap %d)", trees, run.trees_per_actor)
             self.gate = asyncio.Semaphore(trees)
+            self.gauges.admitted = trees
             self._admitted = None
 
     async def solve(self, problem: Problem) -> Records:
         await self._admit(problem.problem)
         async with self.gate:
             self.counters.trees_started += 1
-            records = await self._solve(problem.problem_id, problem.problem, problem.reference)
+            self.in_flight += 1
+            self.gauges.peak_in_flight = max(self.gauges.peak_in_flight, self.in_flight)
+            try:
+                records = await self._solve(problem.problem_id, problem.problem, problem.reference)
+            finally:
+                self.in_flight -= 1
             self.counters.trees_done += 1
             self.counters.tree_errors += bool(records.get("errors"))
             self.counters.correct += sum(bool(n["label"]) for n in records.get("nodes", []))

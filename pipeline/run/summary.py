@@ -35,6 +35,10 @@ class RunSummary:
     correct_trees: int = 0
     tokens: int = 0
     wall_time_s: float = 0.0
+    # trees one search actor let run at once (trees_per_actor, or sized by `admission`)
+    # and the most it ran at once: known for the invocation that ran them only
+    admitted_per_actor: int | None = None
+    peak_in_flight_per_actor: int | None = None
     rows: dict[str, int] = field(default_factory=dict)
     # benchmark -> problems that overlap it (searched, kept out of the training rows)
     contaminated: dict[str, int] = field(default_factory=dict)
@@ -96,6 +100,11 @@ class RunSummary:
         table.add_row("policy output tokens", f"{self.tokens}{rate}")
         if self.wall_time_s > 0:  # unknown for a folder summed up after the fact
             table.add_row("wall time", f"{self.wall_time_s:.0f} s")
+        if self.admitted_per_actor is not None:
+            table.add_row(
+                "trees in flight per actor",
+                f"{self.peak_in_flight_per_actor or 0} at most, {self.admitted_per_actor} admitted",
+            )
         excluded = ", ".join(f"{k} {v}" for k, v in sorted(self.contaminated.items()))
         table.add_row(
             "decontaminated problems", f"{excluded} (no training rows)" if excluded else "0"

@@ -278,6 +278,7 @@ def _synthesize(
         finally:
             if live is not None:
                 live.stop()
+            _record_gauges(summary, board)
             ray.kill(board)
     summary.rows = folder.counts()
     summary.wall_time_s = time.perf_counter() - start
@@ -321,6 +322,19 @@ def search_stage(problems: Any, config: RunConfig, actor: type, board: str) -> A
     )
 
 
+def _record_gauges(summary: RunSummary, board: Any) -> None:
+    """The trees each actor admitted and ran at once (`actors.progress.Gauges`), from the
+    board's last snapshot; left unknown when the board does not answer."""
+    import ray
+
+    try:
+        snap = ray.get(board.snapshot.remote(), timeout=10)
+    except Exception:  # only a report line: never fail a run that wrote its data
+        return
+    summary.admitted_per_actor = int(snap.get("admitted") or 0) or None
+    summary.peak_in_flight_per_actor = int(snap.get("peak_in_flight") or 0) or None
+
+
 def _summary_fields(summary: RunSummary) -> dict[str, Any]:
     return {
         "searched": summary.searched,
@@ -331,4 +345,6 @@ def _summary_fields(summary: RunSummary) -> dict[str, Any]:
         "answered_nodes": summary.answered_nodes,
         "correct_nodes": summary.correct_nodes,
         "wall_time_s": round(summary.wall_time_s, 1),
+        "admitted_per_actor": summary.admitted_per_actor,
+        "peak_in_flight_per_actor": summary.peak_in_flight_per_actor,
     }

@@ -108,3 +108,43 @@ def test_a_slow_tree_does_not_hold_back_the_others(tmp_path: Path) -> None:
     assert summaries and summaries[0].errors == 0
     trees = RunFolder.open(tmp_path / "out", "slow-tree").read("trees")
     assert Counter(trees.column("problem_id").to_pylist()) == Counter(f"p{i}" for i in range(6))
+
+
+def test_admission_sizes_the_trees_in_flight_from_the_engines(tmp_path: Path) -> None:
+    """`admission: true` through real Serve: each actor runs as many trees at once as the
+    engines' `capacity()` calls for, not `trees_per_actor` (a cap), with two expansions
+    of each tree in flight (the in-flight driver against real deployments)."""
+    rows = [
+        {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(8)
+    ]
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # 4 slots per engine; a tree keeps inflight (2) x k (2) sequences in flight, half of
+    # its time at each engine: 2 per engine, so ceil(4 / 2) = 2 trees fill the batch.
+    # The KV cache (400k tokens by default) holds thousands of these short contexts, so
+    # "full", not "warm", decides: 2 trees per actor, well under the cap of 8.
+    engine = {"kind": "load_model", "output_tokens": 8, "max_seqs": 4, "time_scale": 0.5}
+    budget = 96
+    config = parse_run_config(
+        run_config(
+            problems,
+            tmp_path / "out",
+            budget=budget,
+            engine=engine,
+            run_id="admission",
+            trees_per_actor=8,
+            admission=True,
+            search={"algorithm": "bg_mcts", "step_max_tokens": 16, "max_inflight_expansions": 2},
+            records={"decontamination": {"enabled": False}},
+        )
+    )
+    summary = synthesize(config, progress=None)
+    assert summary.errors == 0 and summary.searched == 8
+    assert summary.admitted_per_actor == 2, summary.admitted_per_actor
+    # the gate is what ran: 8 problems offered at once, never more than 2 trees searched
+    assert summary.peak_in_flight_per_actor == 2, summary.peak_in_flight_per_actor
+    trees = RunFolder.open(tmp_path / "out", "admission").read("trees").to_pylist()
+    assert Counter(t["problem_id"] for t in trees) == Counter(f"p{i}" for i in range(8))
+    for tree in trees:
+        assert tree["budget"] == budget
+        assert 0 < tree["c_used"] <= tree["budget"], tree
