@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from actors.prompts import PromptConfig
 
@@ -12,6 +12,23 @@ CONTEXT_OVERFLOW = (
     "tokens of one sequence (prompt and completion); a longer prompt comes back as a "
     "context overflow"
 )
+
+
+# Ray's own resource names: set through their fields, never as custom resources.
+RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+
+
+def check_custom_resources(resources: dict[str, float], fields: str) -> dict[str, float]:
+    """Custom Ray resources: names Ray accepts, amounts > 0 (Ray refuses the rest later,
+    at scheduling time, with an error far from the config)."""
+    for name, amount in resources.items():
+        if name in RESERVED_RESOURCES:
+            raise ValueError(f"{name!r} is Ray's own resource: set it with {fields}")
+        if not name or name.startswith("node:"):
+            raise ValueError(f"{name!r} is not a custom resource name")
+        if not amount > 0 or amount != amount or amount == float("inf"):
+            raise ValueError(f"{name!r}: the amount must be a finite number > 0, not {amount}")
+    return resources
 
 
 class _Strict(BaseModel):
@@ -143,6 +160,11 @@ class ServiceConfig(_Strict):
     )
     num_cpus: float = Field(0.0, ge=0, description="0 leaves CPUs to the search actors")
     num_gpus: float = Field(0.0, ge=0, description="GPUs reserved per replica")
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="custom Ray resources per replica (placement on node groups that "
+        "advertise them, e.g. {gpu_node: 0.01}); CPUs and GPUs go in num_cpus/num_gpus",
+    )
     max_ongoing_requests: int = Field(
         256, ge=1, description="requests one replica takes at once (Serve); more queue"
     )
@@ -184,6 +206,11 @@ class ServiceConfig(_Strict):
         default_factory=PromptConfig,
         description="prompt overrides (the policy uses policy_instruction, the scorer prm_system)",
     )
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources(cls, resources: dict[str, float]) -> dict[str, float]:
+        return check_custom_resources(resources, "num_cpus/num_gpus")
 
     @property
     def routes_by_tree(self) -> bool:

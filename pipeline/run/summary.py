@@ -34,6 +34,9 @@ class RunSummary:
     correct_nodes: int = 0
     correct_trees: int = 0
     tokens: int = 0
+    # requests (and their output tokens) answered from the request log, not the engines
+    replayed_requests: int = 0
+    replayed_tokens: int = 0
     wall_time_s: float = 0.0
     rows: dict[str, int] = field(default_factory=dict)
     # benchmark -> problems that overlap it (searched, kept out of the training rows)
