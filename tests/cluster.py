@@ -142,14 +142,15 @@ def cluster_run_config(output_root: Path, **extra: Any) -> dict[str, Any]:
     return {**config, **extra}
 
 
-def actor_nodes(fragment: str) -> dict[str, str]:
-    """actor id -> node id of every actor (alive or dead) whose class name has `fragment`."""
+def actor_nodes(fragment: str, *, alive: bool = False) -> dict[str, str]:
+    """actor id -> node id of every actor whose class name has `fragment` (alive or dead;
+    `alive`: only those alive now)."""
     from ray.util.state import list_actors
 
     return {
         a.actor_id: a.node_id
         for a in list_actors(limit=10_000, detail=True)
-        if fragment in a.class_name
+        if fragment in a.class_name and (not alive or a.state == "ALIVE")
     }
 
 

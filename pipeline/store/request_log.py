@@ -186,11 +186,3 @@ def clean_done(store: Store, done: Callable[[], Iterable[str]]) -> int:
     if not present:
         return 0
     return clean(store, [p for p in done() if tree_name(p) in present])
-
-
-def log_bytes(store: Store) -> int:
-    """Bytes of every tree log in the run folder (benchmarks; a local folder only)."""
-    root = store.child(FOLDER)
-    if store.remote or not root.local_path.is_dir():
-        return 0
-    return sum(p.stat().st_size for p in root.local_path.rglob(f"*{SUFFIX}"))

@@ -167,7 +167,7 @@ def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node
     assert sorted(trees) == ids  # every problem exactly once
     assert summary.errors == 0 and reference.errors == 0
     # the rebuilt trees are the trees built from scratch, node for node
-    for kind in ("trees", "nodes"):
+    for kind in ("trees", "tree_nodes", "nodes"):
         assert _rows(rerun, kind, set(unfinished)) == _rows(ref, kind, set(unfinished)), kind
     # every logged request was replayed, and only the rest reached the engines
     assert summary.replayed_requests == logged
