@@ -4,9 +4,9 @@ On the rehearsal cluster (tests/cluster.py: head, two "GPU" nodes with the polic
 scorer replicas, a CPU node with the search actors; real raylets on one machine) a
 `python -m jobs.synthesize` driver runs long trees on the load model (B = 4,000 tokens,
 64-token steps; `time_scale` shrinks the GPU timing so it runs in minutes on 2 cores).
-When about half the problems are committed, the CPU node is removed (its raylet and the
-search actors SIGKILLed mid-tree) and the driver is killed with it (the job is lost); a
-replacement CPU node joins.  The run folder is then copied twice and each copy rerun
+When half the problems are committed and the next trees are half way, the CPU node is
+removed (its raylet and the search actors SIGKILLed mid-tree) and the driver is killed
+with it (the job is lost); a replacement CPU node joins.  The run folder is then copied twice and each copy rerun
 (same seeds, the committed problems skipped): once with the request log replayed, once
 with `replay.enabled: false`.  Engine tokens are what the replicas generated (policy
 and GenPRM scorer output tokens, read from the replicas' counters).
@@ -111,11 +111,18 @@ def _kill_at_half(cluster: Any, config_path: Path, run_dir: Path, problems: int)
         stderr=subprocess.DEVNULL,
     )
     start = time.monotonic()
+    first_log = None
     try:
+        # the first wave of trees: from the first request logged to half the problems
+        # committed is one tree's duration D; the kill lands D/2 into the next wave
         while _committed(run_dir) < problems // 2:
             if driver.poll() is not None:
                 raise SystemExit(f"the run ended before half the problems ({driver.returncode})")
-            time.sleep(0.2)
+            if first_log is None and any((run_dir / "requests").glob("*/*.jsonl")):
+                first_log = time.monotonic()
+            time.sleep(0.1)
+        tree_s = time.monotonic() - (first_log or start)
+        time.sleep(tree_s / 2)
         cluster.remove(cluster.cpu[0])
         driver.send_signal(signal.SIGKILL)
     finally:
