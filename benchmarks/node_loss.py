@@ -8,8 +8,8 @@ When half the problems are committed and the next trees are half way, the CPU no
 removed (its raylet and the search actors SIGKILLed mid-tree) and the driver is killed
 with it (the job is lost); a replacement CPU node joins.  The run folder is then copied
 twice and each copy rerun (same seeds, the committed problems skipped): once with the
-request log replayed, once with `replay.enabled: false`.  Engine tokens are what the replicas generated (policy
-and GenPRM scorer output tokens, read from the replicas' counters).
+request log replayed, once with `replay.enabled: false`.  Engine tokens are what the
+replicas generated (policy and GenPRM scorer output tokens, the replicas' counters).
 
 Printed: the killed run's engine tokens, what its committed trees took, so what the
 unfinished trees had already spent; each rerun's engine tokens; problems exactly once;
