@@ -168,11 +168,23 @@ class ServiceConfig(_Strict):
     max_ongoing_requests: int = Field(
         256, ge=1, description="requests one replica takes at once (Serve); more queue"
     )
+    # The defaults below were measured against a lost node (benchmarks/replica_replacement.py,
+    # docs/benchmarks.md 2026-11-26): when the node of a deployment's only replica is lost, a
+    # request in flight fails once, 1.8-2.6 s later; its retry then waits in Serve's queue
+    # until the new replica on another node is up (9.0-10.6 s after the loss), and that wait
+    # counts against request_timeout_s, not against the retries.
     request_timeout_s: float = Field(
-        300.0, gt=0, description="seconds one call may take before it is retried"
+        300.0,
+        gt=0,
+        description="seconds one call may take before it is retried; a call waiting for a "
+        "lost replica's replacement waits within it (10 s measured here; a real replacement "
+        "also loads the model)",
     )
     max_retries: int = Field(
-        2, ge=0, description="retries of a failed call; then its node fails, not the search"
+        2,
+        ge=0,
+        description="retries of a failed call; then its node fails, not the search (a lost "
+        "replica fails a call once: 2 leaves one spare)",
     )
     retry_backoff_s: float = Field(
         1.0, ge=0, description="seconds before the first retry, doubled for each next one"

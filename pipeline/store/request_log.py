@@ -31,6 +31,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.redact import redact_text
 from pipeline.store.filesystem import Store
 
 log = logging.getLogger(__name__)
@@ -129,12 +130,22 @@ class TreeLog:
             return
         self.bytes += len(line)
         self.new_lines += 1
-        if not self.store.remote:
-            self._append(line)
-            return
-        self._buffer.append(line)
-        if time.monotonic() - self._flushed >= self.config.flush_every_s:
-            await self.flush()
+        try:
+            if not self.store.remote:
+                self._append(line)
+                return
+            self._buffer.append(line)
+            if time.monotonic() - self._flushed >= self.config.flush_every_s:
+                await self.flush()
+        except Exception as exc:  # a log that cannot be written must never fail the tree
+            self._full = True
+            self._buffer = []
+            log.warning(
+                "request log of %s not written (%s: %s): later requests are not logged",
+                self.store.name,
+                type(exc).__name__,
+                redact_text(exc),
+            )
 
     def _append(self, line: bytes) -> None:
         if self._file is None:
@@ -158,7 +169,13 @@ class TreeLog:
         if self._file is not None:
             self._file.close()
             self._file = None
-        await self.flush()
+        await self.record_flush()
+
+    async def record_flush(self) -> None:
+        try:
+            await self.flush()
+        except Exception as exc:  # as in `record`: never fail the tree
+            log.warning("request log of %s not written: %s", self.store.name, redact_text(exc))
 
 
 def clean(store: Store, problem_ids: Iterable[str]) -> int:
