@@ -285,15 +285,12 @@ def _synthesize(
                     summary.skipped += result.skipped
                     if live is not None:
                         live.set_total(live.total - len(errors) - result.skipped)
-            totals = ray.get(board.snapshot.remote(), timeout=30)
-            summary.replayed_requests = int(totals.get("replayed_requests", 0))
-            summary.replayed_tokens = int(totals.get("replayed_policy_tokens", 0)) + int(
-                totals.get("replayed_prm_tokens", 0)
-            )
+            _count_replays(summary, board)
         finally:
             if live is not None:
                 live.stop()
             ray.kill(board)
+    request_log.remove_if_empty(folder.store)
     summary.rows = folder.counts()
     summary.wall_time_s = time.perf_counter() - start
     write_manifest(config, folder, summary=_summary_fields(summary))
@@ -303,6 +300,21 @@ def _synthesize(
     except Exception as exc:  # the data is written; a report failure must not lose the run
         print(f"warning: the run report could not be written: {redact_text(exc)}", file=sys.stderr)
     return summary
+
+
+def _count_replays(summary: RunSummary, board: Any) -> None:
+    """What the request logs answered instead of the engines (the board's totals)."""
+    import ray
+
+    try:
+        totals = ray.get(board.snapshot.remote(), timeout=30)
+    except Exception as exc:  # only a count for the summary: never fail a finished run
+        print(f"warning: replay counts unavailable: {redact_text(exc)}", file=sys.stderr)
+        return
+    summary.replayed_requests = int(totals.get("replayed_requests", 0))
+    summary.replayed_tokens = int(totals.get("replayed_policy_tokens", 0)) + int(
+        totals.get("replayed_prm_tokens", 0)
+    )
 
 
 def search_stage(problems: Any, config: RunConfig, actor: type, board: str) -> Any:

@@ -203,3 +203,11 @@ def clean_done(store: Store, done: Callable[[], Iterable[str]]) -> int:
     if not present:
         return 0
     return clean(store, [p for p in done() if tree_name(p) in present])
+
+
+def remove_if_empty(store: Store) -> None:
+    """At a run's end: the local `requests/` folder goes once no tree is logged (a bucket's
+    prefix is gone with its last object)."""
+    if not store.remote:
+        with contextlib.suppress(OSError):
+            store.child(FOLDER).local_path.rmdir()

@@ -101,7 +101,7 @@ def test_lost_search_node_resumes_its_trees_on_a_replacement_node(
     # the actors that were on the lost node were restarted on its replacement
     assert {hosts[actor] for actor in lost["actors"]} == {lost["replacement"]}
     assert summary.replayed_requests > 0  # the killed trees resumed from their logs
-    assert not list((out / "run=search-lost" / FOLDER).glob("*/*.jsonl"))  # all cleaned
+    assert not (out / "run=search-lost" / FOLDER).exists()  # every log cleaned
 
 
 def test_lost_policy_node_is_bridged_by_the_default_retries(
