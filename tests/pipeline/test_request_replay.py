@@ -147,7 +147,7 @@ def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node
         after_rerun = _served()
         rerun_requests, rerun_tokens = _delta({}, after_rerun)
         # the same unfinished problems from scratch: no log, nothing to replay
-        alone = _problems(tmp_path / "alone.jsonl", [])
+        alone = tmp_path / "alone.jsonl"
         alone.write_text(
             "".join(
                 line + "\n"
