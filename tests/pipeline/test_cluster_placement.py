@@ -75,3 +75,13 @@ def test_replica_resources_are_checked(tmp_path: Path) -> None:
     raw["policy"] = {**raw["policy"], "resources": {"GPU": 1}}
     with pytest.raises(ConfigError, match=r"policy.resources.*set it with num_cpus/num_gpus"):
         parse_run_config(raw)
+
+
+def test_the_cluster_example_config_is_valid_and_places_by_the_same_settings() -> None:
+    from pipeline.config import load_run_config
+    from tests.cluster import REPO, SEARCH_RESOURCE
+
+    config = load_run_config(REPO / "configs" / "cluster-example.yaml")
+    assert config.policy.num_gpus >= 1 and config.scorer.num_gpus >= 1
+    assert config.actor_resources == {SEARCH_RESOURCE: 1}
+    assert config.replay.enabled
