@@ -69,16 +69,28 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def service_salt(service: Any) -> str:
+    """What else decides a service's answers: its engine (model, settings), prompts and
+    scoring settings, as the config's JSON (a pydantic model)."""
+    return _key("service", (service.model_dump(mode="json", include=ANSWER_FIELDS),))
+
+
+# the service config fields that change answers (not replicas, timeouts, routing)
+ANSWER_FIELDS = {"engine", "prompts", "genprm", "kind"}
+
+
 def _key(kind: str, fields: Sequence[Any]) -> str:
     text = json.dumps([kind, *(_canonical(f) for f in fields)], ensure_ascii=False, default=repr)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
-def generation_key(request: GenerationRequest) -> str:
-    """Problem, prompt (assistant prefix), sampling and the request's seed."""
+def generation_key(request: GenerationRequest, salt: str = "") -> str:
+    """Problem, prompt (assistant prefix), sampling and the request's seed (and `salt`:
+    the service's model and prompts, so a rerun with another model replays nothing)."""
     return _key(
         "g",
         (
+            salt,
             request.problem,
             request.assistant_prefix,
             request.n,
@@ -90,11 +102,12 @@ def generation_key(request: GenerationRequest) -> str:
     )
 
 
-def score_key(request: ScoreRequest) -> str:
+def score_key(request: ScoreRequest, salt: str = "") -> str:
     """Problem, path, the parent's context (GenPRM's conversation so far) and the limits."""
     return _key(
         "s",
         (
+            salt,
             request.problem,
             request.path,
             request.parent_context,
@@ -143,16 +156,17 @@ def decode_score(value: list[Any], parent_context: Any) -> Score:
 class ReplayPolicy:
     """`policy` with the current tree's journal in front of it."""
 
-    def __init__(self, policy: Policy, counts: Counters) -> None:
+    def __init__(self, policy: Policy, counts: Counters, salt: str = "") -> None:
         self._policy = policy
         self._counts = counts
+        self._salt = salt
         self.name = policy.name
 
     async def generate(self, request: GenerationRequest) -> Sequence[Generation]:
         journal = _journal.get()
         if journal is None:
             return await self._policy.generate(request)
-        key = generation_key(request)
+        key = generation_key(request, self._salt)
         recorded = journal.take(key)
         if recorded is not None:
             generations = decode_generations(recorded)
@@ -168,7 +182,7 @@ class ReplayPolicy:
         journal = _journal.get()
         if journal is None:
             return await self._policy.count_tokens(text)
-        key = _key("c", (text,))
+        key = _key("c", (self._salt, text))
         recorded = journal.take(key)
         if recorded is not None:
             return int(recorded)
@@ -183,16 +197,17 @@ class ReplayPolicy:
 class ReplayScorer:
     """`scorer` with the current tree's journal in front of it."""
 
-    def __init__(self, scorer: Scorer, counts: Counters) -> None:
+    def __init__(self, scorer: Scorer, counts: Counters, salt: str = "") -> None:
         self._scorer = scorer
         self._counts = counts
+        self._salt = salt
         self.name = scorer.name
 
     async def score(self, request: ScoreRequest) -> Score:
         journal = _journal.get()
         if journal is None:
             return await self._scorer.score(request)
-        key = score_key(request)
+        key = score_key(request, self._salt)
         recorded = journal.take(key)
         if recorded is not None:
             score = decode_score(recorded, request.parent_context)

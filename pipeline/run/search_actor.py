@@ -31,7 +31,7 @@ from typing import Any
 from actors.affinity import tree_affinity
 from actors.progress import Counters, CountingPolicy, CountingScorer, Reporter
 from actors.redact import install_log_redaction, redact_text
-from actors.replay import ReplayPolicy, ReplayScorer, tree_journal
+from actors.replay import ReplayPolicy, ReplayScorer, service_salt, tree_journal
 from actors.search_outcome import (
     BREAKER_STAGE,
     SEARCH_STAGE,
@@ -66,7 +66,9 @@ class SearchActor:
         self.policy = BreakerPolicy(
             CountingPolicy(
                 ReplayPolicy(
-                    ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy), self.counters
+                    ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy),
+                    self.counters,
+                    service_salt(self.run.policy),
                 ),
                 self.counters,
                 cost,
@@ -76,7 +78,9 @@ class SearchActor:
         )
         self.scorer = CountingScorer(
             ReplayScorer(
-                ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer), self.counters
+                ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer),
+                self.counters,
+                service_salt(self.run.scorer),
             ),
             self.counters,
             cost,

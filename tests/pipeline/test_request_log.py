@@ -112,3 +112,34 @@ def test_without_a_journal_every_request_reaches_the_engines(tmp_path: Path) -> 
     engines, counters = Engines(), Counters()
     _search(ReplayPolicy(engines, counters), ReplayScorer(engines, counters))
     assert engines.calls == 6 and not list(tmp_path.iterdir())
+
+
+def test_a_rerun_with_another_model_replays_nothing(tmp_path: Path) -> None:
+    from actors.config import ServiceConfig
+    from actors.replay import service_salt
+
+    first = ServiceConfig.model_validate({"engine": {"kind": "sleep", "model": "a"}})
+    other = ServiceConfig.model_validate({"engine": {"kind": "sleep", "model": "b"}})
+    more = ServiceConfig.model_validate(
+        {"engine": {"kind": "sleep", "model": "a"}, "num_replicas": 3}
+    )
+    assert service_salt(first) != service_salt(other)
+    assert service_salt(first) == service_salt(more)  # replicas do not change answers
+    store = open_store(tmp_path)
+
+    def attempt(salt: str) -> tuple[int, int]:
+        engines, counters = Engines(), Counters()
+
+        async def run() -> None:
+            log = await TreeLog.open(store, "problem-1", RequestLogConfig())
+            with tree_journal(log):
+                policy = ReplayPolicy(engines, counters, salt)
+                await policy.generate(GenerationRequest("p", "pre", 2, 8, (), 0.7, 1))
+            await log.close()
+
+        asyncio.run(run())
+        return engines.calls, counters.replayed_requests
+
+    assert attempt(service_salt(first)) == (1, 0)
+    assert attempt(service_salt(first)) == (0, 1)
+    assert attempt(service_salt(other)) == (1, 0)
