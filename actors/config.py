@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from actors.prompts import PromptConfig
 
@@ -12,6 +12,23 @@ CONTEXT_OVERFLOW = (
     "tokens of one sequence (prompt and completion); a longer prompt comes back as a "
     "context overflow"
 )
+
+
+# Ray's own resource names: set through their fields, never as custom resources.
+RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+
+
+def check_custom_resources(resources: dict[str, float], fields: str) -> dict[str, float]:
+    """Custom Ray resources: names Ray accepts, amounts > 0 (Ray refuses the rest later,
+    at scheduling time, with an error far from the config)."""
+    for name, amount in resources.items():
+        if name in RESERVED_RESOURCES:
+            raise ValueError(f"{name!r} is Ray's own resource: set it with {fields}")
+        if not name or name.startswith("node:"):
+            raise ValueError(f"{name!r} is not a custom resource name")
+        if not amount > 0 or amount != amount or amount == float("inf"):
+            raise ValueError(f"{name!r}: the amount must be a finite number > 0, not {amount}")
+    return resources
 
 
 class _Strict(BaseModel):
@@ -149,14 +166,31 @@ class ServiceConfig(_Strict):
     )
     num_cpus: float = Field(0.0, ge=0, description="0 leaves CPUs to the search actors")
     num_gpus: float = Field(0.0, ge=0, description="GPUs reserved per replica")
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="custom Ray resources per replica (placement on node groups that "
+        "advertise them, e.g. {gpu_node: 0.01}); CPUs and GPUs go in num_cpus/num_gpus",
+    )
     max_ongoing_requests: int = Field(
         256, ge=1, description="requests one replica takes at once (Serve); more queue"
     )
+    # The defaults below were measured against a lost node (benchmarks/replica_replacement.py,
+    # docs/benchmarks.md 2026-11-26): when the node of a deployment's only replica is lost, a
+    # request in flight fails once, 1.8-2.6 s later; its retry then waits in Serve's queue
+    # until the new replica on another node is up (9.0-10.6 s after the loss), and that wait
+    # counts against request_timeout_s, not against the retries.
     request_timeout_s: float = Field(
-        300.0, gt=0, description="seconds one call may take before it is retried"
+        300.0,
+        gt=0,
+        description="seconds one call may take before it is retried; a call waiting for a "
+        "lost replica's replacement waits within it (10 s measured here; a real replacement "
+        "also loads the model)",
     )
     max_retries: int = Field(
-        2, ge=0, description="retries of a failed call; then its node fails, not the search"
+        2,
+        ge=0,
+        description="retries of a failed call; then its node fails, not the search (a lost "
+        "replica fails a call once: 2 leaves one spare)",
     )
     retry_backoff_s: float = Field(
         1.0, ge=0, description="seconds before the first retry, doubled for each next one"
@@ -197,6 +231,11 @@ class ServiceConfig(_Strict):
         default_factory=PromptConfig,
         description="prompt overrides (the policy uses policy_instruction, the scorer prm_system)",
     )
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources(cls, resources: dict[str, float]) -> dict[str, float]:
+        return check_custom_resources(resources, "num_cpus/num_gpus")
 
     @property
     def routes_by_tree(self) -> bool:

@@ -35,6 +35,10 @@ class Counters:
     prm_input_tokens: int = 0
     prm_output_tokens: int = 0
     spent: float = 0.0  # cost units, with the search's cost weights
+    # answered from the request log instead of the engines (actors.replay)
+    replayed_requests: int = 0
+    replayed_policy_tokens: int = 0
+    replayed_prm_tokens: int = 0
 
     def add(self, other: dict[str, Any]) -> None:
         for f in fields(self):

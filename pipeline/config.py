@@ -21,11 +21,12 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from actors.config import ScorerConfig, ServiceConfig
+from actors.config import ScorerConfig, ServiceConfig, check_custom_resources
 from pipeline.errors import InputError
 from pipeline.problems.sources import SourceConfig
 from pipeline.records import RecordsConfig
 from pipeline.store.filesystem import check_output_root
+from pipeline.store.request_log import RequestLogConfig
 from search.budget import TokenWeights
 from search.config import SearchConfig
 
@@ -160,13 +161,27 @@ class RunConfig(BaseModel):
         "batch stays full and the trees' contexts stay cached; trees_per_actor is the cap",
     )
     actor_num_cpus: float = Field(0.5, ge=0, description="CPUs reserved per search actor")
+    actor_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="custom Ray resources per search actor (placement on the node group "
+        "that advertises them, e.g. {search_node: 0.01}); CPUs go in actor_num_cpus",
+    )
     ray_num_cpus: int | None = Field(None, ge=1, description="local cluster size when starting one")
+    replay: RequestLogConfig = Field(
+        default_factory=RequestLogConfig,
+        description="the request log: a redone tree replays the requests it already paid for",
+    )
     engine_failure_limit: int = Field(
         20, ge=0, description="policy requests failed in a row that stop new problems; 0: off"
     )
     allow_empty: bool = Field(
         False, description="an empty source selection is fine (else: exit 2 with a message)"
     )
+
+    @field_validator("actor_resources")
+    @classmethod
+    def _actor_resources(cls, resources: dict[str, float]) -> dict[str, float]:
+        return check_custom_resources(resources, "actor_num_cpus")
 
     @property
     def resolved_run_id(self) -> str:

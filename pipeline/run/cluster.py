@@ -44,6 +44,15 @@ def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
     return True
 
 
+def on_head_node() -> dict[str, Any]:
+    """Actor options that place a run's small bookkeeping actors (the progress board) on
+    the head node, as Serve places its controller: the node that lives as long as the
+    cluster (and runs a `ray job submit` driver), never a worker that may be lost."""
+    from ray._common.constants import HEAD_NODE_RESOURCE_NAME
+
+    return {"resources": {HEAD_NODE_RESOURCE_NAME: 0.001}}
+
+
 def _runtime_env() -> dict[str, Any] | None:
     """The job's runtime env: the redaction hook, unless `ray job submit` set a hook already
     (Ray refuses two; the actors and replicas still install redaction themselves)."""

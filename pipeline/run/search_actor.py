@@ -31,6 +31,7 @@ from typing import Any
 from actors.affinity import tree_affinity
 from actors.progress import Counters, CountingPolicy, CountingScorer, Gauges, Reporter
 from actors.redact import install_log_redaction, redact_text
+from actors.replay import ReplayPolicy, ReplayScorer, service_salt, tree_journal
 from actors.search_outcome import (
     BREAKER_STAGE,
     SEARCH_STAGE,
@@ -43,6 +44,8 @@ from pipeline.config import RunConfig
 from pipeline.problems.decontamination import build_decontaminator
 from pipeline.records import error_row, records_for
 from pipeline.run.envelope import Problem, Records, map_problems
+from pipeline.store.request_log import TreeLog
+from pipeline.store.run_folder import RunFolder
 from search import derive_seed, run_search
 
 log = logging.getLogger(__name__)
@@ -59,9 +62,14 @@ class SearchActor:
         self.breaker = EngineBreaker(self.run.engine_failure_limit, on_open=self._breaker_opened)
         self.counters = Counters()
         cost = self.run.search.cost
+        # innermost: a replayed answer is counted and judged like one from the engine
         self.policy = BreakerPolicy(
             CountingPolicy(
-                ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy),
+                ReplayPolicy(
+                    ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy),
+                    self.counters,
+                    service_salt(self.run.policy),
+                ),
                 self.counters,
                 cost,
                 self.run.search.answer_extraction,
@@ -69,7 +77,19 @@ class SearchActor:
             self.breaker,
         )
         self.scorer = CountingScorer(
-            ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer), self.counters, cost
+            ReplayScorer(
+                ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer),
+                self.counters,
+                service_salt(self.run.scorer),
+            ),
+            self.counters,
+            cost,
+        )
+        # the run folder, where each tree's request log lives (None: replay off)
+        self.run_store = (
+            RunFolder.open(self.run.output_root, self.run_id).store
+            if self.run.replay.enabled
+            else None
         )
         # The run's progress board, by name (a handle in the constructor arguments would
         # put them in the object store, which Ray warns about for restartable actors).
@@ -180,10 +200,16 @@ class SearchActor:
             index = self.decontaminator
             contamination = None if index is None else index.match(problem)
             seed = derive_seed(self.run.seed, problem_id)
-            with tree_affinity(problem_id):  # every request of this tree: one replica
-                result = await run_search(
-                    problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
-                )
+            journal = await self._journal(problem_id)
+            try:
+                # every request of this tree: one replica, and the tree's request log
+                with tree_affinity(problem_id), tree_journal(journal):
+                    result = await run_search(
+                        problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
+                    )
+            finally:
+                if journal is not None:
+                    await journal.close()
             reason = failure_reason(result, context_length=self.context_length)
             if reason is not None:
                 if reason.startswith("problem does not fit"):
@@ -211,6 +237,23 @@ class SearchActor:
                 redact_text(traceback.format_exc(limit=5)),
             )
             return self._error(problem_id, SEARCH_STAGE, exc)
+
+    async def _journal(self, problem_id: str) -> TreeLog | None:
+        """The tree's request log: what an earlier attempt recorded, for replay."""
+        if self.run_store is None:
+            return None
+        try:
+            journal = await TreeLog.open(self.run_store, problem_id, self.run.replay)
+        except Exception:  # storage trouble: search without replay, never fail the tree
+            log.warning(
+                "request log of %s unreadable: %s",
+                problem_id,
+                redact_text(traceback.format_exc(limit=3)),
+            )
+            return None
+        if journal.replayable:
+            log.info("problem %s: %d logged requests to replay", problem_id, journal.replayable)
+        return journal
 
     async def _problem_tokens(self, problem: str) -> int | None:
         try:

@@ -34,6 +34,9 @@ class RunSummary:
     correct_nodes: int = 0
     correct_trees: int = 0
     tokens: int = 0
+    # requests (and their output tokens) answered from the request log, not the engines
+    replayed_requests: int = 0
+    replayed_tokens: int = 0
     wall_time_s: float = 0.0
     # trees one search actor let run at once (trees_per_actor, or sized by `admission`)
     # and the most it ran at once: known for the invocation that ran them only

@@ -32,10 +32,11 @@ from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, OutputFullError, OutputLocationError
 from pipeline.problems.sources import check_source
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
-from pipeline.run.cluster import quiet_ray, start_ray
+from pipeline.run.cluster import on_head_node, quiet_ray, start_ray
 from pipeline.run.envelope import results_of
 from pipeline.run.live import LiveProgress
 from pipeline.run.summary import RunSummary
+from pipeline.store import request_log
 from pipeline.store.filesystem import (
     check_reachable,
     describe_os_error,
@@ -230,6 +231,7 @@ def _synthesize(
 
     run_id = config.resolved_run_id
     sink = ParquetSink(folder, lease)  # every commit fenced by the lease (`LeaseLost`)
+    request_log.clean_done(folder.store, folder.searched_problem_ids)
     summary = RunSummary(run_id, folder.location)
     write_manifest(config, folder)
     summary.problems = selection
@@ -241,7 +243,11 @@ def _synthesize(
         deploy_scorer(config.scorer)
         # Live counters: the search actors push to this board while their trees run.
         board_name = f"{BOARD_NAME}-{uuid.uuid4().hex[:8]}"
-        board: Any = ray.remote(num_cpus=0)(ProgressBoard).options(name=board_name).remote()
+        board: Any = (
+            ray.remote(num_cpus=0)(ProgressBoard)
+            .options(name=board_name, **on_head_node())
+            .remote()
+        )
         problems = problem_stream(config.source, config.output_root, run_id)
         dataset = search_stage(problems, config, SearchActor, board_name)
         live = None
@@ -266,6 +272,10 @@ def _synthesize(
                     if result.kind == "problem":
                         sink.write_batch(result.records)
                         summary.account(result.records)
+                        # committed: its request log is no longer needed (a failed
+                        # search's is kept, so the next attempt replays it)
+                        committed = {t["problem_id"] for t in result.records.get("trees", [])}
+                        request_log.clean(folder.store, committed)
                         continue
                     # A tally: source errors to commit once, problems done earlier.
                     errors = result.records.get("errors", [])
@@ -275,11 +285,13 @@ def _synthesize(
                     summary.skipped += result.skipped
                     if live is not None:
                         live.set_total(live.total - len(errors) - result.skipped)
+            _count_replays(summary, board)
         finally:
             if live is not None:
                 live.stop()
             _record_gauges(summary, board)
             ray.kill(board)
+    request_log.remove_if_empty(folder.store)
     summary.rows = folder.counts()
     summary.wall_time_s = time.perf_counter() - start
     write_manifest(config, folder, summary=_summary_fields(summary))
@@ -289,6 +301,21 @@ def _synthesize(
     except Exception as exc:  # the data is written; a report failure must not lose the run
         print(f"warning: the run report could not be written: {redact_text(exc)}", file=sys.stderr)
     return summary
+
+
+def _count_replays(summary: RunSummary, board: Any) -> None:
+    """What the request logs answered instead of the engines (the board's totals)."""
+    import ray
+
+    try:
+        totals = ray.get(board.snapshot.remote(), timeout=30)
+    except Exception as exc:  # only a count for the summary: never fail a finished run
+        print(f"warning: replay counts unavailable: {redact_text(exc)}", file=sys.stderr)
+        return
+    summary.replayed_requests = int(totals.get("replayed_requests", 0))
+    summary.replayed_tokens = int(totals.get("replayed_policy_tokens", 0)) + int(
+        totals.get("replayed_prm_tokens", 0)
+    )
 
 
 def search_stage(problems: Any, config: RunConfig, actor: type, board: str) -> Any:
@@ -316,6 +343,7 @@ def search_stage(problems: Any, config: RunConfig, actor: type, board: str) -> A
         ),
         batch_size=1,
         num_cpus=config.actor_num_cpus,
+        resources=dict(config.actor_resources) or None,  # e.g. the CPU node group's
         # No max_restarts / max_task_retries here: Ray Data already restarts dead actors
         # and retries their tasks without limit (a killed actor's trees are redone), and
         # passing them (as ray_remote_args) is deprecated in Ray 2.60.
@@ -344,6 +372,8 @@ def _summary_fields(summary: RunSummary) -> dict[str, Any]:
         "grade_timeouts": summary.grade_timeouts,
         "answered_nodes": summary.answered_nodes,
         "correct_nodes": summary.correct_nodes,
+        "replayed_requests": summary.replayed_requests,
+        "replayed_tokens": summary.replayed_tokens,
         "wall_time_s": round(summary.wall_time_s, 1),
         "admitted_per_actor": summary.admitted_per_actor,
         "peak_in_flight_per_actor": summary.peak_in_flight_per_actor,

@@ -1,0 +1,223 @@
+"""Replay a tree's paid requests: policy and scorer clients that answer from a request log.
+
+A killed tree (its search actor's node lost, the job killed) is searched again from its
+root on the next attempt.  The search is deterministic given its seed and the answers it
+gets, so if every request it makes again is answered with what the engines answered the
+first time, it rebuilds the same tree node for node without paying for those requests.
+`ReplayPolicy` / `ReplayScorer` wrap the Serve clients on the actor side (search/ stays
+free of I/O): each request is looked up in the current tree's `Journal` (a context
+variable, as the tree's affinity is) by its key, a hash of everything that decides its
+answer (problem, prompt, sampling and the request's seed; for a score, the path and the
+parent's context); a hit is returned without calling the engine, a miss goes to the
+engine and its answer is recorded.  Failed answers are never recorded (a rerun retries
+them).  The same key asked twice (two identical children) is answered in order.
+
+The journal's storage (the run folder, local disk or object storage) lives in
+`pipeline.store.request_log`; here only the protocol and the encoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+from actors.progress import Counters
+from search.protocols import (
+    FinishReason,
+    Generation,
+    GenerationRequest,
+    Policy,
+    Score,
+    Scorer,
+    ScoreRequest,
+)
+
+
+class Journal(Protocol):
+    """One tree's request log: answers recorded earlier, and a place to record new ones."""
+
+    def take(self, key: str) -> Any | None:
+        """The next recorded answer for `key` (None: not recorded, call the engine)."""
+        ...
+
+    async def record(self, key: str, value: Any) -> None: ...
+
+
+_journal: ContextVar[Journal | None] = ContextVar("request_journal", default=None)
+
+
+@contextmanager
+def tree_journal(journal: Journal | None) -> Iterator[None]:
+    """Every request made inside (the tree's search) is replayed from / recorded in `journal`."""
+    token = _journal.set(journal)
+    try:
+        yield
+    finally:
+        _journal.reset(token)
+
+
+def _canonical(value: Any) -> Any:
+    """A request field in a form whose JSON does not depend on tuple vs list."""
+    if isinstance(value, tuple | list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    return value
+
+
+def service_salt(service: Any) -> str:
+    """What else decides a service's answers: its engine (model, settings), prompts and
+    scoring settings, as the config's JSON (a pydantic model)."""
+    return _key("service", (service.model_dump(mode="json", include=ANSWER_FIELDS),))
+
+
+# the service config fields that change answers (not replicas, timeouts, routing)
+ANSWER_FIELDS = {"engine", "prompts", "genprm", "kind"}
+
+
+def _key(kind: str, fields: Sequence[Any]) -> str:
+    text = json.dumps([kind, *(_canonical(f) for f in fields)], ensure_ascii=False, default=repr)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def generation_key(request: GenerationRequest, salt: str = "") -> str:
+    """Problem, prompt (assistant prefix), sampling and the request's seed (and `salt`:
+    the service's model and prompts, so a rerun with another model replays nothing)."""
+    return _key(
+        "g",
+        (
+            salt,
+            request.problem,
+            request.assistant_prefix,
+            request.n,
+            request.max_tokens,
+            request.stop,
+            request.temperature,
+            request.seed,
+        ),
+    )
+
+
+def score_key(request: ScoreRequest, salt: str = "") -> str:
+    """Problem, path, the parent's context (GenPRM's conversation so far) and the limits."""
+    return _key(
+        "s",
+        (
+            salt,
+            request.problem,
+            request.path,
+            request.parent_context,
+            request.answered,
+            request.answer,
+            request.full_generation,
+            request.max_cost,
+            request.parent_answered,
+        ),
+    )
+
+
+def encode_generations(generations: Sequence[Generation]) -> list[list[Any]]:
+    return [[g.text, g.output_tokens, g.finish.value, g.input_tokens] for g in generations]
+
+
+def decode_generations(value: list[list[Any]]) -> list[Generation]:
+    return [Generation(t, int(o), FinishReason(f), int(i)) for t, o, f, i in value]
+
+
+def encode_score(score: Score, parent_context: Any) -> list[Any]:
+    """A score; its context (GenPRM: the parent's conversation plus this step's turn) as
+    the part after the parent's, so a deep node's log line does not repeat its ancestors'."""
+    context = score.context
+    shape: Any = None
+    if isinstance(context, tuple | list) and isinstance(parent_context, tuple | list):
+        head = len(parent_context)
+        if len(context) >= head and _canonical(context[:head]) == _canonical(parent_context):
+            shape = {"tail": _canonical(context[head:]), "tuple": isinstance(context, tuple)}
+    if shape is None:
+        shape = {"full": _canonical(context), "tuple": isinstance(context, tuple)}
+    return [score.value, score.input_tokens, score.output_tokens, shape]
+
+
+def decode_score(value: list[Any], parent_context: Any) -> Score:
+    score, input_tokens, output_tokens, shape = value
+    if "tail" in shape:
+        context: Any = [*parent_context, *shape["tail"]]
+    else:
+        context = shape["full"]
+    if shape["tuple"] and isinstance(context, list):
+        context = tuple(dict(m) if isinstance(m, dict) else m for m in context)
+    return Score(float(score), context, int(input_tokens), int(output_tokens))
+
+
+class ReplayPolicy:
+    """`policy` with the current tree's journal in front of it."""
+
+    def __init__(self, policy: Policy, counts: Counters, salt: str = "") -> None:
+        self._policy = policy
+        self._counts = counts
+        self._salt = salt
+        self.name = policy.name
+
+    async def generate(self, request: GenerationRequest) -> Sequence[Generation]:
+        journal = _journal.get()
+        if journal is None:
+            return await self._policy.generate(request)
+        key = generation_key(request, self._salt)
+        recorded = journal.take(key)
+        if recorded is not None:
+            generations = decode_generations(recorded)
+            self._counts.replayed_requests += 1
+            self._counts.replayed_policy_tokens += sum(g.output_tokens for g in generations)
+            return generations
+        generations = list(await self._policy.generate(request))
+        if not any(g.finish is FinishReason.ERROR for g in generations):
+            await journal.record(key, encode_generations(generations))
+        return generations
+
+    async def count_tokens(self, text: str) -> int:
+        journal = _journal.get()
+        if journal is None:
+            return await self._policy.count_tokens(text)
+        key = _key("c", (self._salt, text))
+        recorded = journal.take(key)
+        if recorded is not None:
+            return int(recorded)
+        tokens = await self._policy.count_tokens(text)
+        await journal.record(key, tokens)
+        return tokens
+
+    def __getattr__(self, name: str) -> Any:  # prompt_tokens, stats, ...
+        return getattr(self._policy, name)
+
+
+class ReplayScorer:
+    """`scorer` with the current tree's journal in front of it."""
+
+    def __init__(self, scorer: Scorer, counts: Counters, salt: str = "") -> None:
+        self._scorer = scorer
+        self._counts = counts
+        self._salt = salt
+        self.name = scorer.name
+
+    async def score(self, request: ScoreRequest) -> Score:
+        journal = _journal.get()
+        if journal is None:
+            return await self._scorer.score(request)
+        key = score_key(request, self._salt)
+        recorded = journal.take(key)
+        if recorded is not None:
+            score = decode_score(recorded, request.parent_context)
+            self._counts.replayed_requests += 1
+            self._counts.replayed_prm_tokens += score.output_tokens
+            return score
+        score = await self._scorer.score(request)
+        if score.error is None:
+            await journal.record(key, encode_score(score, request.parent_context))
+        return score
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._scorer, name)

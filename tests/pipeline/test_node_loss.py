@@ -1,0 +1,140 @@
+"""Nodes lost in the middle of a run on a multi-node cluster: every problem exactly once.
+
+The rehearsal cluster (tests/cluster.py: head, two "GPU" nodes, a CPU node; real raylets
+on one machine) runs the real pipeline on the load model.  Mid-run, a worker node is
+removed the way a lost machine goes (its raylet and workers SIGKILLed, no draining):
+
+* the CPU node with the search actors: a replacement CPU node joins (as an autoscaler
+  would bring one), Ray Data restarts the actors there and retries their problems, and
+  the killed trees resume from their request logs (`actors.replay`);
+* the GPU node with the policy replica: Serve starts a new replica on the other GPU
+  node, and the default retry settings (`actors.config.ServiceConfig`) carry the
+  requests that were in flight over the gap, so no node of any tree fails.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.config import parse_run_config
+from pipeline.run.summary import RunSummary
+from pipeline.run.synthesis import synthesize
+from pipeline.store.request_log import FOLDER
+from pipeline.store.run_folder import RunFolder
+from tests.cluster import actor_nodes, cluster_run_config, rehearsal_cluster, wait_for
+
+pytestmark = pytest.mark.slow
+
+PROBLEMS = 10
+
+
+def _in_flight(run_dir: Path) -> bool:
+    """A tree committed and at least two others half way (their logs growing)."""
+    committed = any((run_dir / "trees").glob("part-*.parquet"))
+    logs = [p for p in (run_dir / FOLDER).glob("*/*.jsonl") if p.stat().st_size > 3000]
+    return committed and len(logs) >= 2
+
+
+def _run(config: Any, lose: Any) -> RunSummary:
+    """Run `config` on the cluster in a thread; call `lose()` once trees are in flight."""
+    summaries: list[RunSummary] = []
+    failures: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            summaries.append(synthesize(config, progress=None))
+        except BaseException as exc:
+            failures.append(exc)
+
+    worker = threading.Thread(target=target)
+    worker.start()
+    run_dir = Path(config.output_root) / f"run={config.run_id}"
+    wait_for(lambda: _in_flight(run_dir) or not worker.is_alive(), 180, "trees in flight")
+    assert worker.is_alive(), f"the run ended before a node could be lost: {failures}"
+    lose()
+    worker.join(timeout=300)
+    assert not worker.is_alive(), "the run did not end after the node was lost"
+    assert not failures, failures
+    return summaries[0]
+
+
+def _exactly_once(out: Path, run_id: str) -> list[dict[str, Any]]:
+    trees = RunFolder.open(out, run_id).read("trees").to_pylist()
+    counts = Counter(t["problem_id"] for t in trees)
+    assert len(counts) == PROBLEMS and set(counts.values()) == {1}, counts
+    return trees
+
+
+def test_lost_search_node_resumes_its_trees_on_a_replacement_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+    from ray import serve
+
+    out = tmp_path / "out"
+    source = {"kind": "arithmetic", "count": PROBLEMS, "seed": 0, "max_steps": 1}
+    config = parse_run_config(cluster_run_config(out, run_id="search-lost", source=source))
+    lost: dict[str, Any] = {}
+    with rehearsal_cluster() as cluster:
+        monkeypatch.setenv("RAY_ADDRESS", cluster.cluster.address)
+
+        def lose() -> None:
+            lost["actors"] = actor_nodes("SearchActor", alive=True)
+            assert set(lost["actors"].values()) == set(cluster.cpu)
+            lost["node"] = cluster.cpu[0]
+            cluster.remove(lost["node"])
+            lost["replacement"] = cluster.add_cpu_node()
+
+        try:
+            summary = _run(config, lose)
+            hosts = actor_nodes("SearchActor")
+        finally:
+            serve.shutdown()  # type: ignore[no-untyped-call]
+            ray.shutdown()
+    _exactly_once(out, "search-lost")
+    assert summary.errors == 0
+    # the actors that were on the lost node were restarted on its replacement
+    assert {hosts[actor] for actor in lost["actors"]} == {lost["replacement"]}
+    assert summary.replayed_requests > 0  # the killed trees resumed from their logs
+    assert not (out / "run=search-lost" / FOLDER).exists()  # every log cleaned
+
+
+def test_lost_policy_node_is_bridged_by_the_default_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+    from ray import serve
+
+    out = tmp_path / "out"
+    source = {"kind": "arithmetic", "count": PROBLEMS, "seed": 0, "max_steps": 1}
+    config = parse_run_config(cluster_run_config(out, run_id="policy-lost", source=source))
+    lost: dict[str, Any] = {}
+    with rehearsal_cluster() as cluster:
+        monkeypatch.setenv("RAY_ADDRESS", cluster.cluster.address)
+
+        def lose() -> None:
+            (node,) = set(actor_nodes("PolicyServer", alive=True).values())
+            assert node in cluster.gpu
+            lost["node"] = node
+            cluster.remove(node)
+
+        try:
+            summary = _run(config, lose)
+            replicas = actor_nodes("PolicyServer", alive=True)
+        finally:
+            serve.shutdown()  # type: ignore[no-untyped-call]
+            ray.shutdown()
+        survivors = set(cluster.gpu)
+    trees = _exactly_once(out, "policy-lost")
+    assert summary.errors == 0
+    # the replacement replica runs on the other GPU node
+    assert set(replicas.values()) <= survivors and lost["node"] not in survivors
+    # no request failed for good: no error node in any tree
+    nodes = RunFolder.open(out, "policy-lost").read("tree_nodes")
+    assert nodes.column("error").null_count == nodes.num_rows
+    assert len(trees) == PROBLEMS

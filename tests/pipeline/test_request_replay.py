@@ -1,0 +1,178 @@
+"""A killed run's unfinished trees are rebuilt from their request logs, node for node.
+
+The first run is a real `python -m jobs.synthesize` process on its own local Ray cluster,
+SIGKILLed (process group: driver, raylet, actors, replicas) once a tree is committed and
+others are half way.  The rerun (same run id, in this process) replays what the request
+log holds and asks the engines only for the rest; a reference run of the unfinished
+problems alone, with no log, builds them from scratch.  The engines are the model-free
+load model (deterministic answers from prompt and seed, a GPU engine's timing), so the
+trees can be compared row for row and the engines' request counters read exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline.config import parse_run_config
+from pipeline.run.synthesis import synthesize
+from pipeline.store.request_log import FOLDER
+from pipeline.store.run_folder import RunFolder
+from tests.tiny_run import run_config, start_synthesize_job
+
+pytestmark = pytest.mark.slow
+
+ENGINE = {"kind": "load_model", "output_tokens": 16, "answer_every": 4, "time_scale": 1.0}
+# columns that name the run or the moment, not the tree
+VOLATILE = {"run_id", "created_at", "written_at", "wall_time_s", "search_time_s"}
+
+
+def _problems(path: Path, ids: list[str]) -> Path:
+    rows = [
+        {"id": i, "question": f"What is {n} + {n + 3}?", "answer": str(2 * n + 3)}
+        for n, i in enumerate(ids)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _config(problems: Path, out: Path, run_id: str, **extra: Any) -> dict[str, Any]:
+    return run_config(
+        problems,
+        out,
+        budget=480,
+        engine=ENGINE,
+        step_max_tokens=32,
+        analysis_tokens=16,
+        run_id=run_id,
+        ray_num_cpus=2,
+        trees_per_actor=3,
+        records={"decontamination": {"enabled": False}},
+        **extra,
+    )
+
+
+def _logged_requests(run_dir: Path) -> int:
+    """Generations and scores in the request logs, once no writer is left: Ray's workers
+    notice their raylet is gone a moment after the kill and may write until then."""
+    count, stable_since = -1, time.monotonic()
+    while time.monotonic() - stable_since < 3:
+        now = 0
+        for path in (run_dir / FOLDER).glob("*/*.jsonl"):
+            for line in path.read_bytes().splitlines():
+                try:
+                    _, value = json.loads(line)
+                except ValueError:  # a line cut by the kill: not replayable
+                    continue
+                now += isinstance(value, list)  # generations and scores, not token counts
+        if now != count:
+            count, stable_since = now, time.monotonic()
+        time.sleep(0.2)
+    return count
+
+
+def _rows(folder: RunFolder, kind: str, ids: set[str]) -> list[dict[str, Any]]:
+    rows = [
+        {k: v for k, v in row.items() if k not in VOLATILE}
+        for row in folder.read(kind).to_pylist()
+        if row["problem_id"] in ids
+    ]
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def _served() -> dict[str, tuple[str, int, int]]:
+    """Each deployment's (replica, search requests served, engine output tokens)."""
+    from ray import serve
+
+    out = {}
+    for app in ("policy", "scorer"):
+        stats = serve.get_app_handle(app).stats.remote().result()
+        out[app] = (stats["replica"], stats["requests"], stats["engine_output_tokens"])
+    return out
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int]:
+    """Requests and tokens served between two readings (a new replica counts from zero)."""
+    requests = tokens = 0
+    for app, (replica, served, generated) in after.items():
+        old = before.get(app)
+        same = old is not None and old[0] == replica
+        requests += served - (old[1] if same else 0)
+        tokens += generated - (old[2] if same else 0)
+    return requests, tokens
+
+
+def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node(
+    tmp_path: Path,
+) -> None:
+    import ray
+    from ray import serve
+
+    ids = [f"p{i}" for i in range(9)]
+    problems = _problems(tmp_path / "problems.jsonl", ids)
+    out = tmp_path / "out"
+    config = _config(problems, out, "killed")
+    path = tmp_path / "killed.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = out / "run=killed"
+    job = start_synthesize_job(path)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert job.poll() is None, "the job ended before it could be killed mid-run"
+            assert time.monotonic() < deadline, "no tree committed within 240 s"
+            committed = any((run_dir / "trees").glob("part-*.parquet"))
+            logs = list((run_dir / FOLDER).glob("*/*.jsonl"))
+            if committed and sum(1 for p in logs if p.stat().st_size > 2000) >= 2:
+                break
+            time.sleep(0.1)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    folder = RunFolder.open(out, "killed")
+    done = set(folder.read("trees").column("problem_id").to_pylist())
+    unfinished = sorted(set(ids) - done)
+    assert done and unfinished, "the kill must land mid-run"
+    logged = _logged_requests(run_dir)
+    assert logged > 0
+    try:
+        summary = synthesize(parse_run_config(config), progress=None)
+        after_rerun = _served()
+        rerun_requests, rerun_tokens = _delta({}, after_rerun)
+        # the same unfinished problems from scratch: no log, nothing to replay
+        alone = tmp_path / "alone.jsonl"
+        alone.write_text(
+            "".join(
+                line + "\n"
+                for line in problems.read_text().splitlines()
+                if json.loads(line)["id"] in unfinished
+            )
+        )
+        reference = synthesize(parse_run_config(_config(alone, out, "reference")), progress=None)
+        ref_requests, ref_tokens = _delta(after_rerun, _served())
+    finally:
+        if ray.is_initialized():
+            serve.shutdown()  # type: ignore[no-untyped-call]
+            ray.shutdown()
+    rerun = RunFolder.open(out, "killed")
+    ref = RunFolder.open(out, "reference")
+    trees = rerun.read("trees").column("problem_id").to_pylist()
+    assert sorted(trees) == ids  # every problem exactly once
+    assert summary.errors == 0 and reference.errors == 0
+    # the rebuilt trees are the trees built from scratch, node for node
+    for kind in ("trees", "tree_nodes", "nodes"):
+        assert _rows(rerun, kind, set(unfinished)) == _rows(ref, kind, set(unfinished)), kind
+    # every logged request was replayed, and only the rest reached the engines
+    assert summary.replayed_requests == logged
+    assert rerun_requests + summary.replayed_requests == ref_requests
+    assert rerun_tokens + summary.replayed_tokens == ref_tokens
+    assert rerun_tokens < ref_tokens
+    # committed trees' logs are cleaned
+    assert not (run_dir / FOLDER).exists()
