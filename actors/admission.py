@@ -17,16 +17,21 @@ decodes), and the batch is filled by more expansions per tree
 (`search.max_inflight_expansions`) instead of more trees.  The hand-set
 `trees_per_actor` stays as a cap.  A measured prefix hit rate below `min_hit_rate`
 shrinks the count in proportion (the working-set estimate was too small).
+
+At run time `AdmissionController` moves that start by what the engines report per
+interval (`LoadTracker` turns their `load()` counters into one reading) and
+`AdmissionGate` lets a new tree start only below the current target.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actors.engines.base import EngineCapacity
+from actors.engines.base import EngineCapacity, EngineLoad
 from search.config import SearchConfig
 
 
@@ -96,12 +101,116 @@ class AdmissionController:
         self.min_hit_rate = min_hit_rate
         self.step = step
 
-    def update(self, *, running: int, waiting: int, max_seqs: int, hit_rate: float | None) -> int:
+    def update(
+        self,
+        *,
+        running: int | None,
+        waiting: int | None,
+        max_seqs: int,
+        hit_rate: float | None,
+    ) -> int:
+        """The new target; an unknown batch (None) or hit rate never moves it that way."""
         if hit_rate is not None and hit_rate < self.min_hit_rate:
             self.target = max(1, math.floor(self.target * (1 - self.step)))
-        elif running + waiting < max_seqs:
+        elif running is not None and waiting is not None and running + waiting < max_seqs:
             self.target = min(self.cap, self.target + max(1, math.ceil(self.target * self.step)))
         return self.target
+
+    def observe(self, reading: LoadReading) -> int:
+        return self.update(
+            running=reading.running,
+            waiting=reading.waiting,
+            max_seqs=reading.max_seqs,
+            hit_rate=reading.hit_rate,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReading:
+    """The engines over one interval, summed over roles and replicas (None: unknown)."""
+
+    running: int | None
+    waiting: int | None
+    max_seqs: int
+    hit_rate: float | None
+
+
+class LoadTracker:
+    """Turns the deployments' `load()` answers into one `LoadReading` per interval.
+
+    A deployment call reaches one replica, so its batch stands for each of the role's
+    `replicas` (the router spreads trees evenly).  The hit rate is over the interval:
+    the prompt-token counters' growth since the same replica last answered (the
+    cumulative rate would hide a cache that has just started to evict); a replica seen
+    for the first time only sets its baseline.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def reading(
+        self, loads: Mapping[str, Mapping[str, Any]], replicas: Mapping[str, int]
+    ) -> LoadReading:
+        running: int | None = 0
+        waiting: int | None = 0
+        max_seqs = 0
+        prompt = cached = 0
+        for role, answer in loads.items():
+            count = max(1, int(replicas.get(role, 1)))
+            fields = {k: v for k, v in answer.items() if k in EngineLoad.__dataclass_fields__}
+            load = EngineLoad(**fields)
+            max_seqs += load.max_seqs * count
+            running = (
+                None if running is None or load.running is None else running + load.running * count
+            )
+            waiting = (
+                None if waiting is None or load.waiting is None else waiting + load.waiting * count
+            )
+            if load.prompt_tokens is None or load.cached_prompt_tokens is None:
+                continue
+            key = (role, str(answer.get("replica", "")))
+            now = (load.prompt_tokens, load.cached_prompt_tokens)
+            before = self._last.get(key)
+            self._last[key] = now
+            if before is not None and now[0] >= before[0]:
+                prompt += now[0] - before[0]
+                cached += now[1] - before[1]
+        return LoadReading(
+            running=running,
+            waiting=waiting,
+            max_seqs=max_seqs,
+            hit_rate=cached / prompt if prompt else None,
+        )
+
+
+class AdmissionGate:
+    """At most `target` trees in flight; the target may move while trees run.
+
+    A smaller target stops no running tree: it takes effect as trees end.  Waiters are
+    woken in arrival order.
+    """
+
+    def __init__(self, target: int) -> None:
+        self.target = max(1, target)
+        self.in_flight = 0
+        self.peak = 0
+        self._changed = asyncio.Condition()
+
+    async def enter(self) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.in_flight < self.target)
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+
+    async def leave(self) -> None:
+        async with self._changed:
+            self.in_flight -= 1
+            self._changed.notify_all()
+
+    async def set_target(self, target: int) -> None:
+        async with self._changed:
+            self.target = max(1, target)
+            self._changed.notify_all()
 
 
 def admitted_per_actor(
@@ -159,6 +268,9 @@ def admitted_per_actor(
 
 __all__ = [
     "AdmissionController",
+    "AdmissionGate",
+    "LoadReading",
+    "LoadTracker",
     "TreeShape",
     "admitted_per_actor",
     "search_tree_shape",

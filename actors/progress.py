@@ -57,7 +57,8 @@ class Gauges:
     """One search actor's levels (not deltas: the latest value wins).
 
     `admitted`: the trees it lets run at once (`trees_per_actor`, or with `admission`
-    the count sized from the engines' capacity); `peak_in_flight`: the most it ran at once.
+    the highest target it set from the engines' capacity and load); `peak_in_flight`:
+    the most it ran at once.
     """
 
     admitted: int = 0

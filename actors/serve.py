@@ -32,7 +32,7 @@ from ray.serve.handle import DeploymentHandle
 from actors.affinity import CONSISTENT_HASH_ROUTER, EVEN_BUCKET_ROUTER, bucket, current_tree
 from actors.coalesce import Coalescer, RequestFailed, fan_out_stream
 from actors.config import ScorerConfig, ServiceConfig
-from actors.engines.base import Completion, Sampling, engine_capacity
+from actors.engines.base import Completion, Sampling, engine_capacity, engine_load
 from actors.engines.factory import build_engine, check_engine
 from actors.policy import EnginePolicy
 from actors.redact import install_log_redaction, redact_text
@@ -138,6 +138,11 @@ class PolicyServer:
         """The engine's slots, KV tokens and hit rate (`actors.admission`)."""
         return asdict(engine_capacity(self.engine._engine))
 
+    async def load(self) -> dict[str, Any]:
+        """The engine's batch now and prompt-token counters, and which replica answered
+        (`actors.admission.LoadTracker` steers admission by them at run time)."""
+        return {**asdict(engine_load(self.engine._engine)), "replica": _replica_id()}
+
 
 @serve.deployment
 class ScorerServer:
@@ -180,6 +185,11 @@ class ScorerServer:
     async def capacity(self) -> dict[str, Any]:
         """The engine's slots, KV tokens and hit rate (`actors.admission`)."""
         return asdict(engine_capacity(self.engine._engine))
+
+    async def load(self) -> dict[str, Any]:
+        """The engine's batch now and prompt-token counters, and which replica answered
+        (`actors.admission.LoadTracker` steers admission by them at run time)."""
+        return {**asdict(engine_load(self.engine._engine)), "replica": _replica_id()}
 
 
 def _bind(deployment: Any, service: ServiceConfig, name: str) -> Any:

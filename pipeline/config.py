@@ -158,7 +158,15 @@ class RunConfig(BaseModel):
         False,
         description="decide the searches each actor runs at once from what the engines "
         "report (slots, KV tokens, prefix hit rate; actors/admission.py) so that the "
-        "batch stays full and the trees' contexts stay cached; trees_per_actor is the cap",
+        "batch stays full and the trees' contexts stay cached; trees_per_actor is the cap; "
+        "re-evaluated every admission_interval_s while the run goes on",
+    )
+    admission_interval_s: float = Field(
+        10.0,
+        gt=0,
+        description="with admission: seconds between looks at the engines' batch and prefix "
+        "hit rate; a batch with room adds an eighth more trees, a hit rate below 0.85 takes "
+        "an eighth away",
     )
     actor_num_cpus: float = Field(0.5, ge=0, description="CPUs reserved per search actor")
     actor_resources: dict[str, float] = Field(

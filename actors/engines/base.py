@@ -89,6 +89,35 @@ def engine_capacity(engine: object) -> EngineCapacity:
     return EngineCapacity(max_seqs=1, kv_tokens=context, context_length=context)
 
 
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """What an engine is doing now, for admission's run-time steering (`actors.admission`).
+
+    * `max_seqs`: sequences decoded in one batch;
+    * `running` / `waiting`: sequences in the batch and queued for it now;
+    * `prompt_tokens` / `cached_prompt_tokens`: prompt tokens seen and served from the
+      prefix cache since start (counters: the caller takes differences per interval).
+
+    None: the engine does not report it (the controller then keeps its target).
+    """
+
+    max_seqs: int
+    running: int | None = None
+    waiting: int | None = None
+    prompt_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+
+
+def engine_load(engine: object) -> EngineLoad:
+    """`engine.load()` where the engine has it; else only its slots (nothing live)."""
+    method = getattr(engine, "load", None)
+    if method is not None:
+        load = method()
+        assert isinstance(load, EngineLoad)
+        return load
+    return EngineLoad(max_seqs=engine_capacity(engine).max_seqs)
+
+
 @runtime_checkable
 class Engine(Protocol):
     name: str

@@ -18,7 +18,14 @@ from typing import Any
 
 import httpx
 
-from actors.engines.base import Completion, EngineCapacity, EngineError, Sampling, TopLogprobs
+from actors.engines.base import (
+    Completion,
+    EngineCapacity,
+    EngineError,
+    EngineLoad,
+    Sampling,
+    TopLogprobs,
+)
 from actors.models import resolve_model_path
 from search.protocols import FinishReason
 
@@ -70,6 +77,16 @@ class LlamaCppEngine:
             kv_tokens=self.parallel * self.context_length,
             context_length=self.context_length,
             prefix_hit_rate=self.prompt_tokens_cached / seen if seen else None,
+        )
+
+    def load(self) -> EngineLoad:
+        """Slots and the prompt-token counters from llama.cpp's per-request timings; the
+        busy slots are not known without asking the server (None: admission keeps its
+        target rather than guess)."""
+        return EngineLoad(
+            max_seqs=self.parallel,
+            prompt_tokens=self.prompt_tokens_evaluated + self.prompt_tokens_cached,
+            cached_prompt_tokens=self.prompt_tokens_cached,
         )
 
     def cache_stats(self) -> dict[str, int]:

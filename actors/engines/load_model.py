@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from actors.engines.base import Completion, EngineCapacity, Sampling
+from actors.engines.base import Completion, EngineCapacity, EngineLoad, Sampling
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache, decode_steps_for
 from actors.engines.sleep import SleepEngine
 
@@ -107,6 +107,17 @@ class LoadModelEngine:
             kv_tokens=self.batcher.cache.capacity_blocks * self.batcher.cache.block_tokens,
             context_length=self.context_length,
             prefix_hit_rate=hit,
+        )
+
+    def load(self) -> EngineLoad:
+        """The batch now and the prompt-token counters (simulated: all of it is known)."""
+        stats = self.batcher.stats
+        return EngineLoad(
+            max_seqs=self.batcher.curve.max_seqs,
+            running=self.batcher.running,
+            waiting=self.batcher.waiting,
+            prompt_tokens=stats.prompt_tokens,
+            cached_prompt_tokens=stats.cached_prompt_tokens,
         )
 
     def stats(self) -> dict[str, Any]:

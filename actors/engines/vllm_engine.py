@@ -36,7 +36,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from actors.engines.base import Completion, EngineCapacity, EngineError, Sampling, TopLogprobs
+from actors.engines.base import (
+    Completion,
+    EngineCapacity,
+    EngineError,
+    EngineLoad,
+    Sampling,
+    TopLogprobs,
+)
 from search.protocols import FinishReason
 
 if TYPE_CHECKING:
@@ -131,6 +138,16 @@ class VLLMEngine:
             kv_tokens=kv_tokens,
             context_length=self.context_length,
             prefix_hit_rate=self.prefix_cache_hit_rate,
+        )
+
+    def load(self) -> EngineLoad:
+        """Slots and the prompt-token counters of this engine's requests; the scheduler's
+        running and waiting queues are internal to vLLM (and move between versions), so
+        they are not reported (None: admission steers by the hit rate only)."""
+        return EngineLoad(
+            max_seqs=self.capacity().max_seqs,
+            prompt_tokens=self.prompt_tokens_seen,
+            cached_prompt_tokens=self.cached_tokens_seen,
         )
 
     async def complete(self, prompt: str, sampling: Sampling) -> Completion:

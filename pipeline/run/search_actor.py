@@ -28,6 +28,7 @@ import logging
 import traceback
 from typing import Any
 
+from actors.admission import AdmissionController, AdmissionGate, LoadTracker
 from actors.affinity import tree_affinity
 from actors.progress import Counters, CountingPolicy, CountingScorer, Gauges, Reporter
 from actors.redact import install_log_redaction, redact_text
@@ -95,7 +96,6 @@ class SearchActor:
         # put them in the object store, which Ray warns about for restartable actors).
         # Admitted trees and the most in flight at once: what the run summary reports.
         self.gauges = Gauges(admitted=self.run.trees_per_actor)
-        self.in_flight = 0
         self.reporter = (
             None
             if board is None
@@ -106,8 +106,10 @@ class SearchActor:
                 gauges=self.gauges,
             )
         )
-        self.gate = asyncio.Semaphore(self.run.trees_per_actor)
+        self.gate = AdmissionGate(self.run.trees_per_actor)
         self._admitted: asyncio.Lock | None = asyncio.Lock() if self.run.admission else None
+        self._steering: asyncio.Task[None] | None = None  # held: the loop keeps weak refs
+        self._steered = False
         # one index per actor (MATH500 + GSM8K test: well under a second to build)
         self.decontaminator = build_decontaminator(self.run.records.decontamination)
         self.models = {
@@ -141,9 +143,10 @@ class SearchActor:
         return {"errors": [error_row(problem_id, stage, error, run_id=self.run_id)]}
 
     async def _admit(self, problem: str) -> None:
-        """Admission on: size the gate once, from the engines' capacity (the first problem
-        stands for the prompt length).  Trees already running keep going; new ones wait
-        at the gate, so continuing trees, whose contexts are cached, come first."""
+        """Admission on: start the gate at what the engines' capacity calls for (the first
+        problem stands for the prompt length), then steer it while the run goes on.
+        Trees already running keep going; new ones wait at the gate, so continuing
+        trees, whose contexts are cached, come first."""
         lock = self._admitted
         if lock is None:
             return
@@ -162,7 +165,7 @@ class SearchActor:
             run = self.run
             trees = admitted_per_actor(
                 capacities=capacities,
-                replicas={"policy": run.policy.num_replicas, "scorer": run.scorer.num_replicas},
+                replicas=self._replicas(),
                 search=run.search,
                 budget=run.budget,
                 analysis_tokens=run.scorer.genprm.max_analysis_tokens,
@@ -171,27 +174,57 @@ class SearchActor:
                 cap=run.trees_per_actor,
             )
             log.info("admission: %d trees in flight per actor (cap %d)", trees, run.trees_per_actor)
-            self.gate = asyncio.Semaphore(trees)
+            await self.gate.set_target(trees)
             self.gauges.admitted = trees
+            controller = AdmissionController(trees, run.trees_per_actor)
+            self._steering = asyncio.ensure_future(self._steer(controller))
             self._admitted = None
+
+    def _replicas(self) -> dict[str, int]:
+        return {"policy": self.run.policy.num_replicas, "scorer": self.run.scorer.num_replicas}
+
+    async def _steer(self, controller: AdmissionController) -> None:
+        """Every `admission_interval_s`: the deployments' `load()` into the controller,
+        its target into the gate (the decisions are `actors.admission`'s).  A deployment
+        that does not answer stops the steering: the target stays where it is."""
+        from ray import serve
+
+        handles = {
+            role: serve.get_app_handle(app)
+            for role, app in (("policy", POLICY_APP), ("scorer", SCORER_APP))
+        }
+        tracker = LoadTracker()
+        try:
+            while True:
+                loads = {role: await h.load.remote() for role, h in handles.items()}
+                reading = tracker.reading(loads, self._replicas())
+                if self._steered:  # the first reading only sets the counters' baseline
+                    target = controller.observe(reading)
+                    if target != self.gate.target:
+                        log.info("admission: %d trees in flight per actor (%s)", target, reading)
+                        await self.gate.set_target(target)
+                        self.gauges.admitted = max(self.gauges.admitted, target)
+                self._steered = True
+                await asyncio.sleep(self.run.admission_interval_s)
+        except Exception as exc:  # steering is an optimisation: never fail the trees
+            log.warning("admission steering stopped, target stays %d: %s", self.gate.target, exc)
 
     async def solve(self, problem: Problem) -> Records:
         await self._admit(problem.problem)
-        async with self.gate:
+        await self.gate.enter()
+        try:
             self.counters.trees_started += 1
-            self.in_flight += 1
-            self.gauges.peak_in_flight = max(self.gauges.peak_in_flight, self.in_flight)
-            try:
-                records = await self._solve(problem.problem_id, problem.problem, problem.reference)
-            finally:
-                self.in_flight -= 1
-            self.counters.trees_done += 1
-            self.counters.tree_errors += bool(records.get("errors"))
-            self.counters.correct += sum(bool(n["label"]) for n in records.get("nodes", []))
-            for tree in records.get("trees", []):  # continuation prompts, known at the end
-                inserted = int(tree["inserted_prompt_tokens"])
-                self.counters.spent += inserted * self.run.search.cost.policy_output
-            return records
+            self.gauges.peak_in_flight = self.gate.peak
+            records = await self._solve(problem.problem_id, problem.problem, problem.reference)
+        finally:
+            await self.gate.leave()
+        self.counters.trees_done += 1
+        self.counters.tree_errors += bool(records.get("errors"))
+        self.counters.correct += sum(bool(n["label"]) for n in records.get("nodes", []))
+        for tree in records.get("trees", []):  # continuation prompts, known at the end
+            inserted = int(tree["inserted_prompt_tokens"])
+            self.counters.spent += inserted * self.run.search.cost.policy_output
+        return records
 
     async def _solve(self, problem_id: str, problem: str, reference: str | None) -> Records:
         if self.breaker.open:

@@ -38,7 +38,8 @@ class RunSummary:
     replayed_requests: int = 0
     replayed_tokens: int = 0
     wall_time_s: float = 0.0
-    # trees one search actor let run at once (trees_per_actor, or sized by `admission`)
+    # trees one search actor let run at once (trees_per_actor, or the highest target
+    # `admission` set)
     # and the most it ran at once: known for the invocation that ran them only
     admitted_per_actor: int | None = None
     peak_in_flight_per_actor: int | None = None

@@ -6,14 +6,23 @@ these checks do not depend on the machine's load: they count tokens, not seconds
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
 import pytest
 
-from actors.admission import AdmissionController, TreeShape, admitted_per_actor, trees_in_flight
+from actors.admission import (
+    AdmissionController,
+    AdmissionGate,
+    LoadReading,
+    LoadTracker,
+    TreeShape,
+    admitted_per_actor,
+    trees_in_flight,
+)
 from actors.config import LoadModelConfig
-from actors.engines.base import EngineCapacity, engine_capacity
+from actors.engines.base import EngineCapacity, EngineLoad, engine_capacity, engine_load
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.factory import build_engine
 from actors.engines.sleep import SleepEngine
@@ -146,6 +155,90 @@ def test_the_controller_adds_trees_while_the_batch_has_room_and_sheds_them_when_
     for _ in range(20):
         controller.update(running=0, waiting=0, max_seqs=256, hit_rate=None)
     assert controller.target == 40  # the cap (trees_per_actor) holds
+
+
+def test_the_controller_keeps_its_target_when_the_engine_does_not_say() -> None:
+    controller = AdmissionController(start=6, cap=40)
+    # vLLM / llama.cpp: no running/waiting, no traffic in the interval: hold
+    unknown = LoadReading(running=None, waiting=None, max_seqs=256, hit_rate=None)
+    assert controller.observe(unknown) == 6
+    # the hit rate alone still sheds trees when contexts are being evicted
+    assert controller.observe(LoadReading(None, None, 256, hit_rate=0.5)) == 5
+    assert controller.observe(LoadReading(None, None, 256, hit_rate=0.99)) == 5
+    assert controller.observe(LoadReading(3, 0, 256, hit_rate=0.99)) == 6
+
+
+def test_engines_report_their_load() -> None:
+    engine = build_engine(LoadModelConfig(max_seqs=64))
+    assert engine_load(engine) == EngineLoad(64, 0, 0, 0, 0)
+    # an engine without `load()`: its slots only, nothing live
+    assert engine_load(SleepEngine(context_length=2048)) == EngineLoad(max_seqs=1)
+
+
+def test_the_tracker_reads_the_hit_rate_over_the_interval_per_replica() -> None:
+    tracker = LoadTracker()
+
+    def load(replica: str, prompt: int, cached: int, running: int | None = 2) -> dict[str, Any]:
+        return {
+            "max_seqs": 8,
+            "running": running,
+            "waiting": 0 if running is not None else None,
+            "prompt_tokens": prompt,
+            "cached_prompt_tokens": cached,
+            "replica": replica,
+        }
+
+    replicas = {"policy": 2, "scorer": 1}
+    first = tracker.reading({"policy": load("a", 1000, 0), "scorer": load("s", 100, 0)}, replicas)
+    # one replica's batch stands for each of its role's replicas; no baseline yet
+    assert first == LoadReading(running=6, waiting=0, max_seqs=24, hit_rate=None)
+    # over the interval: (900 + 90) cached of (1000 + 100) new prompt tokens, not the
+    # cumulative 990 / 2200
+    second = tracker.reading(
+        {"policy": load("a", 2000, 900), "scorer": load("s", 200, 90)}, replicas
+    )
+    assert second.hit_rate == pytest.approx(0.9)
+    # another policy replica answers: its counters only set its baseline
+    third = tracker.reading(
+        {"policy": load("b", 5000, 0, running=None), "scorer": load("s", 300, 140)}, replicas
+    )
+    assert third.hit_rate == pytest.approx(0.5)
+    assert third.running is None and third.waiting is None and third.max_seqs == 24
+
+
+def test_the_gate_admits_new_trees_only_below_a_target_that_moves() -> None:
+    async def scenario() -> list[int]:
+        gate = AdmissionGate(2)
+        seen: list[int] = []
+
+        async def tree(release: asyncio.Event) -> None:
+            await gate.enter()
+            seen.append(gate.in_flight)
+            await release.wait()
+            await gate.leave()
+
+        releases = [asyncio.Event() for _ in range(5)]
+        tasks = [asyncio.ensure_future(tree(r)) for r in releases]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert gate.in_flight == 2  # the other three wait
+        await gate.set_target(4)  # room in the batch: two more start
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert gate.in_flight == 4
+        await gate.set_target(1)  # running trees are never stopped...
+        assert gate.in_flight == 4
+        for release in releases[:4]:
+            release.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert gate.in_flight == 1  # ...the last one starts once they are below the target
+        releases[4].set()
+        await asyncio.gather(*tasks)
+        assert gate.peak == 4 and gate.in_flight == 0
+        return seen
+
+    assert asyncio.run(scenario()) == [1, 2, 3, 4, 1]
 
 
 def test_even_router_deals_buckets_round_the_replicas() -> None:

@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 
 from actors.config import OpenAIConfig
-from actors.engines.base import EngineError, Sampling
+from actors.engines.base import EngineError, Sampling, engine_load
 from actors.engines.llamacpp import LlamaCppEngine
 from actors.engines.openai_compat import OpenAIEngine
 from actors.policy import EnginePolicy
@@ -367,3 +367,23 @@ async def test_from_config() -> None:
     assert (local.chat_template, local.tokenizer_path) == ("hf", "/models/qwen")
     await engine.close()
     await local.close()
+
+
+# ------------------------------------------------------------------ admission's load()
+async def test_llamacpp_reports_its_slots_and_prompt_counters_but_not_its_queue(
+    native: LlamaCppEngine,
+) -> None:
+    """What admission steers a llama.cpp run by: the counters grow with each request and
+    the repeat of a prompt is served from the slot's prefix cache; the busy slots are
+    unknown (None), so the controller keeps its target on them."""
+    prompt = await native.render_chat(QUESTION, continue_final=False)
+    before = engine_load(native)
+    assert (before.max_seqs, before.running, before.waiting) == (2, None, None)
+    greedy = Sampling(max_tokens=1, stop=(), temperature=0.0, seed=0)
+    for _ in range(2):
+        await native.complete(prompt, greedy)
+    after = engine_load(native)
+    assert before.prompt_tokens is not None and after.prompt_tokens is not None
+    assert before.cached_prompt_tokens is not None and after.cached_prompt_tokens is not None
+    assert after.prompt_tokens - before.prompt_tokens >= 2 * len(await native.tokenize(prompt)) - 2
+    assert after.cached_prompt_tokens > before.cached_prompt_tokens

@@ -134,6 +134,7 @@ def test_admission_sizes_the_trees_in_flight_from_the_engines(tmp_path: Path) ->
             run_id="admission",
             trees_per_actor=8,
             admission=True,
+            admission_interval_s=3600,  # the start only: steering has its own test below
             search={"algorithm": "bg_mcts", "step_max_tokens": 16, "max_inflight_expansions": 2},
             records={"decontamination": {"enabled": False}},
         )
@@ -148,3 +149,39 @@ def test_admission_sizes_the_trees_in_flight_from_the_engines(tmp_path: Path) ->
     for tree in trees:
         assert tree["budget"] == budget
         assert 0 < tree["c_used"] <= tree["budget"], tree
+
+
+def test_admission_grows_the_trees_in_flight_while_the_batch_has_room(tmp_path: Path) -> None:
+    """`admission: true` steers at run time: the static rule starts at 2 trees per actor
+    (the test above), but the engines' `load()` says their 4-slot batches have room most
+    of the time (a tree spends much of its life outside the engine: Serve round trips,
+    grading), so every `admission_interval_s` the controller adds trees, up to the cap."""
+    rows = [
+        {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(24)
+    ]
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    engine = {"kind": "load_model", "output_tokens": 8, "max_seqs": 4, "time_scale": 0.5}
+    cap = 6
+    config = parse_run_config(
+        run_config(
+            problems,
+            tmp_path / "out",
+            budget=96,
+            engine=engine,
+            run_id="steered",
+            trees_per_actor=cap,
+            admission=True,
+            admission_interval_s=0.2,
+            search={"algorithm": "bg_mcts", "step_max_tokens": 16, "max_inflight_expansions": 2},
+            records={"decontamination": {"enabled": False}},
+        )
+    )
+    summary = synthesize(config, progress=None)
+    assert summary.errors == 0 and summary.searched == 24
+    static_start = 2  # what `capacity()` calls for (the test above)
+    assert summary.admitted_per_actor is not None and summary.peak_in_flight_per_actor is not None
+    assert static_start < summary.admitted_per_actor <= cap, summary.admitted_per_actor
+    assert static_start < summary.peak_in_flight_per_actor <= cap, summary
+    trees = RunFolder.open(tmp_path / "out", "steered").read("trees").to_pylist()
+    assert Counter(t["problem_id"] for t in trees) == Counter(f"p{i}" for i in range(24))
