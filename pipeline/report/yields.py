@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
 from pipeline.records import YIELD_COUNTS
-from pipeline.report.curves import DPI, tokens_label
+from pipeline.report.curves import _SHAPES, DPI, tokens_label
 
 YIELD_FIGURE = "yield_vs_budget.png"
 TOKEN_COLUMNS = ("policy_output_tokens", "prm_input_tokens", "prm_output_tokens")
@@ -106,16 +106,25 @@ def yield_markdown(table: Any) -> str:
 
 def plot_yield(table: Any, path: Path) -> Path:
     """Four panels (one per count): per 1k total tokens against the budget, a line per method."""
-    fig, axes = plt.subplots(1, len(YIELD_COUNTS), figsize=(16, 4.2), dpi=DPI)
+    fig, axes = plt.subplots(1, len(YIELD_COUNTS), figsize=(18, 4.6), dpi=DPI)
+    methods = list(dict.fromkeys(table["method"]))
+    colors = plt.get_cmap("tab20").colors  # 20 distinct colours: a grid has up to ~13 methods
     for ax, count in zip(axes, YIELD_COUNTS, strict=True):
-        for method in dict.fromkeys(table["method"]):
+        for i, method in enumerate(methods):
             mine = table[table["method"] == method]
-            ax.plot(mine["budget"], mine[f"{count}_per_1k_total"], marker="o", label=method)
+            ax.plot(
+                mine["budget"],
+                mine[f"{count}_per_1k_total"],
+                marker=_SHAPES[i % len(_SHAPES)],
+                color=colors[i % len(colors)],
+                label=method,
+            )
         ax.set_title(f"{_NAMES[count]} per 1k total tokens")
         ax.set_xlabel("budget B")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 0.85, 1))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
