@@ -299,6 +299,7 @@ def train_and_answer(
         cwd=REPO,
         env=env,
         check=True,
+        stdout=sys.stderr,  # the trainer's log lines: stdout holds only the table
     )
     result: dict[str, Any] = json.loads(result_path.read_text())
     return result
