@@ -23,7 +23,8 @@ SmolLM2-135M-Instruct (configs/local.yaml: llama.cpp policy and GenPRM scorer):
    interval.
 
 It prints one table (method, train problems, SFT rows, DPO pairs, policy and PRM
-tokens spent, held-out accuracy [95% CI], gain over base) and, last, the lines
+tokens spent, held-out accuracy [95% CI], gain over base), paired comparisons on the same
+held-out problems (exact McNemar) and, last, the lines
 ``heldout_base=``, ``heldout_gain_bg_mcts=``, ``heldout_gain_repeated_sampling=``.
 
 Starts its own local Ray cluster (``RAY_ADDRESS=local``) unless RAY_ADDRESS is set.
@@ -121,6 +122,31 @@ def wilson(correct: int, total: int, z: float = Z95) -> tuple[float, float]:
     center = (p + z * z / (2 * total)) / denom
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
     return (center - half, center + half)
+
+
+def mcnemar_p(only_a: int, only_b: int) -> float:
+    """Exact two-sided McNemar p-value from the discordant pairs (a right alone, b right alone)."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def paired_lines(graded: dict[str, list[bool]]) -> list[str]:
+    """Each trained model against base, and the first two trained models against each other,
+    on the same held-out problems: who is right alone, and the exact McNemar p-value."""
+    names = [n for n in graded if n != "base"]
+    pairs = [(n, "base") for n in names] + ([(names[0], names[1])] if len(names) > 1 else [])
+    lines = []
+    for a, b in pairs:
+        only_a = sum(x and not y for x, y in zip(graded[a], graded[b], strict=True))
+        only_b = sum(y and not x for x, y in zip(graded[a], graded[b], strict=True))
+        lines.append(
+            f"paired {a} vs {b}: right only with {a} {only_a}, only with {b} {only_b}, "
+            f"McNemar p={mcnemar_p(only_a, only_b):.3g}"
+        )
+    return lines
 
 
 # --------------------------------------------------------------------------- grading
@@ -385,7 +411,11 @@ def summarize(
                 "total": total,
             }
         )
-    return [*table_lines(rows, base_acc), *last_lines(base_acc, accuracies)]
+    return [
+        *table_lines(rows, base_acc),
+        *paired_lines(graded),
+        *last_lines(base_acc, accuracies),
+    ]
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from benchmarks.data_value import (
     MethodData,
     check_trl_python,
     cut_at_stops,
+    mcnemar_p,
     run_config,
     selections,
     summarize,
@@ -64,6 +65,13 @@ def test_wilson_interval_matches_known_values() -> None:
     assert all(math.isnan(x) for x in wilson(0, 0))
 
 
+def test_exact_mcnemar() -> None:
+    assert mcnemar_p(0, 0) == 1.0
+    assert mcnemar_p(2, 0) == 0.5  # 2 x (1/2)^2
+    assert mcnemar_p(23, 14) == pytest.approx(0.18774, abs=1e-5)
+    assert mcnemar_p(14, 23) == mcnemar_p(23, 14)
+
+
 def test_completions_are_cut_at_the_policy_stops() -> None:
     text = "Step 1: 3 + 4 = 7. The answer is 7.\nProblem: Ben has 9"
     assert cut_at_stops(text, ["Problem:"]) == "Step 1: 3 + 4 = 7. The answer is 7.\n"
@@ -104,7 +112,10 @@ def test_summary_grades_with_math_verify_and_ends_with_the_last_lines() -> None:
         "heldout_gain_bg_mcts=0.5000",
         "heldout_gain_repeated_sampling=nan",
     ]
-    table = "\n".join(lines[:-3])
+    assert lines[-4] == (
+        "paired bg_mcts vs base: right only with bg_mcts 2, only with base 0, McNemar p=0.5"
+    )
+    table = "\n".join(lines[:-4])
     assert "0.750 [" in table and "(3/4)" in table and "+0.500" in table
     assert "repeated_sampling (no rows)" in table
     assert "34,000" in table and "1,200" in table
