@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from actors.config import ScorerConfig, ServiceConfig
 from pipeline.problems.sources import SourceConfig
+from pipeline.records import RecordsConfig
 from search.config import SearchConfig
 
 
@@ -101,6 +102,11 @@ class EvalConfig(_Strict):
         description="where problems and scores come from, chosen by `kind`"
     )
     tree_pictures: int = Field(2, ge=0, description="problems drawn as Fig. 6-style trees")
+    records: RecordsConfig = Field(
+        default_factory=RecordsConfig,
+        description="the training rows' rules (quality gates, pair caps) the data-yield table "
+        "counts with; default: the synthesis run's defaults",
+    )
 
     @field_validator("methods", mode="before")
     @classmethod

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from pipeline.records import NO_YIELD
 from search.driver import SearchResult
 
 Verdict = Callable[[str | None], bool]  # answer -> is it correct (False for None)
@@ -19,8 +20,10 @@ def tree_rows(
     seed: int,
     problem_id: str,
     reference: str | None,
+    yields: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The `eval_trees` row (with its graded anytime trace) and the `eval_nodes` rows."""
+    """The `eval_trees` row (with its graded anytime trace and data yield, see
+    `pipeline.records.yields`; none given: zeros) and the `eval_nodes` rows."""
     key = {
         "method": method,
         "algorithm": result.algorithm,
@@ -63,6 +66,7 @@ def tree_rows(
         "prm_input_tokens": tokens.prm_input,
         "prm_output_tokens": tokens.prm_output,
         "wall_time_s": float(result.wall_time_s),
+        **(NO_YIELD if yields is None else yields),
         "trace": trace,
     }
     node_rows = [

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+from actors.grading import Verdict
 from actors.redact import redact_text
 from pipeline.evaluation.config import (
     EvalConfig,
@@ -37,6 +38,7 @@ from pipeline.evaluation.config import (
 from pipeline.evaluation.parts import Key, PartStore
 from pipeline.evaluation.rows import tree_rows
 from pipeline.evaluation.schema import EVAL_NODES_SCHEMA, EVAL_TREES_SCHEMA
+from pipeline.records import RecordsConfig
 from pipeline.run.cluster import start_ray
 from search import derive_seed, run_search
 from search.protocols import Policy, Scorer
@@ -73,12 +75,26 @@ def _exact(reference: str | None) -> Callable[[str | None], bool]:
     return lambda answer: answer is not None and wanted is not None and answer.strip() == wanted
 
 
+async def _exact_compare(
+    pairs: Sequence[tuple[str | None, str]], timeout_s: float
+) -> list[Verdict]:
+    """The simulated environment's ground truth as `grade_result`'s comparison."""
+    return [
+        Verdict.MATCH if a is not None and a.strip() == b.strip() else Verdict.NO_MATCH
+        for a, b in pairs
+    ]
+
+
 # ------------------------------------------------------------------ simulated environment
-def _simulated_chunk(env: dict[str, Any], tasks: list[Task]) -> tuple[pa.Table, pa.Table]:
+def _simulated_chunk(
+    env: dict[str, Any], records: dict[str, Any], tasks: list[Task]
+) -> tuple[pa.Table, pa.Table]:
     """Worker process: run `tasks` one after another against the simulated env."""
+    from pipeline.records import NO_YIELD, RecordsConfig, grade_result, yield_counts
     from search.simulated import SimParams, SimPolicy, SimScorer
 
     params = SimParams(**env["params"])
+    records_config = RecordsConfig.model_validate(records)
 
     async def run_all() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         trees: list[dict[str, Any]] = []
@@ -93,6 +109,17 @@ def _simulated_chunk(env: dict[str, Any], tasks: list[Task]) -> tuple[pa.Table, 
                 task.budget,
                 seed,
             )
+            yields = NO_YIELD
+            if task.reference is not None:
+                graded = await grade_result(
+                    result,
+                    task.reference,
+                    problem_id=task.problem_id,
+                    extraction=task.method.search.answer_extraction,
+                    fold_blank_lines=records_config.fold_blank_lines,
+                    compare=_exact_compare,
+                )
+                yields = yield_counts(graded, records_config)
             tree, node_list = tree_rows(
                 result,
                 _exact(task.reference),
@@ -101,6 +128,7 @@ def _simulated_chunk(env: dict[str, Any], tasks: list[Task]) -> tuple[pa.Table, 
                 seed=task.seed,
                 problem_id=task.problem_id,
                 reference=task.reference,
+                yields=yields,
             )
             trees.append(tree)
             nodes.extend(node_list)
@@ -131,18 +159,19 @@ def run_simulated(
     ]
     tasks = grid(config, problems)
     payload = env.model_dump(mode="json")
+    records = config.records.model_dump(mode="json")
     # Small chunks keep both workers busy to the end (methods differ 100x in cost).
     chunks = _chunks(tasks, max(1, min(50, len(tasks) // (env.workers * 8) or 1)))
     parts: list[tuple[pa.Table, pa.Table]] = []
     done = 0
     if env.workers == 1:
         for chunk in chunks:
-            parts.append(_simulated_chunk(payload, chunk))
+            parts.append(_simulated_chunk(payload, records, chunk))
             done += len(chunk)
             progress(done, len(tasks))
     else:
         with concurrent.futures.ProcessPoolExecutor(env.workers) as pool:
-            futures = {pool.submit(_simulated_chunk, payload, c): len(c) for c in chunks}
+            futures = {pool.submit(_simulated_chunk, payload, records, c): len(c) for c in chunks}
             for future in concurrent.futures.as_completed(futures):
                 parts.append(future.result())
                 done += futures[future]
@@ -164,9 +193,10 @@ async def _run_services_tasks(
     env: ServicesEnvironment,
     progress: ProgressFn,
     store: PartStore,
+    records: RecordsConfig,
 ) -> list[dict[str, Any]]:
     from actors.affinity import tree_affinity
-    from pipeline.records import answer_key, grade_result
+    from pipeline.records import NO_YIELD, answer_key, grade_result, yield_counts
 
     gate = asyncio.Semaphore(env.concurrency)
     failures: list[dict[str, Any]] = []
@@ -189,8 +219,11 @@ async def _run_services_tasks(
                     task.reference,
                     problem_id=task.problem_id,
                     timeout_s=env.grade_timeout_s,
+                    extraction=task.method.search.answer_extraction,
+                    fold_blank_lines=records.fold_blank_lines,
                 )
                 verified = graded.verified
+                yields = NO_YIELD if task.reference is None else yield_counts(graded, records)
 
                 def verdict(answer: str | None) -> bool:
                     key = answer_key(answer)
@@ -204,6 +237,7 @@ async def _run_services_tasks(
                     seed=task.seed,
                     problem_id=task.problem_id,
                     reference=task.reference,
+                    yields=yields,
                 )
                 store.add(tree, node_list)
                 if len(store.trees) >= env.concurrency:
@@ -258,7 +292,9 @@ def run_services(
         deploy_scorer(env.scorer)
         policy = ServePolicy(serve.get_app_handle(POLICY_APP), env.policy)
         scorer = ServeScorer(serve.get_app_handle(SCORER_APP), env.scorer)
-        failures = asyncio.run(_run_services_tasks(tasks, policy, scorer, env, progress, store))
+        failures = asyncio.run(
+            _run_services_tasks(tasks, policy, scorer, env, progress, store, config.records)
+        )
     finally:
         if started_here:
             serve.shutdown()  # type: ignore[no-untyped-call]

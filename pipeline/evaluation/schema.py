@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from pipeline.records import doc_field, record_schema
+from pipeline.records import YIELD_FIELDS, doc_field, record_schema
 
 TRACE_POINT = pa.struct(
     [
@@ -57,6 +57,7 @@ EVAL_TREES_SCHEMA = record_schema(
         doc_field("prm_input_tokens", pa.int64(), "PRM input tokens"),
         doc_field("prm_output_tokens", pa.int64(), "PRM output tokens"),
         doc_field("wall_time_s", pa.float64(), "wall time of the search"),
+        *YIELD_FIELDS,
         pa.field(
             "trace",
             pa.list_(pa.field("element", TRACE_POINT, nullable=False)),

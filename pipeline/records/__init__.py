@@ -44,6 +44,8 @@ The modules, each importing only those above it:
   `sft`, `dpo`, `step_dpo`, `prm`, `kto`, `tree_nodes`, `errors` (each training module's
   docstring holds its rules);
 * `types` - `SCHEMAS`, the one list of record types, `RECORD_TYPES`, `TRAINING_TYPES`;
+* `yields` - `yield_counts`, a search's data yield (the `trees` and `eval_trees`
+  columns the data-yield tables sum);
 * `build` - `records_for`: one result graded and turned into every record type
   (and what decontamination removes).
 
@@ -89,6 +91,7 @@ from pipeline.records.training_text import TrainingText, training_text
 from pipeline.records.tree_nodes import TREE_NODES_SCHEMA, tree_node_rows
 from pipeline.records.trees import TREES_SCHEMA, tree_row
 from pipeline.records.types import RECORD_TYPES, SCHEMAS, TRAINING_TYPES
+from pipeline.records.yields import NO_YIELD, YIELD_COUNTS, YIELD_FIELDS, yield_counts
 
 __all__ = [
     "DPO_SCHEMA",
@@ -97,6 +100,7 @@ __all__ = [
     "MESSAGES_TYPE",
     "MESSAGE_TYPE",
     "NODES_SCHEMA",
+    "NO_YIELD",
     "PAIR_POOL",
     "PRM_SCHEMA",
     "RECORD_TYPES",
@@ -108,6 +112,8 @@ __all__ = [
     "TRAINING_TYPES",
     "TREES_SCHEMA",
     "TREE_NODES_SCHEMA",
+    "YIELD_COUNTS",
+    "YIELD_FIELDS",
     "DpoConfig",
     "GatesConfig",
     "GradedTree",
@@ -140,4 +146,5 @@ __all__ = [
     "training_text",
     "tree_node_rows",
     "tree_row",
+    "yield_counts",
 ]

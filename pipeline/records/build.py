@@ -26,6 +26,7 @@ from pipeline.records.splits import split_of
 from pipeline.records.step_dpo import step_dpo_rows
 from pipeline.records.tree_nodes import tree_node_rows
 from pipeline.records.trees import tree_row
+from pipeline.records.yields import NO_YIELD, yield_counts
 from search.answers import AnswerExtraction
 from search.driver import SearchResult
 
@@ -128,8 +129,16 @@ async def records_for(
             gates=gates,
             drops=drops,
         )
+    yields = NO_YIELD if contamination is not None else yield_counts(graded, config)
     records["trees"] = [
-        tree_row(graded, run_id=run_id, contaminated=contamination, gate_drops=drops, **models)
+        tree_row(
+            graded,
+            run_id=run_id,
+            contaminated=contamination,
+            gate_drops=drops,
+            yields=yields,
+            **models,
+        )
     ]
     return records
 

@@ -26,7 +26,7 @@ answer on the way is known): the quality gates read both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,6 +40,9 @@ from search.driver import SearchResult
 from search.tree import Node
 
 LabelSource = Literal["reference", "prm_threshold", "majority"]
+# (answer, reference) pairs and a time limit -> one verdict each: `compare_all` (math-verify)
+# by default; the simulated environment passes exact match (its ground truth).
+Compare = Callable[[Sequence[tuple[str | None, str]], float], Awaitable[list[Verdict]]]
 Difficulty = Literal["all_correct", "mixed", "none_correct", "unanswered"]
 
 
@@ -106,13 +109,15 @@ async def grade_result(
     threshold: float = 0.5,
     extraction: AnswerExtraction = AnswerExtraction.BOXED,
     fold_blank_lines: bool = True,
+    compare: Compare = compare_all,
 ) -> GradedTree:
     """Label every answered node of `result` (see the module docstring for the rules).
 
     With a reference, each distinct (whitespace-normalized) answer string is
     verified once, those the nodes state and those their training texts state;
     `GradedTree.verified` holds the verdicts.  `extraction` is the search's
-    `answer_extraction` (where a training text is cut).
+    `answer_extraction` (where a training text is cut).  `compare` decides the
+    reference verdicts (default: math-verify, `compare_all`).
     """
     nodes = result.answered_nodes
     keys = {n.id: answer_key(n.answer) for n in nodes}
@@ -128,7 +133,7 @@ async def grade_result(
             *(k for ks in stated.values() for k in ks),
         ]
         distinct = list(dict.fromkeys(k for k in candidates if k is not None))
-        verdicts = await compare_all([(d, reference) for d in distinct], timeout_s)
+        verdicts = await compare([(d, reference) for d in distinct], timeout_s)
         verified = {d: v is Verdict.MATCH for d, v in zip(distinct, verdicts, strict=True)}
         labels = {i: k is not None and verified.get(k, False) for i, k in keys.items()}
         chosen = answer_key(result.chosen_answer)
@@ -222,4 +227,4 @@ async def _majority_answers(
     return set(best)
 
 
-__all__ = ["Difficulty", "GradedTree", "LabelSource", "answer_key", "grade_result"]
+__all__ = ["Compare", "Difficulty", "GradedTree", "LabelSource", "answer_key", "grade_result"]

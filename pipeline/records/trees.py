@@ -23,6 +23,7 @@ from pipeline.records.schema import (
     doc_field,
     record_schema,
 )
+from pipeline.records.yields import NO_YIELD, YIELD_FIELDS
 from search.protocols import FinishReason
 
 # nodes without a PRM score of their own: left out of `node_scores`
@@ -97,6 +98,7 @@ TREES_SCHEMA = record_schema(
             "(gate, dropped), the gate named <record>.<gate> (records.gates)",
         ),
         SPLIT_FIELD,
+        *YIELD_FIELDS,
         doc_field(
             "trace",
             pa.list_(pa.field("element", TRACE_POINT, nullable=False)),
@@ -117,6 +119,7 @@ def tree_row(
     prm_model: str | None = None,
     contaminated: str | None = None,
     gate_drops: Mapping[str, int] | None = None,
+    yields: Mapping[str, int] | None = None,
 ) -> Row:
     """The `trees` row of one graded search."""
     result = graded.result
@@ -157,6 +160,7 @@ def tree_row(
             if dropped > 0
         ],
         "split": graded.split,
+        **(yields or NO_YIELD),
         "node_scores": [
             n.q
             for n in result.tree.nodes

@@ -25,6 +25,13 @@ from pipeline.report.tables import (
     prm_percentiles_table,
 )
 from pipeline.report.trees import pick_problems, write_tree_pictures
+from pipeline.report.yields import (
+    YIELD_FIGURE,
+    has_yield,
+    plot_yield,
+    yield_markdown,
+    yield_table,
+)
 
 REPORT_FILE = "report.md"
 
@@ -36,7 +43,7 @@ class ReportFiles:
     out_dir: Path
     report: Path
     tables: dict[str, Path] = field(default_factory=dict)  # e.g. "accuracy.csv" -> path
-    figures: list[Path] = field(default_factory=list)  # the four anytime PNGs
+    figures: list[Path] = field(default_factory=list)  # the anytime PNGs, then the yield PNG
     tree_pictures: list[Path] = field(default_factory=list)
 
     @property
@@ -45,18 +52,22 @@ class ReportFiles:
 
 
 def report_tables(run: RunData) -> dict[str, Any]:
-    """The three tables as DataFrames, by file stem."""
-    return {
+    """The tables as DataFrames, by file stem (`yield` only where the trees carry it)."""
+    tables = {
         "accuracy": accuracy_table(run.trees),
         "answered_nodes": answered_nodes_table(run.trees),
         "prm_percentiles": prm_percentiles_table(run.nodes, run.methods),
     }
+    if has_yield(run.trees):
+        tables["yield"] = yield_table(run.trees, run.methods)
+    return tables
 
 
 _RENDER = {
     "accuracy": accuracy_markdown,
     "answered_nodes": answered_markdown,
     "prm_percentiles": percentiles_markdown,
+    "yield": yield_markdown,
 }
 
 
@@ -71,7 +82,8 @@ def write_report(
 
     written: dict[str, Path] = {}
     markdown: dict[str, str] = {}
-    for name, frame in report_tables(run).items():
+    tables = report_tables(run)
+    for name, frame in tables.items():
         markdown[name] = _RENDER[name](frame)
         written[f"{name}.csv"] = out / f"{name}.csv"
         frame.to_csv(written[f"{name}.csv"], index=False)
@@ -82,6 +94,8 @@ def write_report(
     figures = write_curves(
         anytime_curves(run), budget_markers(run), out, redistributed=redistributed
     )
+    if "yield" in tables:
+        figures.append(plot_yield(tables["yield"], out / YIELD_FIGURE))
     pictures = write_tree_pictures(run, out, tree_pictures)
     budget_seed = pick_problems(run, 0)[:2] if pictures else None
 

@@ -205,10 +205,23 @@ def report_markdown(
         "Q over scored nodes (the root and failed nodes excluded), pooled over seeds and "
         "problems, at each method's largest budget. CSV: `prm_percentiles.csv`.",
         tables["prm_percentiles"],
+    ]
+    if "yield" in tables:
+        parts += [
+            "## Data yield (training data per 1,000 tokens)[^fixed]",
+            "Summed over every search of a method and budget (seeds and problems pooled): "
+            "distinct correct trajectories, DPO pairs and step-level pairs that pass the "
+            "quality gates (`records.gates`), PRM steps with a value known from the answers "
+            "below them; in brackets per 1,000 policy output tokens and per 1,000 total "
+            "tokens (policy output + PRM input + PRM output). CSV: `yield.csv`.",
+            tables["yield"],
+        ]
+    parts += [
         "## Anytime curves[^redistributed]",
         "Lines: each method's largest-budget runs read at growing budgets (each tree in the "
         "state of its last step within the budget), averaged over problems and seeds, plotted "
-        "at the mean consumed tokens. Dots: each nominal budget's own runs.",
+        "at the mean consumed tokens. Dots: each nominal budget's own runs. The last figure: "
+        "the data yield per 1,000 total tokens at each budget.",
         *(_image(f, f.stem.replace("_", " ")) for f in figures),
     ]
     if tree_pictures:

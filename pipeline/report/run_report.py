@@ -32,6 +32,7 @@ from pipeline.report.curves import DPI, write_curves
 from pipeline.report.load import RunData, flatten_trace
 from pipeline.report.markdown import fraction, percentiles_markdown
 from pipeline.report.tables import prm_percentiles_table
+from pipeline.report.yields import has_yield, yield_markdown, yield_table
 from pipeline.store.run_folder import RunFolder
 
 REPORT_MD = "report.md"
@@ -252,6 +253,15 @@ def training_rows_markdown(trees: Any, counts: dict[str, int]) -> str:
     return "\n\n".join(parts)
 
 
+def run_yield(trees: Any) -> Any | None:
+    """The data-yield table of a synthesis run (one row per method and budget), or None for a
+    run written before the `trees` table had the yield columns."""
+    frame = trees.drop_columns(["trace", "node_scores"]).to_pandas()
+    if not len(frame) or not has_yield(frame):
+        return None
+    return yield_table(frame.assign(budget=frame["budget"].astype(float).round()))
+
+
 def report_markdown(
     run_id: str,
     numbers: ReportNumbers,
@@ -259,6 +269,7 @@ def report_markdown(
     trees: Any,
     percentiles: str,
     training: str | None = None,
+    yields: str | None = None,
 ) -> str:
     n = numbers
     rows = [
@@ -314,6 +325,18 @@ def report_markdown(
         "averaged over trees, plotted at the mean consumed tokens.",
         *(f"![{f.stem.replace('_', ' ')}]({f.name})" for f in figures),
         *(["## Training rows", training] if training else []),
+        *(
+            [
+                "## Data yield (training data per 1,000 tokens)",
+                "Distinct correct trajectories, DPO pairs and step-level pairs that pass the "
+                "quality gates, PRM steps with a known value, summed over the run's trees; in "
+                "brackets per 1,000 policy output tokens and per 1,000 total tokens (policy "
+                "output + PRM input + PRM output), as in the evaluation report.",
+                yields,
+            ]
+            if yields
+            else []
+        ),
         "## The five longest trees (wall time)",
         _md_table(header, _tree_rows(longest)),
         "## The five shortest trees (wall time)",
@@ -349,6 +372,7 @@ def write_run_report(run_dir: str | Path, prices: PricesConfig | None = None) ->
             trees,
             percentiles,
             training_rows_markdown(trees, folder.counts()),
+            None if (table := run_yield(trees)) is None else yield_markdown(table),
         )
     )
     (run_dir / REPORT_JSON).write_text(json.dumps(asdict(numbers), indent=2) + "\n")

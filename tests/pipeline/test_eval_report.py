@@ -275,6 +275,7 @@ def test_every_png_is_valid(files: ReportFiles) -> None:
         "answered_rate_vs_tokens.png",
         "depth_vs_tokens.png",
         "width_vs_tokens.png",
+        "yield_vs_budget.png",
     }
     # 2 problems x 3 methods, BG-MCTS and MCTS first (the paper's Fig. 6 pair)
     assert len(files.tree_pictures) == 2 * len(METHODS)

@@ -67,6 +67,40 @@ def test_accuracy_table_is_a_recomputation_from_the_per_tree_parquet(report_dir:
         assert float(row["accuracy_mean"]) == pytest.approx(statistics.mean(per_seed))
 
 
+YIELDS = ("correct_trajectories", "dpo_pairs", "step_pairs", "prm_steps")
+
+
+def test_yield_table_is_a_recomputation_from_the_per_tree_parquet(report_dir: Path) -> None:
+    trees = _rows(report_dir / "eval_trees.parquet")
+    with (report_dir / "yield.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 4 * 2
+    for row in table:
+        mine = [
+            t for t in trees if t["method"] == row["method"] and t["budget"] == int(row["budget"])
+        ]
+        assert int(row["searches"]) == len(mine) == 2 * 6
+        policy = sum(t["policy_output_tokens"] for t in mine)
+        total = policy + sum(t["prm_input_tokens"] + t["prm_output_tokens"] for t in mine)
+        assert int(row["policy_output_tokens"]) == policy
+        assert int(row["total_tokens"]) == total
+        for count in YIELDS:
+            summed = sum(t[count] for t in mine)
+            assert int(row[count]) == summed
+            assert float(row[f"{count}_per_1k_policy"]) == 1000 * summed / policy
+            assert float(row[f"{count}_per_1k_total"]) == 1000 * summed / total
+    for t in trees:  # the counts are what the gated builders kept, within their caps
+        assert t["correct_trajectories"] <= t["correct_nodes"]
+        assert t["dpo_pairs"] <= 4 and t["step_pairs"] <= 4
+        if t["correct_nodes"] == 0:
+            assert t["correct_trajectories"] == t["dpo_pairs"] == t["step_pairs"] == 0
+    bg = [t for t in trees if t["method"] == "bg_mcts"]
+    assert sum(t["correct_trajectories"] for t in bg) > 0
+    assert sum(t["prm_steps"] for t in bg) > 0
+    report = (report_dir / "report.md").read_text()
+    assert "## Data yield" in report and "yield_vs_budget.png" in report
+
+
 def test_trees_respect_budgets_and_match_their_nodes(report_dir: Path) -> None:
     trees = _rows(report_dir / "eval_trees.parquet")
     nodes = pq.read_table(report_dir / "eval_nodes.parquet")
@@ -90,7 +124,7 @@ def test_every_plot_is_a_png_and_the_report_links_it(report_dir: Path) -> None:
     pngs = sorted(report_dir.glob("*.png"))
     names = {p.name for p in pngs}
     assert {"accuracy_vs_tokens.png", "answered_rate_vs_tokens.png"} <= names
-    assert {"depth_vs_tokens.png", "width_vs_tokens.png"} <= names
+    assert {"depth_vs_tokens.png", "width_vs_tokens.png", "yield_vs_budget.png"} <= names
     assert any(n.startswith("trees_bg_mcts_") for n in names)
     report = (report_dir / "report.md").read_text()
     for png in pngs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
@@ -51,6 +52,17 @@ def test_services_grid_writes_graded_trees_and_a_report(tmp_path: Path) -> None:
     assert meta["environment"] == "services" and meta["failed_searches"] == []
     assert meta["models"]["policy"] == "embedded"
     assert (folder / "report.md").is_file() and (folder / "accuracy_vs_tokens.png").is_file()
+    # the data-yield table is the per-tree counts summed (SmolLM2 solves no GSM8K problem
+    # here, so they are zeros: tests/pipeline/test_evaluation.py checks non-zero counts)
+    with (folder / "yield.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert {(r["method"], int(r["budget"])) for r in table} == {("greedy", 48), ("bg_mcts", 48)}
+    for row in table:
+        mine = [t for t in trees if t["method"] == row["method"]]
+        assert int(row["policy_output_tokens"]) == sum(t["policy_output_tokens"] for t in mine)
+        for count in ("correct_trajectories", "dpo_pairs", "step_pairs", "prm_steps"):
+            assert int(row[count]) == sum(t[count] for t in mine)
+            assert all(t[count] == 0 for t in mine if t["correct_nodes"] == 0)
     # finished searches were saved as they completed: a rerun resumes with nothing to do
     calls: list[tuple[int, int]] = []
     again = run_evaluation(config, lambda done, total: calls.append((done, total)))

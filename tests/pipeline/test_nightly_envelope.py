@@ -20,6 +20,7 @@ import yaml
 
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.problems.sources import load_problems
+from pipeline.records import NO_YIELD
 from pipeline.run.nightly import Ledger, admissible, plan_night, run_night, run_spent
 from pipeline.run.summary import RunSummary
 from pipeline.store.run_folder import RunFolder
@@ -116,6 +117,7 @@ def _tree(problem_id: str, night: RunConfig, c_used: float) -> dict[str, Any]:
         "difficulty": "unanswered",
         "gate_drops": [],
         "split": "train",
+        **NO_YIELD,
         "grade_timeouts": 0,
         "method": "bg_mcts",
         "policy_model": None,

@@ -133,6 +133,39 @@ def test_report_numbers_come_from_the_parquet_and_every_png_is_valid(
     assert "five longest trees" in markdown and "five shortest trees" in markdown
 
 
+def _table_rows(run_dir: Path, name: str) -> list[dict[str, Any]]:
+    folder = run_dir / name
+    return pq.read_table(folder).to_pylist() if folder.is_dir() else []
+
+
+@pytest.mark.slow
+def test_data_yield_matches_the_training_tables_and_the_report(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    trees = pq.read_table(run_dir / "trees").to_pylist()
+    sft = _table_rows(run_dir, "sft")
+    prm = _table_rows(run_dir, "prm")
+    counts = {
+        "correct_trajectories": sum(t["correct_trajectories"] for t in trees),
+        "dpo_pairs": len(_table_rows(run_dir, "dpo")),
+        "step_pairs": len(_table_rows(run_dir, "step_dpo")),
+        "prm_steps": sum(len(r["labels"]) for r in prm),
+    }
+    # the tables are what the same builders wrote: pairs and PRM steps equal; SFT keeps
+    # at most `sft_top_k` (2) of a problem's correct trajectories, the yield counts them all
+    for name in ("dpo_pairs", "step_pairs", "prm_steps"):
+        assert sum(t[name] for t in trees) == counts[name], name
+    assert len(sft) <= counts["correct_trajectories"]
+    assert sum(min(2, t["correct_trajectories"]) for t in trees) == len(sft)
+    assert counts["correct_trajectories"] > 0 and counts["prm_steps"] > 0
+    policy = sum(t["policy_output_tokens"] for t in trees)
+    total = policy + sum(t["prm_input_tokens"] + t["prm_output_tokens"] for t in trees)
+    markdown = (run_dir / REPORT_MD).read_text()
+    assert "## Data yield" in markdown
+    for count in counts.values():
+        rates = f"{1000 * count / policy:.3g}, {1000 * count / total:.3g}"
+        assert f"{count:,} ({rates})" in markdown
+
+
 @pytest.mark.slow
 def test_report_command_rewrites_the_report(run: tuple[Path, str]) -> None:
     from jobs.cli import main

@@ -32,7 +32,7 @@ from pipeline.problems.sources import (
     iter_records,
     load_records,
 )
-from pipeline.records import error_row
+from pipeline.records import NO_YIELD, error_row
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
 
@@ -276,6 +276,7 @@ def _commit_tree(sink: ParquetSink, problem_id: str) -> None:
         "difficulty": "unanswered",
         "gate_drops": [],
         "split": "train",
+        **NO_YIELD,
         "node_scores": [],
         "trace": [],
     }

