@@ -28,8 +28,8 @@ held-out problems (exact McNemar) and, last, the lines
 ``heldout_base=``, ``heldout_gain_bg_mcts=``, ``heldout_gain_repeated_sampling=``.
 
 Starts its own local Ray cluster (``RAY_ADDRESS=local``) unless RAY_ADDRESS is set.
-Full mode: 48 train problems, 200 held-out, 40 steps (about an hour on 2 cores);
-``--quick``: 16 train problems, 100 held-out, 20 steps (about 15-20 minutes).
+Full mode: 48 train problems, 200 held-out, 40 steps (65 minutes on the shared 2-core
+machine); ``--quick``: 16 train problems, 100 held-out, 20 steps (22 minutes there).
 """
 
 from __future__ import annotations

@@ -108,8 +108,8 @@ def plot_yield(table: Any, path: Path) -> Path:
     """Four panels (one per count): per 1k total tokens against the budget, a line per method."""
     fig, axes = plt.subplots(1, len(YIELD_COUNTS), figsize=(18, 4.6), dpi=DPI)
     methods = list(dict.fromkeys(table["method"]))
-    tab20 = plt.get_cmap("tab20")  # 20 distinct colours: a grid has up to ~13 methods
-    colors = [tab20(i) for i in range(tab20.N)]
+    cmap = plt.get_cmap("tab20")  # 20 distinct colours: a grid has up to ~13 methods
+    colors = [cmap(i) for i in range(20)]
     for ax, count in zip(axes, YIELD_COUNTS, strict=True):
         for i, method in enumerate(methods):
             mine = table[table["method"] == method]
