@@ -15,6 +15,7 @@ from actors.affinity import current_tree
 from pipeline.evaluation.config import Method, ServicesEnvironment
 from pipeline.evaluation.parts import PartStore
 from pipeline.evaluation.runner import Task, _run_services_tasks
+from pipeline.records.config import RecordsConfig
 from search import parse_search_config
 from search.protocols import Generation, GenerationRequest, Score, ScoreRequest
 from search.simulated import SimPolicy, SimScorer
@@ -58,6 +59,7 @@ def test_every_request_of_an_evaluation_search_carries_its_problem_as_tree_key(
             env,
             lambda done, total: None,
             PartStore(tmp_path),
+            RecordsConfig(),
         )
     )
     assert failures == []
