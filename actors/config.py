@@ -122,6 +122,12 @@ class LoadModelConfig(_Strict):
     decode_per_seq_ms: float = Field(
         0.051, ge=0, description="extra decode step time per sequence in the batch"
     )
+    decode_per_context_token_ns: float = Field(
+        0.0,
+        ge=0,
+        description="extra decode step time per context token the batch holds (attention "
+        "reading the KV cache); 0: folded into decode_per_seq_ms, as the public figures are",
+    )
     prefill_tokens_per_s: float = Field(24_000.0, gt=0, description="uncached prompt tokens/s")
     max_seqs: int = Field(256, ge=1, description="sequences in the batch at most; others queue")
     cache_tokens: int = Field(400_000, ge=0, description="LRU prefix cache size in tokens")

@@ -352,6 +352,13 @@ def main() -> None:
         help="admission:trees (off: in flight; on: the cap):in-flight expansions per tree",
     )
     parser.add_argument("--h100-default", default="on:1024:16", help="the goodput_ratio= setting")
+    parser.add_argument(
+        "--h100-curve",
+        choices=["assumed", "measured"],
+        default="assumed",
+        help="the load model's public-figure H100 curve, or the GPU-measured one with its "
+        "context cost (benchmarks/gpu_step_costs.py)",
+    )
     parser.add_argument("--h100-warm-s", type=float, default=300.0, help="simulated seconds")
     parser.add_argument("--h100-window-s", type=float, default=300.0, help="simulated seconds")
     parser.add_argument("--cell", help=argparse.SUPPRESS)  # a,t,n: run one setting here
@@ -419,7 +426,7 @@ def main() -> None:
 
 def _h100(args: argparse.Namespace) -> None:
     """The H100 shape on a virtual clock (one process, no Ray): see benchmarks/h100_goodput."""
-    from benchmarks.h100_goodput import HEADER, Setting, row, run_setting
+    from benchmarks.h100_goodput import CURVES, HEADER, Setting, row, run_setting
 
     def parse(text: str) -> Setting:
         admission, trees, inflight = text.split(":")
@@ -429,9 +436,13 @@ def _h100(args: argparse.Namespace) -> None:
     default = parse(args.h100_default)
     if default not in settings:
         settings.append(default)
+    curve = CURVES[args.h100_curve]
     print(
-        "H100 shape: one load-model engine (step 7.4 ms + 0.051 ms/seq, max_seqs 256, prefill "
-        "24,000 tokens/s, 400k-token KV cache) serving BG-MCTS (k=2, B=10,000) and GenPRM; "
+        f"H100 shape, {args.h100_curve} curve: one load-model engine (step "
+        f"{curve.decode_base_s * 1e3:.1f} ms + {curve.decode_per_seq_s * 1e3:.4f} ms/seq + "
+        f"{curve.decode_per_context_token_s * 1e9:.1f} ns/context token, max_seqs 256, "
+        f"prefill {curve.prefill_tokens_per_s:,.0f} tokens/s, 400k-token KV cache) "
+        "serving BG-MCTS (k=2, B=10,000) and GenPRM; "
         "prompts ~300 tokens, completions 64-1,024 tokens (steps capped at 512, analyses at "
         f"1,024); warm-up {args.h100_warm_s:g} s, window {args.h100_window_s:g} s of "
         "simulated time (a virtual clock: the timing does not depend on this machine's load).",
@@ -440,7 +451,7 @@ def _h100(args: argparse.Namespace) -> None:
     print(HEADER, flush=True)
     results = {}
     for setting in settings:
-        result = run_setting(setting, args.h100_warm_s, args.h100_window_s)
+        result = run_setting(setting, args.h100_warm_s, args.h100_window_s, curve)
         results[(setting.admission, setting.trees, setting.inflight)] = result
         print(row(result), flush=True)
     chosen = results[(default.admission, default.trees, default.inflight)]

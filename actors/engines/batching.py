@@ -3,7 +3,13 @@
 What is modelled (as vLLM and SGLang schedule a GPU):
 
 * **Decode steps.** Every step advances each running sequence by one token; a step
-  with b sequences in flight takes ``decode_base_s + decode_per_seq_s * b``.
+  with b sequences in flight holding c context tokens between them takes
+  ``decode_base_s + decode_per_seq_s * b + decode_per_context_token_s * c`` (the last
+  term is attention reading every sequence's KV cache: 0 by default, as the public
+  figures the default curve comes from already average over their own contexts;
+  `benchmarks/gpu_step_costs.py` measured it on a GPU).  Within a stretch of steps with
+  the same batch the context grows by b tokens a step; the stretch is priced at its
+  mean context, which is exact for a cost linear in context.
 * **Prefill.** A sequence admitted at a step boundary adds its *uncached* prompt tokens
   / ``prefill_tokens_per_s`` to that step (chunked prefill: the step that carries the
   prefill also gives the sequence its first token).
@@ -25,8 +31,8 @@ What is modelled (as vLLM and SGLang schedule a GPU):
   Every eviction is counted; an evicted context is prefilled again at the curve's
   prefill rate when a later request needs it.
 
-Not modelled: attention cost that grows with context length, preemption of running
-sequences, speculative decoding.
+Not modelled: preemption of running sequences, speculative decoding, prefill cost
+that grows with the cached context it attends to.
 
 The ceiling: a full batch of ``max_seqs`` sequences gives
 ``max_seqs / step_s(max_seqs)`` decode tokens per second, and a request costs the
@@ -59,20 +65,35 @@ class EngineCurve:
     decode_per_seq_s: float
     prefill_tokens_per_s: float
     max_seqs: int
+    decode_per_context_token_s: float = 0.0  # attention over the batch's KV, per token
 
-    def step_s(self, seqs: int) -> float:
-        """Duration of one decode step with `seqs` sequences in the batch."""
-        return self.decode_base_s + self.decode_per_seq_s * seqs
+    def step_s(self, seqs: int, context_tokens: float = 0.0) -> float:
+        """Duration of one decode step with `seqs` sequences holding `context_tokens`."""
+        return (
+            self.decode_base_s
+            + self.decode_per_seq_s * seqs
+            + self.decode_per_context_token_s * context_tokens
+        )
 
     @property
     def ceiling_decode_tokens_per_s(self) -> float:
-        """Decode tokens per second with a full batch: the engine's own ceiling."""
-        return self.max_seqs / self.step_s(self.max_seqs)
+        """Decode tokens per second with a full batch of empty contexts: the engine's
+        own ceiling (with a context cost, `ceiling_at` gives it at a given context)."""
+        return self.ceiling_at(0.0)
 
-    def work_s(self, decode_steps: int, prefill_tokens: int) -> float:
-        """Engine seconds a request costs at the ceiling's operating point (a full batch)."""
-        return decode_steps / self.ceiling_decode_tokens_per_s + (
-            prefill_tokens / self.prefill_tokens_per_s
+    def ceiling_at(self, context_per_seq: float) -> float:
+        """Decode tokens per second with a full batch whose sequences hold this context."""
+        return self.max_seqs / self.step_s(self.max_seqs, self.max_seqs * context_per_seq)
+
+    def work_s(
+        self, decode_steps: int, prefill_tokens: int, context_token_steps: float = 0.0
+    ) -> float:
+        """Engine seconds a request costs at the ceiling's operating point (a full batch):
+        `context_token_steps` is its context summed over its decode steps."""
+        return (
+            decode_steps / self.ceiling_decode_tokens_per_s
+            + context_token_steps * self.decode_per_context_token_s
+            + prefill_tokens / self.prefill_tokens_per_s
         )
 
 
@@ -159,6 +180,7 @@ class BatcherStats:
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
     prefill_tokens: int = 0
+    context_tokens: float = 0.0  # context held by the batch, summed over decode steps
     work_s: float = 0.0  # see EngineCurve.work_s
     busy_s: float = 0.0  # time with at least one sequence running
     max_running: int = 0
@@ -183,6 +205,9 @@ class ContinuousBatcher:
         self._order = itertools.count()
         self._step = 0
         self._running_kv = 0  # KV tokens the running sequences hold
+        # Sum over running sequences of (prompt length - step admitted): the batch's
+        # context at step s is this plus batch * s (each sequence grows a token a step).
+        self._context_offset = 0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -240,6 +265,7 @@ class ContinuousBatcher:
             stats.evicted_tokens += (cache.evicted_blocks - before) * cache.block_tokens
             prefill += uncached
             finish = self._step + sequence.decode_steps
+            self._context_offset += sequence.prompt_len - self._step
             heapq.heappush(self._running, (finish, next(self._order), sequence))
         self._pin()
         return prefill
@@ -263,9 +289,10 @@ class ContinuousBatcher:
             batch = len(self._running)
             self.stats.max_running = max(self.stats.max_running, batch)
             self.stats.prefill_tokens += prefill
-            step_s = curve.step_s(batch)
-            first_s = step_s + prefill / curve.prefill_tokens_per_s
             to_next = self._running[0][0] - self._step  # steps until a sequence finishes
+            context = self._context_offset + batch * (self._step + (to_next - 1) / 2)
+            step_s = curve.step_s(batch, context)
+            first_s = step_s + prefill / curve.prefill_tokens_per_s
             planned = first_s + (to_next - 1) * step_s
             started = loop.time()
             wake.clear()
@@ -287,12 +314,19 @@ class ContinuousBatcher:
             self._step += steps
             self.stats.decode_steps += steps
             self.stats.decode_tokens += steps * batch
+            self.stats.context_tokens += steps * (
+                self._context_offset + batch * (self._step - steps + (steps - 1) / 2)
+            )
             self.stats.busy_s += ran_s
             while self._running and self._running[0][0] <= self._step:
-                _, _, sequence = heapq.heappop(self._running)
+                finish, _, sequence = heapq.heappop(self._running)
                 self.stats.finished += 1
-                self.stats.work_s += curve.work_s(sequence.decode_steps, sequence.uncached)
+                n = sequence.decode_steps
+                self.stats.work_s += curve.work_s(
+                    n, sequence.uncached, n * sequence.prompt_len + n * (n - 1) / 2
+                )
                 self._running_kv -= sequence.kv_tokens
+                self._context_offset -= sequence.prompt_len - (finish - n)
                 self._pin()
                 before = self.cache.evicted_blocks
                 self.cache.insert(sequence.keys_after)

@@ -74,6 +74,7 @@ def build_engine(config: EngineConfig) -> Engine:
         curve = EngineCurve(
             decode_base_s=config.decode_base_ms / 1000,
             decode_per_seq_s=config.decode_per_seq_ms / 1000,
+            decode_per_context_token_s=config.decode_per_context_token_ns / 1e9,
             prefill_tokens_per_s=config.prefill_tokens_per_s,
             max_seqs=config.max_seqs,
         )

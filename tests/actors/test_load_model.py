@@ -146,3 +146,37 @@ def test_engine_answers_like_the_sleep_engine_and_slows_marked_prompts() -> None
     )
     assert overflow.finish is FinishReason.CONTEXT_OVERFLOW  # type: ignore[attr-defined]
     assert engine.stats()["requests"] == 8  # type: ignore[attr-defined]
+
+
+def test_decode_steps_pay_for_the_context_the_batch_holds() -> None:
+    """Attention cost (benchmarks/gpu_step_costs.py): each step is priced at the batch's
+    context, which grows by one token per sequence per step and drops when one ends."""
+    curve = EngineCurve(
+        decode_base_s=0.001,
+        decode_per_seq_s=0.0,
+        prefill_tokens_per_s=1e12,
+        max_seqs=4,
+        decode_per_context_token_s=1e-5,
+    )
+
+    async def scenario() -> ContinuousBatcher:
+        batcher = ContinuousBatcher(curve, PrefixCache(0), 1.0)
+        await asyncio.gather(
+            batcher.run(_words(100, "a"), [], decode_steps=10),
+            batcher.run(_words(50, "b"), [], decode_steps=4),
+        )
+        return batcher
+
+    batcher = _run(scenario())
+    assert isinstance(batcher, ContinuousBatcher)
+    # steps 0-3 hold both: 150 + 2i tokens; steps 4-9 hold the first alone: 100 + i
+    context = sum(150 + 2 * i for i in range(4)) + sum(100 + i for i in range(4, 10))
+    assert batcher.stats.context_tokens == pytest.approx(context)
+    assert batcher.stats.busy_s == pytest.approx(10 * 0.001 + context * 1e-5, rel=1e-6)
+    assert batcher._context_offset == 0  # nothing left behind when the batch empties
+    # each request's work counts its own context: the same total, at a full batch's base
+    assert batcher.stats.work_s == pytest.approx(
+        14 * 0.001 / 4 + context * 1e-5 + 150 / 1e12, rel=1e-6
+    )
+    assert curve.ceiling_at(0) == pytest.approx(4 / 0.001)
+    assert curve.ceiling_at(1000) == pytest.approx(4 / (0.001 + 4 * 1000 * 1e-5))
