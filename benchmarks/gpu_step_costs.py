@@ -266,23 +266,25 @@ def report(result: dict[str, object], shape: Shape, device_bytes: int) -> list[s
     assert isinstance(prefill, dict)
     for (batch, length), rate in prefill.items():
         lines.append(f"| {batch} x {length} | {rate:,.0f} |")
-    lines.append(
-        "\n| context tokens | decode step ms at batch "
-        + " / ".join(
-            str(b)
-            for b in sorted({b for pts in result["decode"].values() for b, _ in pts})  # type: ignore[attr-defined]
-        )
-        + " | fit base ms | fit ms per sequence | ceiling tokens/s at largest batch |"
-    )
-    lines.append("|---|---|---|---|---|")
     decode = result["decode"]
     assert isinstance(decode, dict)
+    batches = sorted({b for points in decode.values() for b, _ in points})
+    lines.append(
+        "\n| context tokens | decode step ms at batch "
+        + " / ".join(map(str, batches))
+        + " | fit base ms | fit ms per sequence | tokens/s at the largest batch that fit |"
+    )
+    lines.append("|---|---|---|---|---|")
     for context, points in decode.items():
         base, slope = fit_line(points) if len(points) > 1 else (points[0][1], 0.0)
         largest, seconds = points[-1]
+        measured = dict(points)
+        steps = " / ".join(
+            f"{measured[b] * 1000:.1f}" if b in measured else "- (no room)" for b in batches
+        )
         lines.append(
-            f"| {context} | {' / '.join(f'{s * 1000:.1f}' for _, s in points)} "
-            f"| {base * 1000:.1f} | {slope * 1000:.3f} | {largest / seconds:,.0f} |"
+            f"| {context} | {steps} | {base * 1000:.1f} | {slope * 1000:.3f} "
+            f"| {largest / seconds:,.0f} |"
         )
     return lines
 
