@@ -216,24 +216,11 @@ def measure(shape: Shape, args: argparse.Namespace, device: torch.device) -> dic
                 kv_bytes = batch * context * shape.kv_bytes_per_token
                 if kv_bytes > 0.8 * free:
                     continue  # does not fit beside the weights on this device
+                dims = (batch, shape.kv_heads, context, shape.head_dim)
                 caches = [
                     (
-                        torch.randn(
-                            batch,
-                            shape.kv_heads,
-                            context,
-                            shape.head_dim,
-                            device=device,
-                            dtype=dtype,
-                        ),
-                        torch.randn(
-                            batch,
-                            shape.kv_heads,
-                            context,
-                            shape.head_dim,
-                            device=device,
-                            dtype=dtype,
-                        ),
+                        torch.randn(*dims, device=device, dtype=dtype),
+                        torch.randn(*dims, device=device, dtype=dtype),
                     )
                     for _ in range(shape.layers)
                 ]
