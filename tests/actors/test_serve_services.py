@@ -97,6 +97,25 @@ async def test_sixteen_concurrent_calls_complete(policy: ServePolicy) -> None:
     assert all(len(r) == 1 and r[0].finish is not FinishReason.ERROR for r in results)
 
 
+async def test_load_counts_the_sequences_in_flight_at_llamacpp(policy: ServePolicy) -> None:
+    """llama.cpp does not report its busy slots; the replica's own count of engine calls
+    in flight stands in (admission grows its target only while the batch has room):
+    never more running than the 4 slots, the rest waiting, nothing left after."""
+    requests = [_request(n=1, max_tokens=48, seed=200 + i) for i in range(8)]
+    calls = asyncio.gather(*(policy.generate(r) for r in requests))
+    seen: list[dict[str, Any]] = []
+    while not calls.done():
+        seen.append(await policy.handle.load.remote())
+        await asyncio.sleep(0.05)
+    await calls
+    assert {load["max_seqs"] for load in seen} == {4}
+    assert all(load["running"] <= 4 and load["waiting"] >= 0 for load in seen)
+    busiest = max(seen, key=lambda load: load["running"] + load["waiting"])
+    assert busiest["running"] == 4 and busiest["waiting"] > 0, seen
+    idle = await policy.handle.load.remote()
+    assert (idle["running"], idle["waiting"]) == (0, 0)
+
+
 async def test_a_timeout_surfaces_as_a_failed_node(policy: ServePolicy) -> None:
     impatient = ServePolicy(
         policy.handle,
