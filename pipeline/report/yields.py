@@ -38,8 +38,12 @@ _NAMES = {
 
 
 def has_yield(trees: Any) -> bool:
-    """Whether the table carries the yield columns (runs written before they existed do not)."""
-    return all(c in trees.columns for c in YIELD_COUNTS)
+    """Whether any tree carries the yield counts.  Trees written before the columns existed
+    read back with them null (the run folder reads every part under today's schema), so a
+    run from before has none and a run resumed across the upgrade has some."""
+    return all(c in trees.columns for c in YIELD_COUNTS) and bool(
+        trees[list(YIELD_COUNTS)].notna().all(axis=1).any()
+    )
 
 
 def yield_table(trees: Any, methods: list[str] | None = None) -> Any:
@@ -48,6 +52,9 @@ def yield_table(trees: Any, methods: list[str] | None = None) -> Any:
     Columns: method, budget, searches, policy_output_tokens, total_tokens, then for each
     count C of `YIELD_COUNTS`: C (the sum), C_per_1k_policy, C_per_1k_total.
     """
+    # Only trees with their counts: a tree written before the yield columns would add its
+    # tokens without its data and understate every rate (`searches` says how many count).
+    trees = trees[trees[list(YIELD_COUNTS)].notna().all(axis=1)]
     frame = trees.assign(
         total_tokens=sum(trees[c].astype("int64") for c in TOKEN_COLUMNS),
         budget=trees["budget"].astype("int64"),

@@ -167,6 +167,38 @@ def test_data_yield_matches_the_training_tables_and_the_report(run: tuple[Path, 
 
 
 @pytest.mark.slow
+def test_trees_written_before_the_yield_columns_are_left_out_of_the_yield(
+    run: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A run folder written before the yield columns reads back with them null: its report
+    has no yield section (not a table of zeros), and in a run resumed across the upgrade
+    only the trees with counts are in it, so no rate is understated."""
+    import shutil
+
+    from jobs.cli import main
+    from pipeline.report.yields import YIELD_COUNTS, yield_table
+
+    run_dir, _ = run
+    old = tmp_path / "out" / run_dir.name
+    shutil.copytree(run_dir, old)
+    for part in (old / "trees").glob("*.parquet"):
+        pq.write_table(pq.read_table(part).drop_columns(list(YIELD_COUNTS)), part)
+    assert main(["report", str(old)]) == 0
+    markdown = (old / REPORT_MD).read_text()
+    assert "## The five longest trees" in markdown  # the rest of the report is there
+    assert "## Data yield" not in markdown
+
+    frame = pq.read_table(run_dir / "trees").drop_columns(["trace", "node_scores"]).to_pandas()
+    mixed = frame.astype({c: "float" for c in YIELD_COUNTS})
+    mixed.loc[mixed.index[0], list(YIELD_COUNTS)] = float("nan")  # the tree from before
+    table = yield_table(mixed)
+    kept = frame.iloc[1:]
+    assert table["searches"].sum() == len(kept)
+    assert table["policy_output_tokens"].sum() == kept["policy_output_tokens"].sum()
+    assert table["dpo_pairs"].sum() == kept["dpo_pairs"].sum()
+
+
+@pytest.mark.slow
 def test_report_command_rewrites_the_report(run: tuple[Path, str]) -> None:
     from jobs.cli import main
 
