@@ -133,6 +133,33 @@ class Decoder:
             x = x + self._mlp(self._norm(x, layer["ln2"]), layer)
         return x[:, -1] @ self.head.T
 
+    def prefill_after(
+        self, tokens: torch.Tensor, caches: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """Prefill [batch, length] new tokens after a cached context (a cache hit): each
+        layer writes the new K and V into the tail of its preallocated cache [batch, kv,
+        cached + length, d], as an engine writes into its blocks, and the new queries
+        attend to the whole of it (causal within the new tokens).  Grouped-query
+        attention through SDPA's `enable_gqa`, so K and V are not expanded per head."""
+        s = self.shape
+        batch, length = tokens.shape
+        total = caches[0][0].shape[2]
+        cached = total - length
+        rows = torch.arange(length, device=tokens.device)[:, None]
+        mask = torch.arange(total, device=tokens.device)[None, :] <= cached + rows
+        x = self.embed[tokens]
+        for layer, (k_cache, v_cache) in zip(self.layers, caches, strict=True):
+            q, k, v = self._split(self._norm(x, layer["ln1"]) @ layer["qkv"].T)
+            q = q.view(batch, length, s.heads, s.head_dim).transpose(1, 2)
+            k_cache[:, :, cached:] = k.view(batch, length, s.kv_heads, s.head_dim).transpose(1, 2)
+            v_cache[:, :, cached:] = v.view(batch, length, s.kv_heads, s.head_dim).transpose(1, 2)
+            attn = F.scaled_dot_product_attention(
+                q, k_cache, v_cache, attn_mask=mask, enable_gqa=True
+            )
+            x = x + attn.transpose(1, 2).reshape(batch, length, -1) @ layer["o"].T
+            x = x + self._mlp(self._norm(x, layer["ln2"]), layer)
+        return x[:, -1] @ self.head.T
+
     def decode_step(
         self, tokens: torch.Tensor, caches: list[tuple[torch.Tensor, torch.Tensor]]
     ) -> torch.Tensor:
@@ -209,6 +236,27 @@ def measure(shape: Shape, args: argparse.Namespace, device: torch.device) -> dic
             prefill[(batch, length)] = batch * length / seconds
         out["prefill"] = prefill
 
+        # New tokens after a cached context: what a cache hit still costs, and whether
+        # it grows with the context (the load model prices only the uncached tokens).
+        after = {}
+        batch, length = args.prefill_after
+        for cached in args.cached_contexts:
+            dims = (batch, shape.kv_heads, cached + length, shape.head_dim)
+            caches = [
+                (
+                    torch.randn(*dims, device=device, dtype=dtype),
+                    torch.randn(*dims, device=device, dtype=dtype),
+                )
+                for _ in range(shape.layers)
+            ]
+            tokens = torch.randint(0, shape.vocab, (batch, length), device=device)
+            seconds = timed(
+                lambda t=tokens, c=caches: model.prefill_after(t, c), device, args.repeats
+            )
+            after[cached] = batch * length / seconds
+            del caches
+        out["prefill_after"] = after
+
         free = torch.cuda.mem_get_info()[0] if device.type == "cuda" else 1 << 40
         decode: dict[int, list[tuple[int, float]]] = {}
         for context in args.contexts:
@@ -253,6 +301,13 @@ def report(result: dict[str, object], shape: Shape, device_bytes: int) -> list[s
     assert isinstance(prefill, dict)
     for (batch, length), rate in prefill.items():
         lines.append(f"| {batch} x {length} | {rate:,.0f} |")
+    after = result["prefill_after"]
+    assert isinstance(after, dict)
+    lines.append(
+        "\n| cached context tokens | new tokens/s after it | vs no context |\n|---|---|---|"
+    )
+    for cached, rate in after.items():
+        lines.append(f"| {cached} | {rate:,.0f} | {rate / after[min(after)]:.2f} |")
     decode = result["decode"]
     assert isinstance(decode, dict)
     batches = sorted({b for points in decode.values() for b, _ in points})
@@ -286,8 +341,10 @@ def main() -> None:
     if args.tiny:
         args.shapes, args.repeats = ["tiny"], 2
         args.prefill, args.contexts, args.batches = [(2, 64)], [32, 64], [1, 4, 8]
+        args.prefill_after, args.cached_contexts = (2, 16), [0, 64]
     else:
         args.prefill = [(1, 512), (1, 3000), (4, 2048), (1, 8192)]
+        args.prefill_after, args.cached_contexts = (8, 256), [0, 1024, 3072, 8192]
         args.contexts = [512, 2048, 4096]
         args.batches = [1, 16, 64, 128, 256]
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"

@@ -32,3 +32,17 @@ def test_tiny_run_prints_both_tables_and_the_last_line(
     assert "| 2 x 64 |" in out
     assert re.search(r"^\| 32 \| [\d.]+ / [\d.]+ / [\d.]+ \|", out, re.MULTILINE), out
     assert re.search(r"^prefill_tokens_per_s=\d+$", out.strip().splitlines()[-1]), out
+
+
+def test_prefill_after_an_empty_cache_is_the_plain_prefill() -> None:
+    """The cache-hit path computes what the plain causal prefill does (same logits)."""
+    import torch
+
+    torch.manual_seed(0)
+    shape = gpu_step_costs.SHAPES["tiny"]
+    model = gpu_step_costs.Decoder(shape, torch.device("cpu"), torch.float32)
+    tokens = torch.randint(0, shape.vocab, (2, 16))
+    dims = (2, shape.kv_heads, 16, shape.head_dim)
+    caches = [(torch.zeros(dims), torch.zeros(dims)) for _ in range(shape.layers)]
+    with torch.inference_mode():
+        assert torch.allclose(model.prefill(tokens), model.prefill_after(tokens, caches))
