@@ -8,7 +8,8 @@ is cancelled.  Checked at every service call and at the end:
 * C_used + reserved <= B at every instant (and C_used <= B at the end);
 * nothing stays reserved and no virtual visit stays on the tree (m, W, D equal a
   brute-force recomputation) after the search ends, fails or is cancelled;
-* with one in flight (the default) nothing changes: the same tree as before.
+* one in flight is the default (its path is the paper's loop, checked against the plain
+  implementations in tests/search/test_conventions.py).
 """
 
 from __future__ import annotations
@@ -38,15 +39,16 @@ class Arrivals:
         self.p_fail = p_fail
         self.budget_of = budget_of
         self.calls = 0
-        self.peak = 0.0
+        # Recorded, not asserted here: the driver turns any exception a service call
+        # raises into an error node, so an assert inside a call could never fail the test.
+        self.violations: list[str] = []
 
     def check(self) -> None:
         budget: Budget | None = self.budget_of()
-        if budget is not None:
-            held = budget.used + budget.reserved
-            self.peak = max(self.peak, held)
-            assert held <= budget.total + 1e-6, f"C_used {budget.used} + reserved exceeds B"
-            assert budget.reserved >= -1e-9
+        if budget is None:
+            return
+        if budget.used + budget.reserved > budget.total + 1e-6 or budget.reserved < -1e-9:
+            self.violations.append(f"C_used {budget.used} reserved {budget.reserved}")
 
     async def arrive(self) -> None:
         self.calls += 1
@@ -151,6 +153,7 @@ def test_random_arrivals_never_overspend_nor_leave_a_reservation(
             await task
 
     asyncio.run(main())
+    assert not arrivals.violations, arrivals.violations[:3]
     _no_residue(search)
 
 
@@ -198,18 +201,9 @@ def test_a_lying_service_still_ends_with_nothing_reserved() -> None:
 
 
 @pytest.mark.parametrize("algorithm", ["bg_mcts", "mcts"])
-def test_one_in_flight_is_the_default_and_unchanged(algorithm: str) -> None:
+def test_one_in_flight_is_the_default(algorithm: str) -> None:
     default = parse_search_config({"algorithm": algorithm})
     assert default.max_inflight_expansions == 1  # type: ignore[union-attr]
-    explicit = parse_search_config({"algorithm": algorithm, "max_inflight_expansions": 1})
-
-    def tree(config: Any) -> list[dict[str, Any]]:
-        result = asyncio.run(
-            run_search("p", config, ScriptedPolicy(seed=3), ScriptedScorer(seed=3), 3000, 3)
-        )
-        return result.tree.rows()
-
-    assert tree(default) == tree(explicit)
 
 
 def test_reference_conventions_refuse_several_in_flight() -> None:
