@@ -90,7 +90,7 @@ def _simulated_chunk(
     env: dict[str, Any], records: dict[str, Any], tasks: list[Task]
 ) -> tuple[pa.Table, pa.Table]:
     """Worker process: run `tasks` one after another against the simulated env."""
-    from pipeline.records import NO_YIELD, RecordsConfig, grade_result, yield_counts
+    from pipeline.records import NO_YIELD, grade_result, yield_counts
     from search.simulated import SimParams, SimPolicy, SimScorer
 
     params = SimParams(**env["params"])

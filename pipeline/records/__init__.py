@@ -44,8 +44,8 @@ The modules, each importing only those above it:
   `sft`, `dpo`, `step_dpo`, `prm`, `kto`, `tree_nodes`, `errors` (each training module's
   docstring holds its rules);
 * `types` - `SCHEMAS`, the one list of record types, `RECORD_TYPES`, `TRAINING_TYPES`;
-* `yields` - `yield_counts`, a search's data yield (the `trees` and `eval_trees`
-  columns the data-yield tables sum);
+* `yields` - `yield_counts`, a search's data yield (its columns, which `trees` and
+  `eval_trees` share and the data-yield tables sum, live in `schema`);
 * `build` - `records_for`: one result graded and turned into every record type
   (and what decontamination removes).
 

@@ -83,6 +83,27 @@ SPLIT_FIELD = doc_field(
     "train or test: the problem's held-out split (records.test_fraction, hashed on the "
     "problem id; the same in every table)",
 )
+YIELD_COUNTS: tuple[str, ...] = ("correct_trajectories", "dpo_pairs", "step_pairs", "prm_steps")
+NO_YIELD: dict[str, int] = dict.fromkeys(YIELD_COUNTS, 0)
+# the four counts as columns of `trees` and `eval_trees` (the data-yield tables sum them)
+YIELD_FIELDS = [
+    doc_field(
+        "correct_trajectories",
+        pa.int64(),
+        "data yield: distinct correct trajectories that pass the quality gates (no "
+        "per-problem cap)",
+    ),
+    doc_field("dpo_pairs", pa.int64(), "data yield: DPO pairs that pass the quality gates"),
+    doc_field(
+        "step_pairs", pa.int64(), "data yield: step-level (step-DPO) pairs that pass the gates"
+    ),
+    doc_field(
+        "prm_steps",
+        pa.int64(),
+        "data yield: PRM steps with a value known from the answers below them",
+    ),
+]
+
 TRUNCATED_FIELD = doc_field(
     "truncated",
     pa.bool_(),
@@ -180,6 +201,7 @@ __all__ = [
     "MESSAGES_TYPE",
     "MESSAGE_TYPE",
     "METHOD_FIELD",
+    "NO_YIELD",
     "POLICY_MODEL_FIELD",
     "PRM_MODEL_FIELD",
     "PROBLEM_ID_FIELD",
@@ -189,6 +211,8 @@ __all__ = [
     "SPLIT_FIELD",
     "TRACE_POINT",
     "TRUNCATED_FIELD",
+    "YIELD_COUNTS",
+    "YIELD_FIELDS",
     "RecordValidationError",
     "Row",
     "doc_field",

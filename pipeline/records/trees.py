@@ -13,17 +13,18 @@ from pipeline.records.schema import (
     GATE_DROP,
     LABEL_SOURCE_FIELD,
     METHOD_FIELD,
+    NO_YIELD,
     POLICY_MODEL_FIELD,
     PRM_MODEL_FIELD,
     PROBLEM_ID_FIELD,
     RUN_ID_FIELD,
     SPLIT_FIELD,
     TRACE_POINT,
+    YIELD_FIELDS,
     Row,
     doc_field,
     record_schema,
 )
-from pipeline.records.yields import NO_YIELD, YIELD_FIELDS
 from search.protocols import FinishReason
 
 # nodes without a PRM score of their own: left out of `node_scores`

@@ -20,36 +20,13 @@ per 1,000 policy output + PRM input + PRM output tokens).
 
 from __future__ import annotations
 
-import pyarrow as pa  # type: ignore[import-untyped]
-
 from pipeline.records.config import RecordsConfig
 from pipeline.records.dpo import dpo_rows
 from pipeline.records.grading import GradedTree
 from pipeline.records.prm import prm_rows
-from pipeline.records.schema import doc_field
+from pipeline.records.schema import NO_YIELD, YIELD_COUNTS, YIELD_FIELDS
 from pipeline.records.sft import sft_rows
 from pipeline.records.step_dpo import step_dpo_rows
-
-YIELD_COUNTS: tuple[str, ...] = ("correct_trajectories", "dpo_pairs", "step_pairs", "prm_steps")
-NO_YIELD: dict[str, int] = dict.fromkeys(YIELD_COUNTS, 0)
-# the four counts as columns of `trees` and `eval_trees` (the data-yield tables sum them)
-YIELD_FIELDS = [
-    doc_field(
-        "correct_trajectories",
-        pa.int64(),
-        "data yield: distinct correct trajectories that pass the quality gates (no "
-        "per-problem cap)",
-    ),
-    doc_field("dpo_pairs", pa.int64(), "data yield: DPO pairs that pass the quality gates"),
-    doc_field(
-        "step_pairs", pa.int64(), "data yield: step-level (step-DPO) pairs that pass the gates"
-    ),
-    doc_field(
-        "prm_steps",
-        pa.int64(),
-        "data yield: PRM steps with a value known from the answers below them",
-    ),
-]
 
 
 def yield_counts(graded: GradedTree, config: RecordsConfig | None = None) -> dict[str, int]:

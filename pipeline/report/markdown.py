@@ -220,8 +220,12 @@ def report_markdown(
         "## Anytime curves[^redistributed]",
         "Lines: each method's largest-budget runs read at growing budgets (each tree in the "
         "state of its last step within the budget), averaged over problems and seeds, plotted "
-        "at the mean consumed tokens. Dots: each nominal budget's own runs. The last figure: "
-        "the data yield per 1,000 total tokens at each budget.",
+        "at the mean consumed tokens. Dots: each nominal budget's own runs."
+        + (
+            " The last figure: the data yield per 1,000 total tokens at each budget."
+            if "yield" in tables
+            else ""
+        ),
         *(_image(f, f.stem.replace("_", " ")) for f in figures),
     ]
     if tree_pictures:

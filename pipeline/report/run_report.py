@@ -257,9 +257,7 @@ def run_yield(trees: Any) -> Any | None:
     """The data-yield table of a synthesis run (one row per method and budget), or None for a
     run written before the `trees` table had the yield columns."""
     frame = trees.drop_columns(["trace", "node_scores"]).to_pandas()
-    if not len(frame) or not has_yield(frame):
-        return None
-    return yield_table(frame.assign(budget=frame["budget"].astype(float).round()))
+    return yield_table(frame) if has_yield(frame) else None
 
 
 def report_markdown(

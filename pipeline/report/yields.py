@@ -26,6 +26,7 @@ import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
 from pipeline.records import YIELD_COUNTS
 from pipeline.report.curves import _SHAPES, DPI, tokens_label
+from pipeline.report.markdown import _table
 
 YIELD_FIGURE = "yield_vs_budget.png"
 TOKEN_COLUMNS = ("policy_output_tokens", "prm_input_tokens", "prm_output_tokens")
@@ -57,7 +58,7 @@ def yield_table(trees: Any, methods: list[str] | None = None) -> Any:
     trees = trees[trees[list(YIELD_COUNTS)].notna().all(axis=1)]
     frame = trees.assign(
         total_tokens=sum(trees[c].astype("int64") for c in TOKEN_COLUMNS),
-        budget=trees["budget"].astype("int64"),
+        budget=trees["budget"].astype(float).round().astype("int64"),
     )
     sums = {c: (c, "sum") for c in ("policy_output_tokens", "total_tokens", *YIELD_COUNTS)}
     table = (
@@ -107,8 +108,7 @@ def yield_markdown(table: Any) -> str:
         ]
         for _, r in table.iterrows()
     ]
-    lines = [header, [":--"] + ["--:"] * (len(header) - 1), *rows]
-    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+    return _table(header, rows)
 
 
 def plot_yield(table: Any, path: Path) -> Path:

@@ -28,7 +28,12 @@ import logging
 import traceback
 from typing import Any
 
-from actors.admission import AdmissionController, AdmissionGate, LoadTracker
+from actors.admission import (
+    AdmissionController,
+    AdmissionGate,
+    LoadTracker,
+    admitted_per_actor,
+)
 from actors.affinity import tree_affinity
 from actors.progress import Counters, CountingPolicy, CountingScorer, Gauges, Reporter
 from actors.redact import install_log_redaction, redact_text
@@ -109,7 +114,6 @@ class SearchActor:
         self.gate = AdmissionGate(self.run.trees_per_actor)
         self._admitted: asyncio.Lock | None = asyncio.Lock() if self.run.admission else None
         self._steering: asyncio.Task[None] | None = None  # held: the loop keeps weak refs
-        self._steered = False
         # one index per actor (MATH500 + GSM8K test: well under a second to build)
         self.decontaminator = build_decontaminator(self.run.records.decontamination)
         self.models = {
@@ -155,12 +159,11 @@ class SearchActor:
                 return
             from ray import serve
 
-            from actors.admission import admitted_per_actor
-
-            capacities = {
-                role: await serve.get_app_handle(app).capacity.remote()
+            handles = {
+                role: serve.get_app_handle(app)
                 for role, app in (("policy", POLICY_APP), ("scorer", SCORER_APP))
             }
+            capacities = {role: await h.capacity.remote() for role, h in handles.items()}
             prompt = await self.policy.prompt_tokens(problem, "")
             run = self.run
             trees = admitted_per_actor(
@@ -177,34 +180,29 @@ class SearchActor:
             await self.gate.set_target(trees)
             self.gauges.admitted = trees
             controller = AdmissionController(trees, run.trees_per_actor)
-            self._steering = asyncio.ensure_future(self._steer(controller))
+            self._steering = asyncio.ensure_future(self._steer(controller, handles))
             self._admitted = None
 
     def _replicas(self) -> dict[str, int]:
         return {"policy": self.run.policy.num_replicas, "scorer": self.run.scorer.num_replicas}
 
-    async def _steer(self, controller: AdmissionController) -> None:
+    async def _steer(self, controller: AdmissionController, handles: dict[str, Any]) -> None:
         """Every `admission_interval_s`: the deployments' `load()` into the controller,
         its target into the gate (the decisions are `actors.admission`'s).  A deployment
         that does not answer stops the steering: the target stays where it is."""
-        from ray import serve
-
-        handles = {
-            role: serve.get_app_handle(app)
-            for role, app in (("policy", POLICY_APP), ("scorer", SCORER_APP))
-        }
         tracker = LoadTracker()
+        first = True  # the first reading only sets the counters' baseline
         try:
             while True:
                 loads = {role: await h.load.remote() for role, h in handles.items()}
                 reading = tracker.reading(loads, self._replicas())
-                if self._steered:  # the first reading only sets the counters' baseline
+                if not first:
                     target = controller.observe(reading)
                     if target != self.gate.target:
                         log.info("admission: %d trees in flight per actor (%s)", target, reading)
                         await self.gate.set_target(target)
                         self.gauges.admitted = max(self.gauges.admitted, target)
-                self._steered = True
+                first = False
                 await asyncio.sleep(self.run.admission_interval_s)
         except Exception as exc:  # steering is an optimisation: never fail the trees
             log.warning("admission steering stopped, target stays %d: %s", self.gate.target, exc)

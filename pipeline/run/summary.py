@@ -39,8 +39,7 @@ class RunSummary:
     replayed_tokens: int = 0
     wall_time_s: float = 0.0
     # trees one search actor let run at once (trees_per_actor, or the highest target
-    # `admission` set)
-    # and the most it ran at once: known for the invocation that ran them only
+    # `admission` set) and the most it ran at once; known only for the invocation that ran them
     admitted_per_actor: int | None = None
     peak_in_flight_per_actor: int | None = None
     rows: dict[str, int] = field(default_factory=dict)

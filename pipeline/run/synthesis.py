@@ -285,11 +285,10 @@ def _synthesize(
                     summary.skipped += result.skipped
                     if live is not None:
                         live.set_total(live.total - len(errors) - result.skipped)
-            _count_replays(summary, board)
+            _record_board(summary, board)
         finally:
             if live is not None:
                 live.stop()
-            _record_gauges(summary, board)
             ray.kill(board)
     request_log.remove_if_empty(folder.store)
     summary.rows = folder.counts()
@@ -303,19 +302,22 @@ def _synthesize(
     return summary
 
 
-def _count_replays(summary: RunSummary, board: Any) -> None:
-    """What the request logs answered instead of the engines (the board's totals)."""
+def _record_board(summary: RunSummary, board: Any) -> None:
+    """From the board's last snapshot: what the request logs answered instead of the
+    engines, and the trees each actor admitted and ran at once (`actors.progress`)."""
     import ray
 
     try:
-        totals = ray.get(board.snapshot.remote(), timeout=30)
-    except Exception as exc:  # only a count for the summary: never fail a finished run
-        print(f"warning: replay counts unavailable: {redact_text(exc)}", file=sys.stderr)
+        snap = ray.get(board.snapshot.remote(), timeout=30)
+    except Exception as exc:  # only summary numbers: never fail a finished run
+        print(f"warning: board counts unavailable: {redact_text(exc)}", file=sys.stderr)
         return
-    summary.replayed_requests = int(totals.get("replayed_requests", 0))
-    summary.replayed_tokens = int(totals.get("replayed_policy_tokens", 0)) + int(
-        totals.get("replayed_prm_tokens", 0)
+    summary.replayed_requests = int(snap.get("replayed_requests", 0))
+    summary.replayed_tokens = int(snap.get("replayed_policy_tokens", 0)) + int(
+        snap.get("replayed_prm_tokens", 0)
     )
+    summary.admitted_per_actor = int(snap.get("admitted") or 0) or None
+    summary.peak_in_flight_per_actor = int(snap.get("peak_in_flight") or 0) or None
 
 
 def search_stage(problems: Any, config: RunConfig, actor: type, board: str) -> Any:
@@ -348,19 +350,6 @@ def search_stage(problems: Any, config: RunConfig, actor: type, board: str) -> A
         # and retries their tasks without limit (a killed actor's trees are redone), and
         # passing them (as ray_remote_args) is deprecated in Ray 2.60.
     )
-
-
-def _record_gauges(summary: RunSummary, board: Any) -> None:
-    """The trees each actor admitted and ran at once (`actors.progress.Gauges`), from the
-    board's last snapshot; left unknown when the board does not answer."""
-    import ray
-
-    try:
-        snap = ray.get(board.snapshot.remote(), timeout=10)
-    except Exception:  # only a report line: never fail a run that wrote its data
-        return
-    summary.admitted_per_actor = int(snap.get("admitted") or 0) or None
-    summary.peak_in_flight_per_actor = int(snap.get("peak_in_flight") or 0) or None
 
 
 def _summary_fields(summary: RunSummary) -> dict[str, Any]:

@@ -73,7 +73,6 @@ class TreeLog:
         self.config = config
         self.recorded: dict[str, deque[Any]] = {}
         self.bytes = 0  # this tree's log so far, every segment
-        self.new_lines = 0
         self._buffer: list[bytes] = []
         self._file: IO[bytes] | None = None
         self._segment = ""
@@ -91,8 +90,7 @@ class TreeLog:
     def _load(self) -> None:
         names = [n for n in self.store.names() if n.endswith(SUFFIX)]
         found = self.store.read_many([self.store.join(n) for n in names])
-        for name in names:
-            data = found[self.store.join(name)]
+        for data in found.values():  # in the order asked (segment names sort in order)
             self.bytes += len(data)
             for line in data.splitlines():
                 try:
@@ -129,7 +127,6 @@ class TreeLog:
             )
             return
         self.bytes += len(line)
-        self.new_lines += 1
         try:
             if not self.store.remote:
                 self._append(line)
@@ -169,9 +166,6 @@ class TreeLog:
         if self._file is not None:
             self._file.close()
             self._file = None
-        await self.record_flush()
-
-    async def record_flush(self) -> None:
         try:
             await self.flush()
         except Exception as exc:  # as in `record`: never fail the tree
