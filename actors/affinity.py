@@ -14,10 +14,10 @@ call's routing key: the requests of every tree of a bucket share coalesced calls
 all reach one replica.
 
 The bucket reaches Ray Serve as the call's `session_id`; with `affinity: true`
-and more than one replica the deployment routes with Serve's own
-`ConsistentHashRouter` (a consistent-hash ring over the replicas, falling back
-to the next replicas on the ring when the owner rejects a request because its
-queue is full, and rebuilding the ring when a replica dies).
+and more than one replica the deployment routes with `affinity_router`: `even`
+(the default, `actors.routing.EvenBucketRouter`: bucket n -> replica n mod R, the
+next replicas as fallbacks when its queue is full, re-dealt when the replica set
+changes) or `consistent_hash` (Serve's `ConsistentHashRouter`, a hash ring).
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ Requests leave a client coalesced (`actors.coalesce`: one `generate_many` /
 out to its engine at once and streams the results back in groups (whatever has
 finished, so no request waits for a slower neighbour).  With `affinity` and more
 than one replica, the tree of each request (`actors.affinity`) hashes into a
-bucket, the bucket is the call's Serve `session_id` and Serve's consistent-hash
-router keeps a bucket (so each of its trees) on one replica, so a tree's shared
+bucket, the bucket is the call's Serve `session_id` and the deployment's bucket
+router (`actors.routing.EvenBucketRouter` by default) keeps a bucket (so each of its
+trees) on one replica, so a tree's shared
 prefixes hit that replica's prefix cache.
 """
 
@@ -124,8 +125,23 @@ def _replica_id() -> str:
         return ""
 
 
+class _EngineReports:
+    """What both deployments tell admission (`actors.admission`) about their engine."""
+
+    engine: _CountingEngine
+
+    async def capacity(self) -> dict[str, Any]:
+        """The engine's slots, KV tokens and hit rate."""
+        return asdict(engine_capacity(self.engine))
+
+    async def load(self) -> dict[str, Any]:
+        """The engine's batch now and prompt-token counters, and which replica answered
+        (`actors.admission.LoadTracker` steers admission by them at run time)."""
+        return {**asdict(self.engine.load()), "replica": _replica_id()}
+
+
 @serve.deployment
-class PolicyServer:
+class PolicyServer(_EngineReports):
     """The policy LLM behind one Serve deployment (engine chosen in config)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -161,18 +177,9 @@ class PolicyServer:
     async def stats(self) -> dict[str, Any]:
         return {"name": self.policy.name, **self.engine.stats()}
 
-    async def capacity(self) -> dict[str, Any]:
-        """The engine's slots, KV tokens and hit rate (`actors.admission`)."""
-        return asdict(engine_capacity(self.engine._engine))
-
-    async def load(self) -> dict[str, Any]:
-        """The engine's batch now and prompt-token counters, and which replica answered
-        (`actors.admission.LoadTracker` steers admission by them at run time)."""
-        return {**asdict(self.engine.load()), "replica": _replica_id()}
-
 
 @serve.deployment
-class ScorerServer:
+class ScorerServer(_EngineReports):
     """GenPRM (the paper's reward-model protocol) behind one Serve deployment."""
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -208,15 +215,6 @@ class ScorerServer:
 
     async def stats(self) -> dict[str, Any]:
         return {"name": self.scorer.name, **self.engine.stats()}
-
-    async def capacity(self) -> dict[str, Any]:
-        """The engine's slots, KV tokens and hit rate (`actors.admission`)."""
-        return asdict(engine_capacity(self.engine._engine))
-
-    async def load(self) -> dict[str, Any]:
-        """The engine's batch now and prompt-token counters, and which replica answered
-        (`actors.admission.LoadTracker` steers admission by them at run time)."""
-        return {**asdict(self.engine.load()), "replica": _replica_id()}
 
 
 def _bind(deployment: Any, service: ServiceConfig, name: str) -> Any:

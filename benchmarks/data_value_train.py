@@ -124,7 +124,7 @@ def train_sft(
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     return {
         "rows": len(rows),
-        "steps": steps,
+        "steps": int(trainer.state.global_step),  # what ran, not what was asked
         "train_seconds": round(seconds, 1),
         "first_loss": losses[0] if losses else None,
         "last_loss": losses[-1] if losses else None,

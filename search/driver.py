@@ -444,8 +444,7 @@ class _Search:
         """
         limit = getattr(self.config, "max_inflight_expansions", 1)
         budget = self.budget
-        pending: dict[asyncio.Task[float], int] = {}
-        holds: dict[asyncio.Task[float], _Pending] = {}
+        pending: dict[asyncio.Task[float], _Pending] = {}  # in the order sent
         stop_reason, iteration, stalled = "budget_exhausted", 0, 0
         closing = False
         try:
@@ -475,13 +474,12 @@ class _Search:
                     iteration += 1
                     hold = self._hold(plans)  # before the next plan is sized
                     task = asyncio.ensure_future(self._pending_step(iteration, plans, hold))
-                    pending[task] = iteration
-                    holds[task] = hold
+                    pending[task] = hold
                 if not pending:
                     break
                 done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=pending.__getitem__):
-                    del pending[task], holds[task]
+                for task in [t for t in pending if t in done]:  # in the order sent
+                    del pending[task]
                     spent = task.result()  # a BudgetViolation ends the search here
                     stalled = 0 if spent > 0 else stalled + 1
                     if stalled >= self.config.max_stalled_expansions:
@@ -491,7 +489,7 @@ class _Search:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-            for hold in holds.values():  # a task cancelled before it started runs no finally
+            for hold in pending.values():  # a task cancelled before it started runs no finally
                 hold.reservation.close()
                 hold.drop_virtual(self.tree)
         return stop_reason, iteration

@@ -121,7 +121,7 @@ def test_ray_job_submit_to_the_multi_node_cluster_writes_the_run_to_the_bucket(
         assert status == "SUCCEEDED"
         assert logged  # the request logs lived in the bucket while the trees ran
         assert supervisor == {head}  # the job's driver runs on the head
-        assert policy <= gpu and scorer <= gpu and search == cpu
+        assert policy and scorer and policy <= gpu and scorer <= gpu and search == cpu
         folder = RunFolder.open(f"s3://{BUCKET}/runs", "submitted")
         ids = folder.read("trees").column("problem_id").to_pylist()
         assert len(ids) == 8 and set(Counter(ids).values()) == {1}

@@ -81,8 +81,8 @@ class LlamaCppEngine:
 
     def load(self) -> EngineLoad:
         """Slots and the prompt-token counters from llama.cpp's per-request timings; the
-        busy slots are not known without asking the server (None: admission keeps its
-        target rather than guess)."""
+        busy slots are not known without asking the server (None here: the serving
+        replica's `_CountingEngine.load` stands in its count of engine calls in flight)."""
         return EngineLoad(
             max_seqs=self.parallel,
             prompt_tokens=self.prompt_tokens_evaluated + self.prompt_tokens_cached,

@@ -104,7 +104,7 @@ class LoadModelEngine:
         hit = stats.cached_prompt_tokens / stats.prompt_tokens if stats.prompt_tokens else None
         return EngineCapacity(
             max_seqs=self.batcher.curve.max_seqs,
-            kv_tokens=self.batcher.cache.capacity_blocks * self.batcher.cache.block_tokens,
+            kv_tokens=self.batcher.cache.capacity_tokens,
             context_length=self.context_length,
             prefix_hit_rate=hit,
         )

@@ -143,7 +143,8 @@ class VLLMEngine:
     def load(self) -> EngineLoad:
         """Slots and the prompt-token counters of this engine's requests; the scheduler's
         running and waiting queues are internal to vLLM (and move between versions), so
-        they are not reported (None: admission steers by the hit rate only)."""
+        they are not reported (None here: the serving replica's `_CountingEngine.load`
+        stands in its count of engine calls in flight)."""
         return EngineLoad(
             max_seqs=self.capacity().max_seqs,
             prompt_tokens=self.prompt_tokens_seen,

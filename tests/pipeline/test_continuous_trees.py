@@ -14,14 +14,15 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pipeline.config import load_run_config, parse_run_config
+from pipeline.config import RunConfig, load_run_config, parse_run_config
 from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
 from pipeline.store.run_folder import RunFolder
-from tests.tiny_run import REPO, run_config
+from tests.tiny_run import REPO, run_config, tiny_run_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -110,34 +111,47 @@ def test_a_slow_tree_does_not_hold_back_the_others(tmp_path: Path) -> None:
     assert Counter(trees.column("problem_id").to_pylist()) == Counter(f"p{i}" for i in range(6))
 
 
+ADMISSION_BUDGET = 96
+
+
+def _admission_config(tmp_path: Path, problems: int, run_id: str, **extra: Any) -> RunConfig:
+    """`problems` sums on the load model (4 slots per engine), admission on, two
+    expansions of each tree in flight."""
+    rows = [
+        {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)}
+        for i in range(problems)
+    ]
+    engine = {"kind": "load_model", "output_tokens": 8, "max_seqs": 4, "time_scale": 0.5}
+    return parse_run_config(
+        tiny_run_config(
+            tmp_path,
+            rows,
+            budget=ADMISSION_BUDGET,
+            engine=engine,
+            run_id=run_id,
+            admission=True,
+            search={"algorithm": "bg_mcts", "step_max_tokens": 16, "max_inflight_expansions": 2},
+            records={"decontamination": {"enabled": False}},
+            **extra,
+        )
+    )
+
+
 def test_admission_sizes_the_trees_in_flight_from_the_engines(tmp_path: Path) -> None:
     """`admission: true` through real Serve: each actor runs as many trees at once as the
     engines' `capacity()` calls for, not `trees_per_actor` (a cap), with two expansions
     of each tree in flight (the in-flight driver against real deployments)."""
-    rows = [
-        {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(8)
-    ]
-    problems = tmp_path / "problems.jsonl"
-    problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
     # 4 slots per engine; a tree keeps inflight (2) x k (2) sequences in flight, half of
     # its time at each engine: 2 per engine, so ceil(4 / 2) = 2 trees fill the batch.
     # The KV cache (400k tokens by default) holds thousands of these short contexts, so
     # "full", not "warm", decides: 2 trees per actor, well under the cap of 8.
-    engine = {"kind": "load_model", "output_tokens": 8, "max_seqs": 4, "time_scale": 0.5}
-    budget = 96
-    config = parse_run_config(
-        run_config(
-            problems,
-            tmp_path / "out",
-            budget=budget,
-            engine=engine,
-            run_id="admission",
-            trees_per_actor=8,
-            admission=True,
-            admission_interval_s=3600,  # the start only: steering has its own test below
-            search={"algorithm": "bg_mcts", "step_max_tokens": 16, "max_inflight_expansions": 2},
-            records={"decontamination": {"enabled": False}},
-        )
+    budget = ADMISSION_BUDGET
+    config = _admission_config(
+        tmp_path,
+        8,
+        "admission",
+        trees_per_actor=8,
+        admission_interval_s=3600,  # the start only: steering has its own test below
     )
     summary = synthesize(config, progress=None)
     assert summary.errors == 0 and summary.searched == 8
@@ -156,26 +170,9 @@ def test_admission_grows_the_trees_in_flight_while_the_batch_has_room(tmp_path: 
     (the test above), but the engines' `load()` says their 4-slot batches have room most
     of the time (a tree spends much of its life outside the engine: Serve round trips,
     grading), so every `admission_interval_s` the controller adds trees, up to the cap."""
-    rows = [
-        {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(24)
-    ]
-    problems = tmp_path / "problems.jsonl"
-    problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    engine = {"kind": "load_model", "output_tokens": 8, "max_seqs": 4, "time_scale": 0.5}
     cap = 6
-    config = parse_run_config(
-        run_config(
-            problems,
-            tmp_path / "out",
-            budget=96,
-            engine=engine,
-            run_id="steered",
-            trees_per_actor=cap,
-            admission=True,
-            admission_interval_s=0.2,
-            search={"algorithm": "bg_mcts", "step_max_tokens": 16, "max_inflight_expansions": 2},
-            records={"decontamination": {"enabled": False}},
-        )
+    config = _admission_config(
+        tmp_path, 24, "steered", trees_per_actor=cap, admission_interval_s=0.2
     )
     summary = synthesize(config, progress=None)
     assert summary.errors == 0 and summary.searched == 24

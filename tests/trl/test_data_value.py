@@ -41,7 +41,7 @@ def trained(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
             "learning_rate": 5e-5,
             "seed": 0,
             "max_length": 512,
-            "eval_batch_size": 2,  # 3 prompts: one full batch and one padded remainder
+            "eval_batch_size": 2,  # 3 prompts: one full (left-padded) batch and a remainder
             "max_new_tokens": 12,
         },
     }
@@ -82,7 +82,9 @@ def test_base_and_checkpoint_answer_every_held_out_prompt(trained: dict[str, Any
 
 
 def test_greedy_answers_do_not_depend_on_the_batch(trained: dict[str, Any]) -> None:
-    from benchmarks.data_value_train import generate
+    from benchmarks.data_value_train import generate, load_tokenizer
 
-    alone = generate(None, HELD_OUT[2:], batch_size=1, max_new_tokens=12)
-    assert alone == trained["result"]["completions"]["base"][2:]
+    lengths = {len(load_tokenizer().encode(p)) for p in HELD_OUT[:2]}
+    assert len(lengths) == 2  # the two prompts of the first batch differ: one is padded
+    alone = generate(None, HELD_OUT[:2], batch_size=1, max_new_tokens=12)
+    assert alone == trained["result"]["completions"]["base"][:2]
