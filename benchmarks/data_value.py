@@ -51,7 +51,7 @@ from typing import Any
 import yaml
 
 from actors.grading import Verdict, compare_all
-from pipeline.problems.arithmetic import generate
+from pipeline.problems.arithmetic import generate, make_problem
 from search.answers import AnswerExtraction, extract_answer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,7 +88,6 @@ class MethodData:
     """What one method's synthesis run produced and spent."""
 
     method: str
-    run_dir: Path | None
     train_problems: int
     sft_rows: int
     dpo_pairs: int
@@ -105,7 +104,7 @@ def selections(train: int, heldout: int) -> tuple[list[dict[str, Any]], list[dic
     held: list[dict[str, Any]] = []
     index = 0
     while len(held) < heldout:
-        candidate = generate(1, index + 1, max_steps=1)[index]
+        candidate = make_problem(1, index, max_steps=1)
         index += 1
         if candidate["problem"] not in seen:
             held.append(candidate)
@@ -269,7 +268,6 @@ def synthesize(method: str, mode: Mode, work: Path) -> MethodData:
     )
     return MethodData(
         method=method,
-        run_dir=work / "runs" / f"run={config['run_id']}",
         train_problems=len(trees),
         sft_rows=len(sft),
         dpo_pairs=folder.count("dpo"),

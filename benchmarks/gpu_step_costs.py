@@ -224,6 +224,20 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
+def _caches(
+    shape: Shape, batch: int, tokens: int, device: torch.device, dtype: torch.dtype
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Random K and V caches, one pair per layer, of `tokens` tokens per sequence."""
+    dims = (batch, shape.kv_heads, tokens, shape.head_dim)
+    return [
+        (
+            torch.randn(*dims, device=device, dtype=dtype),
+            torch.randn(*dims, device=device, dtype=dtype),
+        )
+        for _ in range(shape.layers)
+    ]
+
+
 def measure(shape: Shape, args: argparse.Namespace, device: torch.device) -> dict[str, object]:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model = Decoder(shape, device, dtype)
@@ -241,14 +255,7 @@ def measure(shape: Shape, args: argparse.Namespace, device: torch.device) -> dic
         after = {}
         batch, length = args.prefill_after
         for cached in args.cached_contexts:
-            dims = (batch, shape.kv_heads, cached + length, shape.head_dim)
-            caches = [
-                (
-                    torch.randn(*dims, device=device, dtype=dtype),
-                    torch.randn(*dims, device=device, dtype=dtype),
-                )
-                for _ in range(shape.layers)
-            ]
+            caches = _caches(shape, batch, cached + length, device, dtype)
             tokens = torch.randint(0, shape.vocab, (batch, length), device=device)
             seconds = timed(
                 lambda t=tokens, c=caches: model.prefill_after(t, c), device, args.repeats
@@ -264,14 +271,7 @@ def measure(shape: Shape, args: argparse.Namespace, device: torch.device) -> dic
                 kv_bytes = batch * context * shape.kv_bytes_per_token
                 if kv_bytes > 0.8 * free:
                     continue  # does not fit beside the weights on this device
-                dims = (batch, shape.kv_heads, context, shape.head_dim)
-                caches = [
-                    (
-                        torch.randn(*dims, device=device, dtype=dtype),
-                        torch.randn(*dims, device=device, dtype=dtype),
-                    )
-                    for _ in range(shape.layers)
-                ]
+                caches = _caches(shape, batch, context, device, dtype)
                 tokens = torch.randint(0, shape.vocab, (batch,), device=device)
                 step = graphed(lambda t=tokens, c=caches: model.decode_step(t, c), device)
                 decode.setdefault(context, []).append((batch, timed(step, device, args.repeats)))
@@ -317,8 +317,10 @@ def report(result: dict[str, object], shape: Shape, device_bytes: int) -> list[s
         + " | fit base ms | fit ms per sequence | tokens/s at the largest batch that fit |"
     )
     lines.append("|---|---|---|---|---|")
+    slopes = []
     for context, points in decode.items():
         base, slope = fit_line(points) if len(points) > 1 else (points[0][1], 0.0)
+        slopes.append((context, slope))
         largest, seconds = points[-1]
         measured = dict(points)
         steps = " / ".join(
@@ -327,6 +329,12 @@ def report(result: dict[str, object], shape: Shape, device_bytes: int) -> list[s
         lines.append(
             f"| {context} | {steps} | {base * 1000:.1f} | {slope * 1000:.3f} "
             f"| {largest / seconds:,.0f} |"
+        )
+    if len(slopes) > 1:  # the per-sequence cost against context: the KV read per token
+        at_zero, per_token = fit_line(slopes)
+        lines.append(
+            f"\nper sequence: {at_zero * 1000:.4f} ms + {per_token * 1e9:.1f} ns per context "
+            f"token ({shape.kv_bytes_per_token / per_token / 1e12:.2f} TB/s of KV reads)"
         )
     return lines
 
@@ -350,7 +358,7 @@ def main() -> None:
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     device_bytes = torch.cuda.get_device_properties(0).total_memory if device.type == "cuda" else 0
     print(f"# torch {torch.__version__} on {name}; load-model H100 assumptions: {ASSUMED}")
-    last: dict[str, float] = {}
+    first_prefill: float | None = None  # the last line: the first shape's best prefill
     for shape_name in args.shapes:
         shape = SHAPES[shape_name]
         started = time.perf_counter()
@@ -359,8 +367,9 @@ def main() -> None:
         print(f"({time.perf_counter() - started:.0f} s)", flush=True)
         prefill = result["prefill"]
         assert isinstance(prefill, dict)
-        last.setdefault("prefill_tokens_per_s", max(prefill.values()))
-    print(f"prefill_tokens_per_s={last['prefill_tokens_per_s']:.0f}")
+        if first_prefill is None:
+            first_prefill = max(prefill.values())
+    print(f"prefill_tokens_per_s={first_prefill:.0f}")
 
 
 if __name__ == "__main__":

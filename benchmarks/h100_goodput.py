@@ -1,9 +1,10 @@
 """Goodput at the shape of a real GPU: `python -m benchmarks.engine_saturation --h100`.
 
-Two load-model engines at their H100 defaults (`actors/engines/load_model.py`: decode
+One load-model engine at its H100 defaults (`actors/engines/load_model.py`: decode
 step 7.4 ms + 0.051 ms per sequence, `max_seqs` 256, prefill 24,000 tokens/s, a
-400,000-token KV cache shared by running sequences and LRU-cached prefixes), one for
-the policy and one for GenPRM, serve BG-MCTS trees of realistic length: problem prompts
+400,000-token KV cache shared by running sequences and LRU-cached prefixes; or the
+GPU-measured curve, `CURVES`) serves both the policy and GenPRM (`Setting.shared`;
+one engine each is the other option) for BG-MCTS trees of realistic length: problem prompts
 of ~300 tokens, steps of 64-512 tokens (drawn per request), B = 10,000 output tokens,
 k = 2, GenPRM analyses of 128-1,024 tokens.  The search core, the real `EnginePolicy`
 and `GenPRMScorer` clients and both engines run on one asyncio loop in this process
@@ -44,7 +45,6 @@ import asyncio
 import itertools
 import resource
 import selectors
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,8 +59,9 @@ H100 = EngineCurve(
     decode_base_s=0.0074, decode_per_seq_s=0.000051, prefill_tokens_per_s=24_000.0, max_seqs=256
 )
 # `--h100-curve measured`: the step costs `benchmarks/gpu_step_costs.py` measured at the
-# torch level on an H200 for the Llama-3.1-8B shape (2026-11-26: base 5.7 ms, 0.0136 ms
-# per sequence plus 33 ns per context token, prefill 37,800 tokens/s), with the decode
+# torch level on an H200 for the Llama-3.1-8B shape (2026-11-26: base 5.7 ms, 0.0138 ms
+# per sequence plus 33 ns per context token, prefill 33,000-38,000 tokens/s by prompt
+# shape, 37,000 taken for the curve), with the decode
 # terms scaled to an H100 SXM by memory bandwidth (4.8 / 3.35 TB/s: decode reads weights
 # and KV) and prefill kept (compute-bound; both chips have the same bf16 peak).  At
 # ShareGPT-like contexts (~500 tokens) it gives 19.3 ms per full-batch step, against the
@@ -230,10 +231,10 @@ async def _run(
         before = _snapshot(engines)
         done_before = finished[0]
         loop = asyncio.get_running_loop()
-        sim0, wall0, cpu0 = loop.time(), time.perf_counter(), _cpu()
+        sim0, cpu0 = loop.time(), _cpu()
         await asyncio.sleep(window_s * time_scale)
         after = _snapshot(engines)
-        sim, wall, cpu = loop.time() - sim0, time.perf_counter() - wall0, _cpu() - cpu0
+        sim, cpu = loop.time() - sim0, _cpu() - cpu0
         sampler.cancel()
     finally:
         stopping[0] = True
@@ -273,8 +274,6 @@ async def _run(
         "max_running": [int(a["max_running"]) for a in after],
         "trees_done": finished[0] - done_before,
         "our_cpu": cpu / window,  # CPU s per simulated engine second
-        "wall_s": wall,
-        "window_s": window,
     }
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -90,14 +89,14 @@ def _committed(run_dir: Path) -> int:
         return 0
 
 
-def _tree_tokens(out: Path, run_id: str) -> tuple[int, list[str], int]:
-    """Engine tokens of the committed trees, their problem ids, and their tree nodes."""
+def _tree_tokens(out: Path, run_id: str) -> tuple[int, list[str]]:
+    """Engine tokens of the committed trees and their problem ids."""
     from pipeline.store.run_folder import RunFolder
 
     folder = RunFolder.open(out, run_id)
     trees = folder.read("trees").to_pylist()
     tokens = sum(int(t["policy_output_tokens"]) + int(t["prm_output_tokens"]) for t in trees)
-    return tokens, [t["problem_id"] for t in trees], folder.count("tree_nodes")
+    return tokens, [t["problem_id"] for t in trees]
 
 
 def _kill_at_half(cluster: Any, config_path: Path, run_dir: Path, problems: int) -> float:
@@ -124,9 +123,8 @@ def _kill_at_half(cluster: Any, config_path: Path, run_dir: Path, problems: int)
         tree_s = time.monotonic() - (first_log or start)
         time.sleep(tree_s / 2)
         cluster.remove(cluster.cpu[0])
-        driver.send_signal(signal.SIGKILL)
     finally:
-        driver.kill()
+        driver.kill()  # SIGKILL: the driver dies with the node, as a lost head would
         driver.wait()
     cluster.add_cpu_node()
     return time.monotonic() - start
@@ -237,7 +235,7 @@ def main() -> None:
             wall = _kill_at_half(cluster, config_path, out / "run=killed", args.problems)
             after_kill = _engine_tokens()
             killed_tokens = _spent(before, after_kill)
-            committed_tokens, committed_ids, _ = _tree_tokens(out, "killed")
+            committed_tokens, committed_ids = _tree_tokens(out, "killed")
             unfinished_spent = killed_tokens - committed_tokens
             logged, logged_nodes = _log_nodes(out / "run=killed")
             for run_id in ("replay", "no-replay"):

@@ -101,8 +101,8 @@ def test_summary_grades_with_math_verify_and_ends_with_the_last_lines() -> None:
         "train": {"bg_mcts": {"rows": 3}},
     }
     data = [
-        MethodData("bg_mcts", None, 4, 3, 2, 1200, 34000, {"a"}),
-        MethodData("repeated_sampling", None, 4, 0, 0, 1190, 9000, {"a"}),
+        MethodData("bg_mcts", 4, 3, 2, 1200, 34000, {"a"}),
+        MethodData("repeated_sampling", 4, 0, 0, 1190, 9000, {"a"}),
     ]
     lines = summarize(
         result, held, data, extraction=AnswerExtraction.LAST_NUMBER, stops=["Problem:"]

@@ -33,7 +33,7 @@ What is modelled (as vLLM and SGLang schedule a GPU):
 
 Not modelled: preemption of running sequences, speculative decoding, prefill cost
 that grows with the cached context it attends to (measured on a GPU: new tokens after 3k
-cached ones run at 0.84 of the flat rate, after 8k at 0.65; `benchmarks/gpu_step_costs.py`).
+cached ones run at 0.84 of the flat rate, after 8k at 0.66; `benchmarks/gpu_step_costs.py`).
 
 The ceiling: a full batch of ``max_seqs`` sequences gives
 ``max_seqs / step_s(max_seqs)`` decode tokens per second, and a request costs the
