@@ -232,6 +232,9 @@ def _synthesize(
     run_id = config.resolved_run_id
     sink = ParquetSink(folder, lease)  # every commit fenced by the lease (`LeaseLost`)
     request_log.clean_done(folder.store, folder.searched_problem_ids)
+    # Logs exist only with replay on, or left by an earlier attempt that had it on: with
+    # neither, a committed tree has no log to clean (no listing per tree on a bucket).
+    logged = config.replay.enabled or bool(folder.store.names(request_log.FOLDER))
     summary = RunSummary(run_id, folder.location)
     write_manifest(config, folder)
     summary.problems = selection
@@ -275,7 +278,8 @@ def _synthesize(
                         # committed: its request log is no longer needed (a failed
                         # search's is kept, so the next attempt replays it)
                         committed = {t["problem_id"] for t in result.records.get("trees", [])}
-                        request_log.clean(folder.store, committed)
+                        if logged:
+                            request_log.clean(folder.store, committed)
                         continue
                     # A tally: source errors to commit once, problems done earlier.
                     errors = result.records.get("errors", [])
