@@ -163,9 +163,19 @@ class SearchActor:
                 role: serve.get_app_handle(app)
                 for role, app in (("policy", POLICY_APP), ("scorer", SCORER_APP))
             }
-            capacities = {role: await h.capacity.remote() for role, h in handles.items()}
-            prompt = await self.policy.prompt_tokens(problem, "")
             run = self.run
+            try:
+                capacities = {role: await h.capacity.remote() for role, h in handles.items()}
+                prompt = await self.policy.prompt_tokens(problem, "")
+            except Exception as exc:  # admission is an optimisation: never fail the trees
+                log.warning(
+                    "admission off, %d trees per actor: capacity unknown: %s",
+                    run.trees_per_actor,
+                    redact_text(exc),
+                )
+                self.gauges.admitted = run.trees_per_actor
+                self._admitted = None  # the gate stays at trees_per_actor
+                return
             trees = admitted_per_actor(
                 capacities=capacities,
                 replicas=self._replicas(),
