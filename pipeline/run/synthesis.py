@@ -294,6 +294,9 @@ def _synthesize(
             if live is not None:
                 live.stop()
             ray.kill(board)
+    # A retried attempt of a tree that another attempt had already committed (Ray Data
+    # redoes a lost actor's tasks) logs after that tree's clean: sweep once at the end.
+    request_log.clean_done(folder.store, folder.searched_problem_ids)
     request_log.remove_if_empty(folder.store)
     summary.rows = folder.counts()
     summary.wall_time_s = time.perf_counter() - start

@@ -190,9 +190,9 @@ def clean(store: Store, problem_ids: Iterable[str]) -> int:
 
 
 def clean_done(store: Store, done: Callable[[], Iterable[str]]) -> int:
-    """At a run's start: delete logs left by trees committed before (a kill between the
-    commit and its clean); `done()` (the committed problem ids) is read only if any
-    tree is still logged."""
+    """At a run's start and end: delete logs of trees already committed (left by a kill
+    between a commit and its clean, or written by a retried attempt of a committed tree);
+    `done()` (the committed problem ids) is read only if any tree is still logged."""
     present = set(store.names(FOLDER))
     if not present:
         return 0
