@@ -39,7 +39,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from benchmarks.procstat import descendants, proc_table
+from benchmarks.support.procstat import descendants, proc_table
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -38,7 +38,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from benchmarks.procstat import descendants, machine_ticks, proc_table
+from benchmarks.support.procstat import descendants, machine_ticks, proc_table
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.run.synthesis import synthesize
 

@@ -3,6 +3,8 @@
     bgmcts synth    --config configs/local.yaml      search, write Parquet (and publish)
     bgmcts publish  --run-dir out/run=local --repo org/name
     bgmcts report   out/run=local                    totals of a run folder, from its Parquet
+    bgmcts check    out/run=local                    every training row checked as a trainer
+                                                     reads it; last line dirty_rows=<int>
     bgmcts nightly  --config configs/nightly.yaml    the next slice of the source, dated output
     bgmcts evaluate --config configs/eval-sim.yaml   methods x budgets x seeds -> report folder
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jobs import evaluate, nightly, publish, synthesize
+from jobs import check, evaluate, nightly, publish, synthesize
 from jobs.exits import OK, add_verbose, guarded
 
 
@@ -59,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("publish", publish, "push a run's records (every type a config) to the Hub"),
         ("nightly", nightly, "nightly slice of the source"),
         ("evaluate", evaluate, "methods x budgets x seeds, with a report"),
+        ("check", check, "check a run's training rows as a trainer reads them (exit 1: dirty)"),
     ):
         sub = commands.add_parser(name, help=help_, description=module.__doc__)
         module.build_parser(sub)

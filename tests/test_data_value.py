@@ -1,8 +1,8 @@
-"""benchmarks/data_value.py, the half that runs in the main venv: the selections, the
-per-method run configs, grading (real math-verify) and the table with its last lines.
+"""benchmarks/data_value/measure.py, the half that runs in the main venv: the selections,
+the per-method run configs, grading (real math-verify) and the table with its last lines.
 
 The TRL half (training and generation) is tested in tests/trl/test_data_value.py; the
-summary here reads a result of the same shape `benchmarks.data_value_train` writes.
+summary here reads a result of the same shape `benchmarks.data_value.train` writes.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.data_value import (
+from benchmarks.data_value.measure import (
     FULL,
     QUICK,
     MethodData,

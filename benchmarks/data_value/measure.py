@@ -15,7 +15,7 @@ SmolLM2-135M-Instruct (configs/local.yaml: llama.cpp policy and GenPRM scorer):
    SFTTrainer - full fine-tune, the same steps and hyper-parameters for every method -
    and answers every held-out problem with base and each checkpoint, greedy, the
    prompt being the training prompt (``records.prompt``: the bare problem, no few-shot
-   scaffold) in SmolLM2's chat template (`benchmarks.data_value_train`, transformers'
+   scaffold) in SmolLM2's chat template (`benchmarks.data_value.train`, transformers'
    own generate: not one of the project's engines);
 4. back here each completion is cut at the policy's stop strings, its answer read
    with the search's ``answer_extraction`` and graded with math-verify
@@ -54,7 +54,7 @@ from actors.grading import Verdict, compare_all
 from pipeline.problems.arithmetic import generate, make_problem
 from search.answers import AnswerExtraction, extract_answer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BASE_CONFIG = REPO / "configs" / "local.yaml"
 DEFAULT_TRL_PYTHON = REPO / ".venv-trl" / "bin" / "python"
 # what a method changes in configs/local.yaml's `search:` (the rest is the same for all)
@@ -290,7 +290,7 @@ def check_trl_python(path: Path) -> None:
 def train_and_answer(
     trl_python: Path, work: Path, trained: Sequence[MethodData], prompts: Sequence[str], mode: Mode
 ) -> dict[str, Any]:
-    """Run `benchmarks.data_value_train` in the TRL venv: train each set, answer `prompts`."""
+    """Run `benchmarks.data_value.train` in the TRL venv: train each set, answer `prompts`."""
     job = {
         "train": {
             d.method: {
@@ -319,7 +319,7 @@ def train_and_answer(
         "TOKENIZERS_PARALLELISM": "false",
     }
     subprocess.run(
-        [str(trl_python), "-m", "benchmarks.data_value_train", str(job_path), str(result_path)],
+        [str(trl_python), "-m", "benchmarks.data_value.train", str(job_path), str(result_path)],
         cwd=REPO,
         env=env,
         check=True,
@@ -331,7 +331,9 @@ def train_and_answer(
 
 # --------------------------------------------------------------------------- main
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.data_value", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--quick", action="store_true", help="16 train / 100 held-out / 20 steps")
     parser.add_argument(
         "--methods", nargs="+", default=["bg_mcts", "repeated_sampling"], choices=sorted(SEARCHES)

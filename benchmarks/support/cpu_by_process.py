@@ -5,7 +5,7 @@ waited-for children of the command (so `time` misses them): this polls `ps` ever
 keeps each descendant's latest CPU time, and at the end prints the sums for the policy
 and scorer Serve replicas (the llama.cpp engines), the search actor, and everything else.
 
-    python3 -m benchmarks.cpu_by_process make synth OUTPUT_ROOT=/tmp/out
+    python3 -m benchmarks.support.cpu_by_process make synth OUTPUT_ROOT=/tmp/out
 
 Resolution: whole seconds (`ps` TIME); a process that ends between two polls loses at most
 its last 2 s.

@@ -1,10 +1,10 @@
 """The training and generation half of `benchmarks.data_value`, run in the TRL venv.
 
-`benchmarks/data_value.py` synthesizes data with the pipeline (main venv: Ray,
+`benchmarks.data_value.measure` synthesizes data with the pipeline (main venv: Ray,
 llama.cpp), then runs this module with the TRL venv's python (``.venv-trl``:
 trl, transformers, datasets, torch CPU, gguf; no Ray, no math-verify):
 
-    python -m benchmarks.data_value_train JOB.json RESULT.json
+    python -m benchmarks.data_value.train JOB.json RESULT.json
 
 JOB.json names the SFT sets to train on and the prompts to answer; RESULT.json gets,
 per model (``base`` and each trained set), the greedy completion of every prompt plus
@@ -205,7 +205,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        print("usage: python -m benchmarks.data_value_train JOB.json RESULT.json", file=sys.stderr)
+        print("usage: python -m benchmarks.data_value.train JOB.json RESULT.json", file=sys.stderr)
         return 2
     job = json.loads(Path(args[0]).read_text())
     Path(args[1]).write_text(json.dumps(run_job(job)) + "\n")

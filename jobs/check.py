@@ -1,0 +1,67 @@
+"""Check every training row of a run as a trainer would read it.
+
+    bgmcts check out/run=local
+    python -m jobs.check s3://bucket/prefix/run=2026-11-26
+
+Reads the run's committed tables and checks each row of sft, dpo, step_dpo, kto and
+prm (`pipeline.report.hygiene`): text after the answer statement, more than one answer
+statement, no answer statement, truncated by the token cap, more than one prompt for a
+problem, a rejected or undesirable text that states the reference, prm steps that do
+not rebuild their trajectory, kto labels against grading.  Prints the run, a table of
+the counts per table and, last, ``dirty_rows=<int>`` (rows with any of them).
+
+Exit status: 0 every row clean; 1 some row is dirty (so a nightly job or CI step that
+runs the check fails on it), or an unexpected error; 2 with one line when the argument
+is no run folder or the run cannot be read (missing, access denied, a broken Parquet
+part).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from jobs.exits import FAILED, OK, add_verbose, guarded
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # A string, not a Path: Path("s3://b/x") would fold the "//" of a bucket URI.
+    parser.add_argument("run_dir", help="a run folder: out/run=<id> or s3://bucket/prefix/run=<id>")
+    parser.add_argument(
+        "--grade-timeout-s",
+        type=float,
+        default=5.0,
+        help="seconds math-verify may take per comparison (a rejected text against the reference)",
+    )
+    add_verbose(parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    return guarded(
+        lambda: _check(args),
+        verbose=args.verbose,
+        # no run folder, a bucket that denies access, a Parquet part pyarrow cannot read
+        # (ArrowInvalid is a ValueError): the run cannot be checked, fix the argument
+        bad_input=(FileNotFoundError, PermissionError, ValueError),
+    )
+
+
+def _check(args: argparse.Namespace) -> int:
+    from pipeline.report.hygiene import hygiene_of_run
+    from pipeline.store.run_folder import RunFolder
+
+    run_folder = RunFolder.at(args.run_dir)
+    report = hygiene_of_run(run_folder, timeout_s=args.grade_timeout_s)
+    print(f"run: {run_folder.location}")
+    print(report.markdown())
+    print(f"dirty_rows={report.dirty_rows}")
+    return OK if report.dirty_rows == 0 else FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""`bgmcts check <run>` as a user runs it: a subprocess on a real run folder.
+
+The run is real SmolLM2-135M trees (`tests/fixtures/smollm2_trees.jsonl`) replayed
+through the records code a pipeline run uses (`records_for`: math-verify grading, every
+record type) into the crash-safe `ParquetSink`; the check reads it back from Parquet.
+A second run adds one batch whose sft row goes on past its answer, as SmolLM2 does
+when nothing cuts it, so the check has something to find.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.records import records_for
+from pipeline.records.replay import search_result
+from pipeline.store.run_folder import RunFolder
+from pipeline.store.sink import ParquetSink
+from search.answers import AnswerExtraction
+
+REPO = Path(__file__).resolve().parents[1]
+TREES = REPO / "tests" / "fixtures" / "smollm2_trees.jsonl"
+# what SmolLM2 writes after its answer when no stop string cuts it
+RUN_ON = "\n\nProblem:\nLeo has 9 cards. He gets 3 more. The answer is 12."
+
+
+def bgmcts_check(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "check", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+async def _records(entry: dict[str, Any], run_id: str) -> dict[str, list[dict[str, Any]]]:
+    tree = entry["tree"]
+    return await records_for(
+        search_result(entry["nodes"], tree),
+        tree["reference"],
+        problem_id=f"smollm2-{tree['problem_id']}",
+        run_id=run_id,
+        policy_model=tree["policy_model"],
+        prm_model=tree["prm_model"],
+        extraction=AnswerExtraction.LAST_NUMBER,
+    )
+
+
+def write_run(output_root: Path, run_id: str, *, run_on: bool) -> Path:
+    """A run of the real trees, one committed batch each; with `run_on`, one more batch
+    holding a copy of the first sft row whose completion goes on past its answer."""
+    entries = [json.loads(line) for line in TREES.read_text(encoding="utf-8").splitlines()]
+    sink = ParquetSink(RunFolder.open(output_root, run_id))
+    batches = [asyncio.run(_records(entry, run_id)) for entry in entries]
+    for records in batches:
+        sink.write_batch(records)
+    if run_on:
+        first = next(records for records in batches if records["sft"])
+        row = copy.deepcopy(first["sft"][0])
+        row["problem_id"] = "run-on"
+        row["completion"][0]["content"] += RUN_ON
+        sink.write_batch({"sft": [row]})
+    return Path(sink.run_dir)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("out")
+    return write_run(root, "clean", run_on=False), write_run(root, "dirty", run_on=True)
+
+
+def table_row(stdout: str, table: str) -> list[str]:
+    """The cells of one table's line of the printed Markdown table."""
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == table:
+            return cells
+    raise AssertionError(f"no {table} line in:\n{stdout}")
+
+
+def test_a_clean_run_exits_0_with_dirty_rows_0_last(runs: tuple[Path, Path]) -> None:
+    clean, _ = runs
+    done = bgmcts_check(str(clean))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"run: {clean}"
+    assert lines[-1] == "dirty_rows=0"
+    for table in ("sft", "dpo", "step_dpo", "kto", "prm"):
+        cells = table_row(done.stdout, table)
+        assert int(cells[1]) > 0, (table, done.stdout)  # rows were read and checked
+        assert cells[-1] == "0"  # dirty
+
+
+def test_a_row_that_runs_on_past_its_answer_exits_1(runs: tuple[Path, Path]) -> None:
+    clean, dirty = runs
+    done = bgmcts_check(str(dirty))
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines()[-1] == "dirty_rows=1"
+    header = table_row(done.stdout, "table")
+    sft = dict(zip(header, table_row(done.stdout, "sft"), strict=True))
+    clean_sft = table_row(bgmcts_check(str(clean)).stdout, "sft")
+    assert int(sft["rows"]) == int(clean_sft[1]) + 1
+    assert (sft["after answer"], sft["many answers"], sft["dirty"]) == ("1", "1", "1")
+
+
+def test_no_run_folder_or_an_unreadable_part_exits_2_with_one_line(
+    runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    clean, _ = runs
+    for missing in (tmp_path / "run=none", tmp_path):  # no such folder; not a run=<id>
+        done = bgmcts_check(str(missing))
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr == f"error: {missing} is not a run folder (expected .../run=<id>)\n"
+    broken = tmp_path / "out" / clean.name
+    broken.parent.mkdir()
+    shutil.copytree(clean, broken)
+    part = sorted((broken / "sft").glob("*.parquet"))[0]
+    part.write_bytes(b"not parquet")
+    done = bgmcts_check(str(broken))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
+    assert "Traceback" not in done.stderr
