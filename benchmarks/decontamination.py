@@ -26,9 +26,10 @@ either counts); the time is CPU time per checked train problem.
 
     .venv/bin/python -m benchmarks.decontamination [--quick] [--per-set 200] [--seed 0]
 
-Prints a Markdown table with a row per rule: the rule before issue 22 (13-grams, half of
-the shorter side's n-grams), the same with 8-grams, the default `DecontaminationConfig`
-without its numbers-insensitive check, and the default; then a last line
+Prints a Markdown table with a row per rule: the earlier default (13-grams, half of the
+shorter side's n-grams, which missed lightly edited copies), the same with 8-grams, the
+default `DecontaminationConfig` without its numbers-insensitive check, and the default;
+then a last line
 ``min_recall=<float>``: the smallest recall over edit kinds of the default rule.
 """
 
@@ -231,7 +232,7 @@ _OLD_TOKEN = re.compile(r"[^\W_]+")
 
 
 class OldRule:
-    """The rule before issue 22: 13-grams of letter/digit runs, half of the shorter side's."""
+    """The earlier default rule: 13-grams of letter/digit runs, half of the shorter side's."""
 
     def __init__(self, benchmarks: Iterable[tuple[str, Iterable[str]]], n: int = 13) -> None:
         self.n = n

@@ -1,6 +1,6 @@
 """Driver memory of a whole synthesis run: does it depend on the source's size?
 
-    python -m benchmarks.driver_memory                  # the issue's run: 1M and 10k rows,
+    python -m benchmarks.driver_memory                  # the logged run: 1M and 10k rows,
                                                         # 10,000 problems each (~40 min on
                                                         # a loaded 2-core machine)
     python -m benchmarks.driver_memory --limit 2000     # what fits in a few minutes

@@ -18,7 +18,7 @@ import time
 from actors.grading import compare, shutdown_pool
 
 ADVERSARIAL = [
-    ("42", "9^{9^{9^{9}}}"),  # the reproduction: a tower of powers
+    ("42", "9^{9^{9^{9}}}"),  # sympy builds billions of digits for it (actors/grading.py)
     ("42", "9^9^9"),
     ("42", "2**3**4**5"),
     ("42", "9^{99999}"),  # a huge exponent

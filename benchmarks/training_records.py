@@ -1,10 +1,10 @@
-"""Numbers behind the training records (issue 11): print them, no assertions.
+"""Numbers behind the training records' rules: print them, no assertions.
 
 1. SFT: the share of correct answered paths that are clean (one answer) versus
    self-correction traces, with `sft.self_correction: include`.
 2. DPO: pair types and shared-prefix lengths of the default rule (`shared_prefix`,
-   prefix pairs dropped) against the rule before issue 11 (`best_vs_worst`, every pair
-   type allowed).
+   prefix pairs dropped) against the rule it replaced (`best_vs_worst`, every pair type
+   allowed: its pairs shared little of their text).
 3. tree_nodes: Parquet bytes per node (pyarrow defaults: snappy, dictionary encoding),
    against the `nodes` record's bytes per row (which repeats every full trajectory).
 4. Decontamination: MATH train (7,500 problems) against MATH500 and GSM8K test with the
