@@ -47,6 +47,7 @@ test-vllm-cpu:
 test-trl:
 	PYTHON=$(PYTHON) scripts/test-trl.sh
 
+# The benchmarks that run in minutes on CPU; benchmarks/README.md lists them all.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.select_backprop
 	$(BIN)/python -m benchmarks.wide_to_deep
