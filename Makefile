@@ -47,7 +47,7 @@ test-vllm-cpu:
 test-trl:
 	PYTHON=$(PYTHON) scripts/test-trl.sh
 
-# The benchmarks that run in minutes on CPU; benchmarks/README.md lists them all.
+# A subset of the benchmarks, all on CPU; benchmarks/README.md lists every one and marks these.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.select_backprop
 	$(BIN)/python -m benchmarks.wide_to_deep

@@ -19,6 +19,8 @@ Per training table (sft, dpo, step_dpo, kto, prm) and per row:
 A row with any of them is *dirty*; `hygiene` counts per table and in all.  It reads
 whatever a run wrote, old schemas included (a table without a column is checked for
 what it has), so the same numbers come out for runs before and after a change.
+
+`bgmcts check <run folder>` (`jobs/check.py`) prints it for a run, ``dirty_rows=<int>`` last.
 """
 
 from __future__ import annotations
