@@ -61,7 +61,7 @@ def _night(args: argparse.Namespace) -> int:
     tonight = night_config(config, night)
     try:
         summary, night = run_night(config, ledger, night, synthesize)
-        tonight = night_config(config, night)  # the slice as admitted (spend envelope)
+        tonight = night_config(config, night)  # the slice as admitted (spend cap)
         summary.render()
         if summary.problems == 0:
             print("source exhausted: no problems left for this slice; nothing to do")

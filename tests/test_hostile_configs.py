@@ -1,6 +1,6 @@
-"""Hostile configs (issue 27, findings 4-6): each is exit 2 and one line naming the file
-and the field, through the real entry points (`jobs.synthesize --dry-run`, `jobs.evaluate`,
-`jobs.nightly`), with real files.
+"""Hostile configs: each is exit 2 and one line naming the file and the field, through the
+real entry points (`jobs.synthesize --dry-run`, `jobs.evaluate`, `jobs.nightly`), with real
+files.  Each once got further, or failed worse:
 
 * a number no record can hold (`budget: 10000000000000000000` passed --dry-run, then
   failed writing the trees row);

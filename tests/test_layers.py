@@ -46,13 +46,13 @@ def test_search_is_free_of_ray() -> None:
 # pipeline/'s own layers, lowest first: a sub-package may import those before it, never one
 # after it.  `errors` and `config` are modules of pipeline/ itself.
 PIPELINE_LAYERS = (
-    "errors",  # the one error type (and its exit code in jobs/exits.py)
+    "errors",  # the input errors: InputError and its kinds (exit status 2 in jobs/exits.py)
     "problems",  # sources, the arithmetic generator, decontamination
     "records",  # one module per record type, the list of record types, grading
     "store",  # filesystems, the run folder, the sink, leases, resume
     "config",  # RunConfig: the whole run's YAML
     "report",  # the run report and the evaluation report code it shares
-    "run",  # one synthesis run: stream, envelope, search actor, progress, nightly
+    "run",  # one synthesis run: stream and its rows, search actor, progress, nightly
     "publish",  # the Hub and the dataset card
     "evaluation",  # the evaluation grid
 )

@@ -1,17 +1,12 @@
-"""Publish a run's Parquet files to a Hugging Face dataset repo.
+"""The dataset repo on the Hugging Face Hub: its layout, its card, and the commit of a run.
 
 One dataset repo holds every run; every record type is a config (`CONFIGS`: the training types
 first, then nodes, trees, tree_nodes, errors). A run's rows are split by problem: each local
-Parquet file ``<run_dir>/<config>/<file>.parquet`` is written to the repo as
+Parquet file ``<run_dir>/<config>/<file>.parquet`` goes up as
 ``data/<config>/run=<run_id>/train-<file>.parquet`` (its rows whose ``split`` column is "train")
-and ``data/<config>/run=<run_id>/test-<file>.parquet`` (its "test" rows); only the non-empty ones
-are uploaded (an empty file goes up as ``train-<file>`` so its config keeps its schema). A file
-all of one split goes up byte for byte; a mixed one is rewritten with the same schema and
-schema metadata.  The split is `pipeline.records.splits.split_of` (a hash of the problem id and
-``records.test_fraction``), so a problem is in one split in every config.  A table without a
-``split`` column (a run written before the split existed) goes up as train: the ``errors`` table
-as it is, any other table with a ``split`` column of "train" appended, so its columns match
-newer runs' and ``datasets`` can read both as one config.
+and ``data/<config>/run=<run_id>/test-<file>.parquet`` (its "test" rows); the run report's
+figures go up under ``reports/run=<run_id>/``.  Which files, and how a local file becomes its
+train and test files, is `pipeline.publish.publish_run`.
 
 The README.md dataset card declares each config present in its YAML header: split ``train``
 globs ``data/<config>/run=*/train-*.parquet`` and split ``test`` globs
@@ -24,30 +19,24 @@ re-published. ``sft`` (else the first training config present) is marked ``defau
 so ``datasets.load_dataset(repo_id)`` returns its train and test splits, and
 ``load_dataset(repo_id, "prm", split="test")`` the held-out prm rows of every published run.
 
-Re-publishing a run replaces that run's files only: one commit deletes ``data/*/run=<run_id>/*``
-and adds the new files (other runs are untouched).
+Re-publishing a run replaces that run's files only: one commit (`commit_run`) deletes
+``data/*/run=<run_id>/*`` and adds the new files (other runs are untouched).
 
-The token is read only from the environment variable ``token_env`` and never written to logs, the
-card, or exception messages. A Hub failure leaves the local Parquet untouched and raises
-:class:`HubPublishError` whose message ends with the shell command that retries the publish.
+The token never reaches logs, the card, or exception messages. A Hub failure raises
+:class:`HubPublishError` whose message ends with the shell command that retries the publish
+(`retry_command`).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 import re
 import shlex
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 import yaml  # type: ignore[import-untyped, unused-ignore]
 from huggingface_hub import (
     CommitOperationAdd,
@@ -60,8 +49,6 @@ from huggingface_hub import (
 from actors.redact import redact_secrets, redact_text, scrub
 from pipeline.records import RECORD_TYPES, TRAINING_TYPES
 from pipeline.records.splits import SPLITS
-from pipeline.store.filesystem import open_store
-from pipeline.store.run_folder import RunFolder
 
 __all__ = [
     "CONFIGS",
@@ -71,14 +58,13 @@ __all__ = [
     "HubPublishError",
     "PublishResult",
     "card_configs",
+    "commit_run",
     "default_config",
-    "publish_run",
-    "redact_secrets",
     "render_card",
+    "report_path",
     "retry_command",
 ]
 
-logger = logging.getLogger(__name__)
 
 # Every record type (pipeline.records.RECORD_TYPES), training data first.
 CONFIGS: tuple[str, ...] = (
@@ -100,15 +86,7 @@ CONFIG_DOCS: Mapping[str, str] = {
 }
 # The column that names a row's split (pipeline.records.splits); `errors` rows have none.
 SPLIT_COLUMN = "split"
-_SPLIT_FIELD = pa.field(
-    SPLIT_COLUMN,
-    pa.string(),
-    nullable=False,
-    metadata={"description": "train (added when published: the run predates the split)"},
-)
 PAPER_TITLE = "Budget-Guided Monte Carlo Tree Search for LLM Data Synthesis (BG-MCTS)"
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_SAMPLE_STR_MAX = 400
 
 
 class HubPublishError(RuntimeError):
@@ -176,73 +154,6 @@ def retry_command(
     if not private:
         parts.append("--public")
     return shlex.join(parts)
-
-
-def _local_files(run_dir: Path, into: Path) -> dict[str, list[Path]]:
-    """Counted parts only: a part without its commit marker belongs to an unfinished batch,
-    and a problem's rows of a superseded lease generation are left out (a part holding
-    some is written filtered under `into`: `RunFolder.counted_files`)."""
-    folder = RunFolder(open_store(Path(run_dir)), run_id=Path(run_dir).name)
-    return {name: folder.counted_files(name, into) for name in CONFIGS}
-
-
-def _truncate(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > _SAMPLE_STR_MAX:
-        return value[:_SAMPLE_STR_MAX] + f"… [{len(value) - _SAMPLE_STR_MAX} more chars]"
-    if isinstance(value, Mapping):
-        return {str(k): _truncate(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_truncate(v) for v in value]
-    return value
-
-
-def _sample_row(files: Sequence[Path]) -> dict[str, Any] | None:
-    for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=1):
-            rows = batch.to_pylist()
-            if rows:
-                row: dict[str, Any] = _truncate(rows[0])
-                return row
-    return None
-
-
-def _split_file(config: str, source: Path, workdir: Path) -> list[tuple[str, Path, int]]:
-    """One local Parquet file as (split, file to upload, rows), non-empty splits only (an
-    empty file is an empty train file).  Raises ValueError on a split value other than
-    train/test."""
-    parquet = pq.ParquetFile(source)
-    rows = parquet.metadata.num_rows
-    if SPLIT_COLUMN not in parquet.schema_arrow.names:  # written before the split existed
-        if config == "errors":
-            return [("train", source, rows)]
-        table = parquet.read()
-        table = table.append_column(_SPLIT_FIELD, pa.array(["train"] * rows, pa.string()))
-        return [("train", _write(table, workdir / config / f"train-{source.name}"), rows)]
-    column = parquet.read(columns=[SPLIT_COLUMN]).column(SPLIT_COLUMN)
-    unknown = set(pc.unique(column).to_pylist()) - set(SPLITS)
-    if unknown:
-        raise ValueError(
-            f"{source}: column {SPLIT_COLUMN!r} holds {sorted(map(repr, unknown))}; "
-            f"expected one of {list(SPLITS)}"
-        )
-    is_test = pc.equal(column, "test")
-    tests = int(pc.sum(is_test).as_py() or 0)
-    if tests == 0:
-        return [("train", source, rows)]
-    if tests == rows:
-        return [("test", source, rows)]
-    table = parquet.read()  # schema and schema metadata come back as written
-    return [
-        (split, _write(part, workdir / config / f"{split}-{source.name}"), part.num_rows)
-        for split, mask in (("train", pc.invert(is_test)), ("test", is_test))
-        if (part := table.filter(mask)).num_rows
-    ]
-
-
-def _write(table: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
-    return path
 
 
 def _repo_file(path: str) -> tuple[str, str, str] | None:
@@ -440,6 +351,7 @@ _IMAGE = re.compile(r"\]\(([\w.-]+\.png)\)")
 
 
 def report_path(run_id: str, name: str) -> str:
+    """Where the run report's file `name` goes in the repo."""
     return f"reports/run={run_id}/{name}"
 
 
@@ -460,107 +372,7 @@ def _run_of(path: str) -> str | None:
     return None
 
 
-def publish_run(
-    local_run_dir: str | Path,
-    repo_id: str,
-    *,
-    run_id: str,
-    token_env: str = "HF_TOKEN",
-    private: bool = True,
-    endpoint: str | None = None,
-    card_info: CardInfo,
-    source_dir: str | Path | None = None,
-) -> PublishResult:
-    """Push ``<run_dir>/<config>/*.parquet`` as run ``run_id`` of dataset repo ``repo_id``,
-    each file as its train and test rows (see the module docstring).
-
-    Raises :class:`HubPublishError` (message includes :func:`retry_command`) on any failure.
-    Local files are only read.  `source_dir`: where the run really lives when
-    `local_run_dir` is a local copy of a bucket's run (the retry command names it).
-    """
-    run_dir = Path(local_run_dir)
-    retry = retry_command(
-        source_dir or run_dir,
-        repo_id,
-        run_id,
-        token_env=token_env,
-        endpoint=endpoint,
-        private=private,
-    )
-
-    def fail(reason: str) -> HubPublishError:
-        return HubPublishError(f"{reason}\nRetry with: {retry}")
-
-    if not _RUN_ID.match(run_id):
-        raise fail(f"Invalid run id {run_id!r}: use letters, digits, '.', '_' or '-'.")
-    if repo_id.count("/") != 1:
-        raise fail(f"Invalid repo id {repo_id!r}: expected '<namespace>/<name>'.")
-    token = os.environ.get(token_env, "").strip()
-    if not token:
-        raise fail(
-            f"No Hugging Face token: set the environment variable {token_env} "
-            "to a token with write access."
-        )
-    secrets = [token]
-
-    with tempfile.TemporaryDirectory(prefix="bgmcts-publish-") as workdir:
-        local = _local_files(run_dir, Path(workdir) / "counted")
-        if not any(local.values()):
-            raise fail(
-                f"No Parquet files under {run_dir}/<{'|'.join(CONFIGS)}>; nothing to publish."
-            )
-        # sft and dpo are always listed (0 rows is news); other configs when the run has them
-        present = [name for name, files in local.items() if files or name in ("sft", "dpo")]
-        # repo path -> local file: each local file as its train and test rows
-        added: dict[str, Path] = {}
-        split_counts: dict[str, dict[str, int]] = {n: dict.fromkeys(SPLITS, 0) for n in present}
-        for name in present:
-            for source in local[name]:
-                try:
-                    pieces = _split_file(name, source, Path(workdir))
-                except ValueError as err:
-                    raise fail(f"Cannot split {name}: {err}") from None
-                for split, upload, rows in pieces:
-                    added[f"data/{name}/run={run_id}/{split}-{source.name}"] = upload
-                    split_counts[name][split] += rows
-        counts = {name: sum(by_split.values()) for name, by_split in split_counts.items()}
-        samples = {
-            name: _sample_row([f for p, f in added.items() if p.startswith(f"data/{name}/")])
-            for name in present
-        }
-        added.update({report_path(run_id, f.name): Path(f) for f in card_info.report_files})
-        info, deleted = _commit(
-            repo_id,
-            run_id,
-            added,
-            card_info,
-            counts=split_counts,
-            samples=samples,
-            api=HfApi(endpoint=endpoint, token=token),
-            private=private,
-            secrets=secrets,
-            fail=fail,
-        )
-
-    logger.info(
-        "published run %s to %s (%s): %s",
-        run_id,
-        repo_id,
-        ", ".join(f"{k}={v['train']}+{v['test']} test" for k, v in split_counts.items()),
-        redact_text(info.commit_url),
-    )
-    return PublishResult(
-        repo_id=repo_id,
-        run_id=run_id,
-        commit_url=redact_text(info.commit_url),  # built from the endpoint (userinfo too)
-        counts=counts,
-        uploaded=sorted(added),
-        deleted=deleted,
-        split_counts=split_counts,
-    )
-
-
-def _commit(
+def commit_run(
     repo_id: str,
     run_id: str,
     added: Mapping[str, Path],
@@ -573,8 +385,9 @@ def _commit(
     secrets: Sequence[str],
     fail: Callable[[str], HubPublishError],
 ) -> tuple[Any, list[str]]:
-    """One commit: delete the run's old files, add `added` and the card; returns the commit
-    info and the deleted paths."""
+    """One commit: delete run `run_id`'s old files, add `added` (repo path -> local file) and
+    the card; returns the commit info and the deleted paths.  Any failure is `fail`'s
+    `HubPublishError`, its message scrubbed of `secrets` and URL credentials."""
     try:
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         existing = api.list_repo_files(repo_id, repo_type="dataset")

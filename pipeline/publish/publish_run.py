@@ -1,22 +1,74 @@
-"""Publishing a finished run folder: the card facts come from its manifest and Parquet.
+"""Publishing a run folder: which files go up, each as its train and test rows, with its card.
 
-Used right after a run (`publish.repo` set in the config) and later, on its own,
-by `python -m jobs.publish --run-dir ...` (the retry command a failed publish prints).
+Two ways in:
+
+* `publish_run_dir` - a finished run folder, local or on a bucket, as it is: its report
+  is rewritten from its Parquet and the card's facts come from its manifest and totals
+  (`card_info`).  Used right after a run (`publish_configured`: `publish.repo` set in the
+  config) and later, on its own, by `python -m jobs.publish --run-dir ...` (the retry
+  command a failed publish prints).
+* `publish_run` - a local run folder with the card's facts given; the step both end in.
+
+Only counted rows go up: a part without its commit marker (an unfinished batch) and a
+problem's rows of a superseded lease generation are left out.  Each local Parquet file goes
+up as its non-empty splits (`pipeline.publish.hub` has the repo layout): byte for byte when
+all its rows are one split, otherwise rewritten with the same schema and schema metadata.
+A table without a ``split`` column (a run written before the split existed) goes up as
+train: the ``errors`` table as it is, any other table with a ``split`` column of "train"
+appended, so its columns match newer runs' and ``datasets`` can read both as one config.
+
+The token is read only from the environment variable ``token_env``.  A Hub failure leaves
+the local Parquet untouched and raises `HubPublishError`, its message ending with the
+command that retries the publish.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
+from huggingface_hub import HfApi
+
+from actors.redact import redact_text
 from pipeline.config import RunConfig
 from pipeline.problems.decontamination import describe_rule
-from pipeline.publish.hub import CardInfo, PublishResult, publish_run
+from pipeline.publish.hub import (
+    CONFIGS,
+    SPLIT_COLUMN,
+    CardInfo,
+    HubPublishError,
+    PublishResult,
+    commit_run,
+    report_path,
+    retry_command,
+)
+from pipeline.records.splits import SPLITS
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD
 from pipeline.run.summary import RunSummary, refresh_run_report
-from pipeline.store.filesystem import is_remote
-from pipeline.store.run_folder import local_run_dir
+from pipeline.store.filesystem import is_remote, open_store
+from pipeline.store.run_folder import RunFolder, local_run_dir
+
+__all__ = ["card_info", "publish_configured", "publish_run", "publish_run_dir"]
+
+logger = logging.getLogger(__name__)
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SAMPLE_STR_MAX = 400  # characters of a string shown in the card's sample rows
+# The column appended to a table written before the split existed.
+_SPLIT_FIELD = pa.field(
+    SPLIT_COLUMN,
+    pa.string(),
+    nullable=False,
+    metadata={"description": "train (added when published: the run predates the split)"},
+)
 
 
 def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path] = ()) -> CardInfo:
@@ -90,3 +142,170 @@ def publish_configured(config: RunConfig, run_dir: Path | str) -> PublishResult:
         private=publish.private,
         endpoint=publish.endpoint,
     )
+
+
+def publish_run(
+    local_run_dir: str | Path,
+    repo_id: str,
+    *,
+    run_id: str,
+    token_env: str = "HF_TOKEN",
+    private: bool = True,
+    endpoint: str | None = None,
+    card_info: CardInfo,
+    source_dir: str | Path | None = None,
+) -> PublishResult:
+    """Push ``<run_dir>/<config>/*.parquet`` as run ``run_id`` of dataset repo ``repo_id``,
+    each file as its train and test rows (see the module docstring).
+
+    Raises :class:`HubPublishError` (message includes :func:`retry_command`) on any failure.
+    Local files are only read.  `source_dir`: where the run really lives when
+    `local_run_dir` is a local copy of a bucket's run (the retry command names it).
+    """
+    run_dir = Path(local_run_dir)
+    retry = retry_command(
+        source_dir or run_dir,
+        repo_id,
+        run_id,
+        token_env=token_env,
+        endpoint=endpoint,
+        private=private,
+    )
+
+    def fail(reason: str) -> HubPublishError:
+        return HubPublishError(f"{reason}\nRetry with: {retry}")
+
+    if not _RUN_ID.match(run_id):
+        raise fail(f"Invalid run id {run_id!r}: use letters, digits, '.', '_' or '-'.")
+    if repo_id.count("/") != 1:
+        raise fail(f"Invalid repo id {repo_id!r}: expected '<namespace>/<name>'.")
+    token = os.environ.get(token_env, "").strip()
+    if not token:
+        raise fail(
+            f"No Hugging Face token: set the environment variable {token_env} "
+            "to a token with write access."
+        )
+    secrets = [token]
+
+    with tempfile.TemporaryDirectory(prefix="bgmcts-publish-") as workdir:
+        local = _local_files(run_dir, Path(workdir) / "counted")
+        if not any(local.values()):
+            raise fail(
+                f"No Parquet files under {run_dir}/<{'|'.join(CONFIGS)}>; nothing to publish."
+            )
+        # sft and dpo are always listed (0 rows is news); other configs when the run has them
+        present = [name for name, files in local.items() if files or name in ("sft", "dpo")]
+        # repo path -> local file: each local file as its train and test rows
+        added: dict[str, Path] = {}
+        split_counts: dict[str, dict[str, int]] = {n: dict.fromkeys(SPLITS, 0) for n in present}
+        for name in present:
+            for source in local[name]:
+                try:
+                    pieces = _split_file(name, source, Path(workdir))
+                except ValueError as err:
+                    raise fail(f"Cannot split {name}: {err}") from None
+                for split, upload, rows in pieces:
+                    added[f"data/{name}/run={run_id}/{split}-{source.name}"] = upload
+                    split_counts[name][split] += rows
+        counts = {name: sum(by_split.values()) for name, by_split in split_counts.items()}
+        samples = {
+            name: _sample_row([f for p, f in added.items() if p.startswith(f"data/{name}/")])
+            for name in present
+        }
+        added.update({report_path(run_id, f.name): Path(f) for f in card_info.report_files})
+        info, deleted = commit_run(
+            repo_id,
+            run_id,
+            added,
+            card_info,
+            counts=split_counts,
+            samples=samples,
+            api=HfApi(endpoint=endpoint, token=token),
+            private=private,
+            secrets=secrets,
+            fail=fail,
+        )
+
+    logger.info(
+        "published run %s to %s (%s): %s",
+        run_id,
+        repo_id,
+        ", ".join(f"{k}={v['train']}+{v['test']} test" for k, v in split_counts.items()),
+        redact_text(info.commit_url),
+    )
+    return PublishResult(
+        repo_id=repo_id,
+        run_id=run_id,
+        commit_url=redact_text(info.commit_url),  # built from the endpoint (userinfo too)
+        counts=counts,
+        uploaded=sorted(added),
+        deleted=deleted,
+        split_counts=split_counts,
+    )
+
+
+def _local_files(run_dir: Path, into: Path) -> dict[str, list[Path]]:
+    """Counted parts only: a part without its commit marker belongs to an unfinished batch,
+    and a problem's rows of a superseded lease generation are left out (a part holding
+    some is written filtered under `into`: `RunFolder.counted_files`)."""
+    folder = RunFolder(open_store(Path(run_dir)), run_id=Path(run_dir).name)
+    return {name: folder.counted_files(name, into) for name in CONFIGS}
+
+
+def _split_file(config: str, source: Path, workdir: Path) -> list[tuple[str, Path, int]]:
+    """One local Parquet file as (split, file to upload, rows), non-empty splits only (an
+    empty file is an empty train file).  Raises ValueError on a split value other than
+    train/test."""
+    parquet = pq.ParquetFile(source)
+    rows = parquet.metadata.num_rows
+    if SPLIT_COLUMN not in parquet.schema_arrow.names:  # written before the split existed
+        if config == "errors":
+            return [("train", source, rows)]
+        table = parquet.read()
+        table = table.append_column(_SPLIT_FIELD, pa.array(["train"] * rows, pa.string()))
+        return [("train", _write(table, workdir / config / f"train-{source.name}"), rows)]
+    column = parquet.read(columns=[SPLIT_COLUMN]).column(SPLIT_COLUMN)
+    unknown = set(pc.unique(column).to_pylist()) - set(SPLITS)
+    if unknown:
+        raise ValueError(
+            f"{source}: column {SPLIT_COLUMN!r} holds {sorted(map(repr, unknown))}; "
+            f"expected one of {list(SPLITS)}"
+        )
+    is_test = pc.equal(column, "test")
+    tests = int(pc.sum(is_test).as_py() or 0)
+    if tests == 0:
+        return [("train", source, rows)]
+    if tests == rows:
+        return [("test", source, rows)]
+    table = parquet.read()  # schema and schema metadata come back as written
+    return [
+        (split, _write(part, workdir / config / f"{split}-{source.name}"), part.num_rows)
+        for split, mask in (("train", pc.invert(is_test)), ("test", is_test))
+        if (part := table.filter(mask)).num_rows
+    ]
+
+
+def _write(table: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def _truncate(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > _SAMPLE_STR_MAX:
+        return value[:_SAMPLE_STR_MAX] + f"… [{len(value) - _SAMPLE_STR_MAX} more chars]"
+    if isinstance(value, Mapping):
+        return {str(k): _truncate(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_truncate(v) for v in value]
+    return value
+
+
+def _sample_row(files: Sequence[Path]) -> dict[str, Any] | None:
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=1):
+            rows = batch.to_pylist()
+            if rows:
+                row: dict[str, Any] = _truncate(rows[0])
+                return row
+    return None

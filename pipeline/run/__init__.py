@@ -1,1 +1,11 @@
-"""One synthesis run: the problem stream, the search actor, cluster start, progress, nightly."""
+"""One synthesis run on Ray, and the nightly runs built on it.
+
+* `synthesis` - wires a run: source -> Ray Data -> search actors -> the run folder's sink;
+* `stream` - the problems as a Ray Data stream (read task, resume filter);
+  `stream_rows` - the rows that stream carries, declared once;
+* `search_actor` - the Ray Data actor that searches many trees at once and grades them;
+* `cluster` - joining or starting the Ray cluster;
+* `live` - the live progress display; `summary` - the final totals of a run;
+* `plan` - what a run would do (`--dry-run`), without Ray;
+* `nightly` - the nightly ledger: each date's slice of the source, and its spend cap.
+"""

@@ -6,10 +6,10 @@ elsewhere (``ray job logs``, cron mail, a file) it prints one plain line every
 `every_s` seconds and a last one at the end.  What it shows:
 
     trees done / in flight / total | nodes expanded | policy tok/s | PRM tok/s
-    | answered nodes (correct) | budget spent / envelope | elapsed | ETA
+    | answered nodes (correct) | budget spent / budget total | elapsed | ETA
 
 Token rates are over the last 10 s.  The ETA is budget-based: a tree search spends its
-whole budget B, so the work left is the envelope (problems x B) minus what was spent,
+whole budget B, so the work left is the budget total (problems x B) minus what was spent,
 at the rate spent so far.  Correct nodes are known when a tree has been graded.
 """
 
@@ -46,19 +46,20 @@ class View:
     policy_tok_s: float
     prm_tok_s: float
     spent: float
-    envelope: float
+    budget_total: float  # problems x B: the most the trees can spend
     elapsed_s: float
     eta_s: float | None
 
     def line(self) -> str:
         eta = "-" if self.eta_s is None else _duration(self.eta_s)
-        share = f" ({self.spent / self.envelope:.0%})" if self.envelope else ""
+        share = f" ({self.spent / self.budget_total:.0%})" if self.budget_total else ""
+        budget = f"{self.spent:,.0f}/{self.budget_total:,.0f}{share}"
         return (
             f"trees {self.done}/{self.total} done, {self.in_flight} in flight"
             f"{f', {self.errors} failed' if self.errors else ''} | "
             f"nodes {self.nodes} | policy {self.policy_tok_s:.1f} tok/s | "
             f"PRM {self.prm_tok_s:.1f} tok/s | answered {self.answered} "
-            f"(correct {self.correct}) | budget {self.spent:,.0f}/{self.envelope:,.0f}{share} | "
+            f"(correct {self.correct}) | budget {budget} | "
             f"elapsed {_duration(self.elapsed_s)} | ETA {eta}"
         )
 
@@ -74,8 +75,8 @@ class View:
         table.add_row("nodes expanded", str(self.nodes))
         table.add_row("tokens/s", f"policy {self.policy_tok_s:.1f}, PRM {self.prm_tok_s:.1f}")
         table.add_row("answered nodes", f"{self.answered} (correct {self.correct})")
-        share = f" ({self.spent / self.envelope:.0%})" if self.envelope else ""
-        table.add_row("budget spent", f"{self.spent:,.0f} of {self.envelope:,.0f}{share}")
+        share = f" ({self.spent / self.budget_total:.0%})" if self.budget_total else ""
+        table.add_row("budget spent", f"{self.spent:,.0f} of {self.budget_total:,.0f}{share}")
         eta = "-" if self.eta_s is None else _duration(self.eta_s)
         table.add_row("elapsed / ETA", f"{_duration(self.elapsed_s)} / {eta}")
         return table
@@ -122,7 +123,7 @@ class LiveProgress:
         self.fetch = fetch
         self.total = total
         self.budget = budget
-        self.envelope = total * budget
+        self.budget_total = total * budget
         self.file = file or sys.stderr
         self.every_s = every_s
         self.poll_s = poll_s
@@ -138,7 +139,7 @@ class LiveProgress:
         """The trees this invocation will search, once the stream has said how many of
         the selection were done already or bad rows."""
         self.total = max(0, total)
-        self.envelope = self.total * self.budget
+        self.budget_total = self.total * self.budget
 
     def view(self, snap: Snapshot, now: float | None = None) -> View:
         now = time.perf_counter() if now is None else now
@@ -157,7 +158,7 @@ class LiveProgress:
         if done >= self.total:
             eta = 0.0
         elif spent > 0:
-            eta = elapsed * max(self.envelope - spent, 0.0) / spent
+            eta = elapsed * max(self.budget_total - spent, 0.0) / spent
         return View(
             total=self.total,
             done=done,
@@ -169,7 +170,7 @@ class LiveProgress:
             policy_tok_s=(policy - policy0) / span if span > 0 else 0.0,
             prm_tok_s=(prm - prm0) / span if span > 0 else 0.0,
             spent=spent,
-            envelope=self.envelope,
+            budget_total=self.budget_total,
             elapsed_s=elapsed,
             eta_s=eta,
         )

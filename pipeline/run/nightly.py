@@ -7,10 +7,10 @@ whether it finished, so
 * rerunning a date (after a crash) gets the same slice and run id, and the
   sink's resume skips what was already written;
 * unfinished earlier nights are reported with the command that resumes them;
-* with `nightly.budget_per_night` (a spend envelope in cost units) a night admits
-  problems only while the problems it has started cannot exceed the envelope: each
+* with `nightly.budget_per_night` (a spend cap in cost units) a night admits
+  problems only while the problems it has started cannot exceed the cap: each
   may spend up to B (a search never exceeds its budget), so it admits
-  floor((envelope - spent) / B) more, runs them to the end (no search is ever cut),
+  floor((cap - spent) / B) more, runs them to the end (no search is ever cut),
   then tops up with what early-stopped searches left unspent.  The slice recorded in
   the ledger is what the night admitted, so the next night continues right after it,
   and the night's spend is recorded too.
@@ -50,7 +50,9 @@ from pipeline.run.summary import RunSummary
 from pipeline.store.filesystem import open_store
 
 FOLDER = "nightly-ledger"
-LEGACY_LEDGER = "nightly-ledger.json"  # one file, rewritten whole (versions before issue 27)
+# The ledger of earlier versions: one file listing every night, rewritten whole on each
+# save (so two overlapping nights could erase each other's entries); local roots only.
+LEGACY_LEDGER = "nightly-ledger.json"
 Status = Literal["running", "done", "failed"]
 
 
@@ -207,21 +209,22 @@ def night_config(config: RunConfig, night: NightSlice) -> RunConfig:
     return config.model_copy(update=update)
 
 
-def admissible(envelope: float, spent: float, budget: float) -> int:
-    """Problems that may still start: each can spend up to `budget` (never more)."""
-    return max(0, math.floor((envelope - spent) / budget + 1e-9))
+def admissible(spend_cap: float, spent: float, budget: float) -> int:
+    """Problems that may still start under `spend_cap`: each can spend up to `budget`
+    (never more)."""
+    return max(0, math.floor((spend_cap - spent) / budget + 1e-9))
 
 
 def plan_night(config: RunConfig, date: dt.date) -> tuple[Ledger, NightSlice]:
     ledger = Ledger(config.output_root)
     day = date.isoformat()
-    envelope = config.nightly.budget_per_night
+    spend_cap = config.nightly.budget_per_night
     night = ledger.plan(
         day,
         run_id=f"{config.nightly.run_id_prefix}{day}",
         base_skip=config.source.skip,
         per_night=config.nightly.problems_per_night,
-        first_limit=None if envelope is None else admissible(envelope, 0.0, config.budget),
+        first_limit=None if spend_cap is None else admissible(spend_cap, 0.0, config.budget),
     )
     return ledger, night
 
@@ -240,21 +243,22 @@ def run_night(
     night: NightSlice,
     synthesize: Callable[[RunConfig], RunSummary],
 ) -> tuple[RunSummary, NightSlice]:
-    """Run one night's slice, within `nightly.budget_per_night` when it is set.
+    """Run one night's slice, within its spend cap (`nightly.budget_per_night`) when set.
 
     Returns the last invocation's summary and the slice as finally admitted.
     """
-    envelope = config.nightly.budget_per_night
+    spend_cap = config.nightly.budget_per_night
     summary = synthesize(night_config(config, night))
-    if envelope is None:
+    if spend_cap is None:
         return summary, night
     while True:
         spent = run_spent(config, night.run_id)
-        ledger.mark(night.date, "running", spent=spent, envelope=envelope)
+        # "envelope" is the ledger's key for the spend cap: every ledger written so far has it.
+        ledger.mark(night.date, "running", spent=spent, envelope=spend_cap)
         # Top up only the last night: a later night already starts after this slice.
         last = ledger.nights[-1]["date"] == night.date
         room = config.nightly.problems_per_night - night.limit
-        more = min(room, admissible(envelope, spent, config.budget)) if last else 0
+        more = min(room, admissible(spend_cap, spent, config.budget)) if last else 0
         if more <= 0 or summary.problems < night.limit:  # nothing left, or source exhausted
             return summary, night
         if not ledger.extend(night.date, night.limit + more):  # a later night came first

@@ -40,7 +40,7 @@ class RunPlan:
     sample: tuple[str, ...]  # the first problems to do, shortened
 
     @property
-    def envelope(self) -> int:
+    def budget_total(self) -> int:
         """Worst-case cost units of this invocation: problems x B (searches never exceed B)."""
         return self.todo * self.budget
 
@@ -88,8 +88,8 @@ def render_plan(plan: RunPlan, file: TextIO | None = None) -> None:
     table.add_row("problems to search", str(plan.todo))
     table.add_row("bad source rows (become errors rows)", str(plan.bad_rows))
     table.add_row(
-        "token envelope",
-        f"{plan.envelope:,} cost units at most ({plan.todo} problems x B={plan.budget:,})",
+        "budget total",
+        f"{plan.budget_total:,} cost units at most ({plan.todo} problems x B={plan.budget:,})",
     )
     table.add_row("search", plan.algorithm)
     table.add_row("policy engine", plan.policy)

@@ -4,10 +4,9 @@ It lives in `pipeline/` (not `actors/`) because it builds records with `pipeline
 and reads the run config: the layers import one way, jobs -> pipeline -> actors -> search.
 
 Ray Data calls it once per problem (a batch of one row) with up to `trees_per_actor`
-calls running at once (`pipeline.run.synthesis`).  The stream's envelope
-(`pipeline.run.envelope.map_problems`) hands it `Problem`s only and passes any other row
-(a "tally" of source errors and skipped problems) through to the driver.  Every call's
-search runs on the actor's one
+calls running at once (`pipeline.run.synthesis`).  `pipeline.run.stream_rows.map_problems`
+hands it `Problem`s only and passes any other stream row (a "tally" of source errors and
+skipped problems) through to the driver.  Every call's search runs on the actor's one
 event loop against the *shared* policy and scorer deployments, and returns that tree's
 records the moment it is graded, so the driver commits it while the other trees go on.
 A problem that fails becomes an `errors` record; it never fails the call.
@@ -49,7 +48,7 @@ from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
 from pipeline.config import RunConfig
 from pipeline.problems.decontamination import build_decontaminator
 from pipeline.records import error_row, records_for
-from pipeline.run.envelope import Problem, Records, map_problems
+from pipeline.run.stream_rows import Problem, Records, map_problems
 from pipeline.store.request_log import TreeLog
 from pipeline.store.run_folder import RunFolder
 from search import derive_seed, run_search

@@ -17,7 +17,7 @@ duplicate ids, filters and the seeded shuffle + skip/limit slice must give exact
 records `load_records` gives (stable problem ids, nightly slices).  The read task runs
 the same per-row code as `load_records` (`pipeline.problems.sources`), in a worker.
 
-The rows themselves are declared in `pipeline.run.envelope`: source rows out of the read
+The rows themselves are declared in `pipeline.run.stream_rows`: source rows out of the read
 task, "problem" and "tally" rows out of the resume filter (a tally holds an input batch's
 new source errors and counts its already-done records).  The driver counts and commits
 from what arrives, so it never holds the selection.
@@ -44,7 +44,7 @@ from pipeline.problems.sources import (
     iter_records,
 )
 from pipeline.records import error_row
-from pipeline.run.envelope import (
+from pipeline.run.stream_rows import (
     SOURCE_SCHEMA,
     problem_row,
     source_error,

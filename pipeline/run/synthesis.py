@@ -6,7 +6,7 @@
          (one problem per call, trees_per_actor calls running at once in each actor)
       -> each finished tree committed to the run folder's sink as it streams in
 
-The rows between the stages are declared in `pipeline.run.envelope`; the run folder
+The rows between the stages are declared in `pipeline.run.stream_rows`; the run folder
 (`pipeline.store.run_folder.RunFolder`) is opened once here and handed on.
 
 The driver never holds the selection: it checks the source config and counts the
@@ -33,8 +33,8 @@ from pipeline.errors import EmptySelection, OutputFullError, OutputLocationError
 from pipeline.problems.sources import check_source
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
 from pipeline.run.cluster import on_head_node, quiet_ray, start_ray
-from pipeline.run.envelope import results_of
 from pipeline.run.live import LiveProgress
+from pipeline.run.stream_rows import results_of
 from pipeline.run.summary import RunSummary
 from pipeline.store import request_log
 from pipeline.store.filesystem import (

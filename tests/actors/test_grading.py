@@ -93,7 +93,7 @@ async def test_every_math500_answer_passes_the_filter_and_matches_its_boxed_form
 
 
 async def test_majority_grading_of_slow_answers_ends_within_one_limit() -> None:
-    """Issue 27: a tree without a reference whose distinct answers sympy cannot compare was
+    """A tree without a reference whose distinct answers sympy cannot compare was once
     graded pair after pair (one limit per pair: 15 limits for 6 answers); now every
     comparison is scheduled at once and the batch shares one limit (plus the pool-start
     margin), like the reference path."""

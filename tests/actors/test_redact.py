@@ -1,5 +1,6 @@
 """`actors.redact`: the one function that removes credentials from text, and the log
-record factory that applies it to every log line of a process (issue 27, finding 9).
+record factory that applies it to every log line of a process (a credential in a config URL
+must reach no log line, error row or file).
 
 The end-to-end check (a real run's stdout, stderr, run folder and Ray session logs) is
 tests/pipeline/test_redaction.py; these pin the forms and the log paths one by one.

@@ -11,8 +11,9 @@ time*, and another test module may have imported them already. So:
   ``HUGGINGFACE_CO_URL_TEMPLATE`` (``hf_hub_url`` rewrites URLs only when they start with
   ``constants.ENDPOINT``), ``datasets.config.HF_ENDPOINT`` and ``HUB_DATASETS_URL`` (every
   ``HfApi``/``HfFileSystem`` that ``datasets`` builds passes ``endpoint=config.HF_ENDPOINT``,
-  read per call), plus offline/XET flags and cache dirs. ``pipeline.publish.hub.publish_run`` itself
-  needs none of this: it takes ``endpoint=`` and builds ``HfApi(endpoint=...)``.
+  read per call), plus offline/XET flags and cache dirs.
+  ``pipeline.publish.publish_run.publish_run`` itself needs none of this: it takes
+  ``endpoint=`` and builds ``HfApi(endpoint=...)``.
 """
 
 from __future__ import annotations

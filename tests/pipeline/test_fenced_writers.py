@@ -1,5 +1,5 @@
-"""Fenced writers (issue 27, finding 2): a lease holder that stalls past its TTL and is
-overtaken neither commits again nor doubles a problem.
+"""Fenced writers: a lease holder that stalls past its TTL and is overtaken neither
+commits again nor doubles a problem.
 
 Everything runs on a real S3 HTTP API (moto's server mode, tests/s3_server.py) or a real
 local folder.  The stall is simulated deterministically rather than with SIGSTOP: the
@@ -174,7 +174,7 @@ def test_a_stalled_holder_overtaken_on_a_bucket_stops_and_every_problem_counts_o
     assert Done.read(fresh).searched == frozenset(PROBLEMS)
     todo, errors = pending(load_problems(JsonlSource(path=problems, columns=COLUMNS)), fresh)
     assert (todo, errors) == ([], [])
-    # run_spent (the nightly envelope): each tree's spend once
+    # run_spent (what the nightly spend cap counts): each tree's spend once
     config = yaml.safe_load(config_path.read_text())
     from pipeline.config import parse_run_config
 

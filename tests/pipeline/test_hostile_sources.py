@@ -1,4 +1,4 @@
-"""Hostile source rows (issue 27, finding 3): each is one error row, never a failed read.
+"""Hostile source rows (built to crash a parser): each is one error row, never a failed read.
 
 A JSONL line of 100,000 nested arrays (json raises RecursionError), a line whose id is a
 5,000-digit integer (Python's int-to-str limit raises ValueError), nesting that parses

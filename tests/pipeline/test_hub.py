@@ -1,4 +1,4 @@
-"""pipeline.publish.hub.publish_run against a local Hub server (tests/hub_server.py).
+"""pipeline.publish.publish_run.publish_run against a local Hub server (tests/hub_server.py).
 
 The round trip uses the real huggingface_hub upload path (preupload, LFS batch + PUT, commit)
 and the real ``datasets.load_dataset`` reading the Parquet back through the card's configs:
@@ -26,9 +26,9 @@ from pipeline.publish.hub import (
     CardInfo,
     HubPublishError,
     card_configs,
-    publish_run,
     retry_command,
 )
+from pipeline.publish.publish_run import publish_run
 from pipeline.records.splits import split_of
 from tests.hub_server import HubServer
 

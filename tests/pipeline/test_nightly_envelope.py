@@ -1,4 +1,4 @@
-"""`nightly.budget_per_night`: a spend envelope that stops admitting problems, never cuts one.
+"""`nightly.budget_per_night`: a spend cap that stops admitting problems, never cuts one.
 
 The end-to-end test runs `jobs.nightly` on a real local Ray cluster with the model-free
 `sleep` engine (every search spends its whole budget B, so the arithmetic is exact); the
@@ -31,7 +31,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
-def _config(root: Path, problems: Path, envelope: float, per_night: int = 3) -> dict[str, Any]:
+def _config(root: Path, problems: Path, spend_cap: float, per_night: int = 3) -> dict[str, Any]:
     return run_config(
         problems,
         root,
@@ -40,7 +40,7 @@ def _config(root: Path, problems: Path, envelope: float, per_night: int = 3) -> 
         nightly={
             "problems_per_night": per_night,
             "run_id_prefix": "n-",
-            "budget_per_night": envelope,
+            "budget_per_night": spend_cap,
         },
         ray_num_cpus=2,
     )
@@ -130,7 +130,7 @@ def _tree(problem_id: str, night: RunConfig, c_used: float) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_envelope_stops_the_night_at_the_right_problem_and_the_next_night_resumes(
+def test_spend_cap_stops_the_night_at_the_right_problem_and_the_next_night_resumes(
     tmp_path: Path,
 ) -> None:
     import ray
@@ -138,7 +138,7 @@ def test_envelope_stops_the_night_at_the_right_problem_and_the_next_night_resume
 
     from jobs.nightly import main
 
-    config = _config(tmp_path / "out", _problems(tmp_path, 5), envelope=450)
+    config = _config(tmp_path / "out", _problems(tmp_path, 5), spend_cap=450)
     path = tmp_path / "nightly.yaml"
     path.write_text(yaml.safe_dump(config))
 

@@ -1,4 +1,4 @@
-"""No credential from a config URL in any output of a real run (issue 27, finding 9).
+"""No credential from a config URL in any output of a real run: logs, files, the Hub.
 
 The whole job runs as `python -m jobs.synthesize` on a local Ray cluster of its own:
 

@@ -1,5 +1,5 @@
-"""Issue 14 without a cluster: resume keys, failed searches, the breaker, the lease, exit
-codes, publishing.  Each test failed on the code before the issue (see the closing note)."""
+"""A run neither loses, doubles nor misreports work, checked without a cluster: resume keys,
+failed searches, the breaker, the lease, exit codes, publishing."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _jsonl(path: Path, rows: list[Any]) -> Path:
     return path
 
 
-# ------------------------------------------------------------------ resume keys (finding 4)
+# ------------------------------------------------------------------ resume keys
 def test_a_duplicates_error_row_never_marks_the_kept_problem_done(tmp_path: Path) -> None:
     source = _jsonl(
         tmp_path / "p.jsonl",
@@ -73,7 +73,7 @@ def test_a_failed_search_is_retried_by_the_next_run(tmp_path: Path) -> None:
     assert [p["problem_id"] for p in todo] == ["a"]
 
 
-# ------------------------------------------------------------------ failed searches (finding 2)
+# ------------------------------------------------------------------ failed searches
 async def _search(policy: ScriptedPolicy) -> Any:
     config = parse_search_config({"algorithm": "bg_mcts"})
     return await run_search("q?", config, policy, ScriptedScorer(seed=0), 2000, 0)
@@ -110,7 +110,7 @@ def test_the_breaker_opens_after_n_failed_requests_in_a_row() -> None:
     assert "3 policy requests failed in a row" in breaker.message
 
 
-# ------------------------------------------------------------------ one writer (finding 3)
+# ------------------------------------------------------------------ one writer
 _HOLD = "import sys, time; from pipeline.store.lease import RunLease; "
 _HOLD += "RunLease(sys.argv[1]).acquire(); "
 _HOLD += "print('held', flush=True); time.sleep(120)"
@@ -151,7 +151,7 @@ def test_a_second_writer_refuses_naming_the_holder_and_a_dead_holders_lease_is_t
         assert json.loads((run_dir / "_lease.json").read_text())["pid"] == os.getpid()
 
 
-# ------------------------------------------------------------------ exit codes (finding 6)
+# ------------------------------------------------------------------ exit codes
 @pytest.mark.parametrize(
     ("change", "names"),
     [
@@ -207,7 +207,7 @@ def test_an_empty_selection_the_config_allows_exits_0(
     assert synth_main(["--config", str(path)]) == 0
 
 
-# ------------------------------------------------------------------ publishing (finding 5)
+# ------------------------------------------------------------------ publishing
 def test_retry_command_reproduces_endpoint_token_variable_and_privacy() -> None:
     from pipeline.publish.hub import retry_command
 
@@ -235,7 +235,7 @@ def test_secrets_inside_values_never_reach_run_json(tmp_path: Path) -> None:
 
 
 def test_only_committed_parts_are_published(tmp_path: Path) -> None:
-    from pipeline.publish.hub import _local_files
+    from pipeline.publish.publish_run import _local_files
 
     sink = ParquetSink(RunFolder.open(tmp_path, "r"))
     row = {

@@ -2,8 +2,8 @@
 
 In that venv this conftest starts the local Hub server (tests/hub_server.py) *before*
 huggingface_hub or datasets is imported (both read ``HF_ENDPOINT`` at import time), so
-``load_dataset(repo, config)`` reads what `pipeline.publish.hub.publish_run` pushed, and nothing can
-reach huggingface.co.
+``load_dataset(repo, config)`` reads what `pipeline.publish.publish_run.publish_run` pushed,
+and nothing can reach huggingface.co.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the real records code and sink (scripted searches: see its docstring).
 
 * every record type is read twice, from the local Parquet files
   (``load_dataset("parquet", data_files=...)``) and from the Hub layout
-  (`pipeline.publish.hub.publish_run` to the local Hub server, then
+  (`pipeline.publish.publish_run.publish_run` to the local Hub server, then
   ``load_dataset(repo, config)``), and the two must agree row for row; the trainers
   then read the Hub layout;
 * `SFTTrainer`, `DPOTrainer` and `KTOTrainer` train 2 steps on a tiny randomly
@@ -43,7 +43,8 @@ MAX_LENGTH = 1024  # TRL's default; every row of the test run fits whole
 @pytest.fixture(scope="session")
 def published(run_dir: Path, hub_endpoint: str) -> str:
     """Publish the run to the local Hub (started by conftest) the way `bgmcts publish` does."""
-    from pipeline.publish.hub import CardInfo, publish_run
+    from pipeline.publish.hub import CardInfo
+    from pipeline.publish.publish_run import publish_run
 
     manifest = json.loads((run_dir / "run.json").read_text())
     result = publish_run(

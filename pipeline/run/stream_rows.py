@@ -13,8 +13,8 @@ A problem's way from its source to the sink, and the one form it has at each ste
       -> `StreamResult`        what the driver commits and counts (`results_of`)
 
 Records cross the stream as JSON text (one encode in the actor, one decode in the driver:
-`encode_records` / `decode_records`), because the record types have eight different
-schemas and Ray Data wants one per block.  A source record's `meta` stays in the source
+`encode_records` / `decode_records`), because each record type has its own
+schema and Ray Data wants one per block.  A source record's `meta` stays in the source
 (filters read it); no record type stores it, so the stream does not ship it.
 """
 
