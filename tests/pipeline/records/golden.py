@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.records import RecordsConfig, records_for
-from pipeline.records.replay import search_result
+from pipeline.records.rebuild import rebuild_result
 from search import SearchResult, parse_search_config, run_search
 from search.answers import AnswerExtraction
 from search.scripted import ScriptedPolicy, ScriptedScorer
@@ -47,9 +47,9 @@ OPEN_ALL = {**OPEN, "rejected_states_reference": False}
 CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
     "open": {"gates": OPEN_ALL},
-    "open_include": {"gates": OPEN_ALL, "sft": {"self_correction": "include"}},
-    "include": {"sft": {"self_correction": "include"}},
-    "only": {"sft": {"self_correction": "only"}, "gates": OPEN},
+    "open_include": {"gates": OPEN_ALL, "self_correction": "include"},
+    "include": {"self_correction": "include"},
+    "only": {"self_correction": "only", "gates": OPEN},
     "every_gate_open": {
         "gates": {
             **OPEN_ALL,
@@ -93,7 +93,7 @@ def _fixture_inputs() -> Iterator[tuple[str, SearchResult, str | None, AnswerExt
     for line in TREES.read_text(encoding="utf-8").splitlines():
         entry = json.loads(line)
         tree = entry["tree"]
-        result = search_result(entry["nodes"], tree)
+        result = rebuild_result(entry["nodes"], tree)
         yield (
             f"smollm2/{tree['problem_id']}",
             result,
