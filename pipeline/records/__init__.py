@@ -86,6 +86,7 @@ from pipeline.records.grading import (
 from pipeline.records.kto import KTO_SCHEMA, kto_rows
 from pipeline.records.nodes import NODES_SCHEMA, node_rows
 from pipeline.records.prm import PRM_SCHEMA, prm_rows
+from pipeline.records.rebuild import rebuild_result
 from pipeline.records.schema import (
     MESSAGE_TYPE,
     MESSAGES_TYPE,
@@ -98,7 +99,6 @@ from pipeline.records.schema import (
     schema_markdown,
     to_table,
 )
-from pipeline.records.rebuild import rebuild_result
 from pipeline.records.sft import SFT_SCHEMA, sft_candidates, sft_rows
 from pipeline.records.splits import split_of
 from pipeline.records.step_dpo import STEP_DPO_SCHEMA, step_dpo_rows
@@ -153,8 +153,8 @@ __all__ = [
     "kto_rows",
     "node_rows",
     "prm_rows",
-    "record_schema",
     "rebuild_result",
+    "record_schema",
     "records_for",
     "rows_for",
     "schema_markdown",

@@ -170,7 +170,8 @@ class RecordsConfig(BaseModel):
         "exclude",
         description="paths that answered before their last node (or whose text states more "
         "than one answer), in every training table (sft, dpo, step_dpo, prm, kto): exclude "
-        "(clean paths only), include, or only those",
+        "(clean paths only), include, or only those (was records.sft.self_correction, "
+        "still read with a warning)",
     )
     dpo: DpoConfig = Field(default_factory=DpoConfig, description="the dpo record's pairs")
     prm: PrmConfig = Field(default_factory=PrmConfig, description="the prm record's labels")

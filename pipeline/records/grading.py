@@ -124,7 +124,11 @@ async def grade_result(
     nodes = result.answered_nodes
     keys = {n.id: answer_key(n.answer) for n in nodes}
     texts = {n.id: training_text(result.tree, n, extraction, fold_blank_lines) for n in nodes}
-    kept = {"fold_blank_lines": fold_blank_lines, "texts": texts, "prompt": prompt, "split": split}
+    source: LabelSource = "reference"
+    verified: dict[str, bool] = {}
+    chosen_correct: bool | None = None
+    says_reference: frozenset[int] = frozenset()
+    timeouts = 0
     if reference is not None:
         stated = {
             i: [k for a in stated_answers(t.text, extraction) if (k := answer_key(a))]
@@ -137,33 +141,35 @@ async def grade_result(
         ]
         distinct = list(dict.fromkeys(k for k in candidates if k is not None))
         verdicts = await compare([(d, reference) for d in distinct], timeout_s)
+        timeouts = _timeouts(verdicts)
         verified = {d: v is Verdict.MATCH for d, v in zip(distinct, verdicts, strict=True)}
         labels = {i: k is not None and verified.get(k, False) for i, k in keys.items()}
         chosen = answer_key(result.chosen_answer)
         chosen_correct = chosen is not None and verified.get(chosen, False)
         says_reference = frozenset(i for i, ks in stated.items() if any(verified[k] for k in ks))
-        return GradedTree(
-            problem_id,
-            result,
-            reference,
-            "reference",
-            labels,
-            chosen_correct,
-            verified,
-            grade_timeouts=_timeouts(verdicts),
-            states_reference=says_reference,
-            **kept,
-        )
-    timeouts = 0
-    if pseudo_label == "prm_threshold":
+    elif pseudo_label == "prm_threshold":
+        source = pseudo_label
         labels = {n.id: keys[n.id] is not None and n.q >= threshold for n in nodes}
     elif pseudo_label == "majority":
+        source = pseudo_label
         winners, timeouts = await _majority_answers(nodes, keys, timeout_s)
         labels = {n.id: keys[n.id] in winners for n in nodes}
     else:
         raise ValueError(f"unknown pseudo_label rule {pseudo_label!r}")
     return GradedTree(
-        problem_id, result, None, pseudo_label, labels, None, grade_timeouts=timeouts, **kept
+        problem_id,
+        result,
+        reference,
+        source,
+        labels,
+        chosen_correct,
+        verified,
+        grade_timeouts=timeouts,
+        prompt=prompt,
+        split=split,
+        fold_blank_lines=fold_blank_lines,
+        texts=texts,
+        states_reference=says_reference,
     )
 
 

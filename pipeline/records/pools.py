@@ -42,9 +42,7 @@ def preference_pools(
     rejected, rejected_drops = select_paths(
         graded, bad, True, self_correction, record=f"{record}.rejected", gates=gates
     )
-    return Pools(
-        [n for n, _ in chosen], [n for n, _ in rejected], chosen_drops + rejected_drops
-    )
+    return Pools([n for n, _ in chosen], [n for n, _ in rejected], chosen_drops + rejected_drops)
 
 
 __all__ = ["Pools", "preference_pools"]
