@@ -1,7 +1,7 @@
 """Numbers behind the training records (issue 11): print them, no assertions.
 
 1. SFT: the share of correct answered paths that are clean (one answer) versus
-   self-correction traces, with `sft.self_correction: include`.
+   self-correction traces, with `records.self_correction: include`.
 2. DPO: pair types and shared-prefix lengths of the default rule (`shared_prefix`,
    prefix pairs dropped) against the rule before issue 11 (`best_vs_worst`, every pair
    type allowed).

@@ -1,9 +1,9 @@
 """The ``step_dpo`` record: step-level preference pairs, in the columns Step-DPO publishes.
 
-A correct and an incorrect trajectory of one problem (from the gated pools dpo pairs
-too, `pipeline.records.pools`) that share their first steps and then
-part: the prompt, the shared steps (``initial_reason_steps``), the first step
-where each goes its own way (``chosen`` / ``rejected``), both whole texts
+A correct and an incorrect trajectory of one problem (from the same gated pools dpo
+pairs, `pipeline.records.pools`) that share their first steps and then part: the
+prompt, the shared steps (``initial_reason_steps``), the first step where each goes
+its own way (``chosen`` / ``rejected``), both whole texts
 (``full_chosen`` / ``full_rejected``) and the reference ``answer`` - the column
 shape of Step-DPO's public sets (prompt / initial_reason_steps / chosen /
 rejected / full_chosen / full_rejected / answer).  A step is a line of the

@@ -102,8 +102,11 @@ def _fixture_inputs() -> Iterator[tuple[str, SearchResult, str | None, AnswerExt
         )
 
 
-async def _scripted_inputs() -> list[tuple[str, SearchResult, str | None, AnswerExtraction]]:
-    out = []
+Input = tuple[str, SearchResult, str | None, AnswerExtraction]
+
+
+async def _scripted_inputs() -> list[Input]:
+    out: list[Input] = []
     runs = [(s, "bg_mcts", 4000.0) for s in range(3)] + [(7, "repeated_sampling", 3000.0)]
     for seed, algorithm, budget in runs:
         config = parse_search_config({"algorithm": algorithm})
