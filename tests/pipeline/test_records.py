@@ -152,16 +152,14 @@ async def test_dpo_pairs_join_correct_and_incorrect_trajectories_that_diverge(
     types_seen: Counter[str] = Counter()
     for graded in await _graded("12"):
         labels = {r["node_id"]: r for r in node_rows(graded, BuildContext(run_id="r"))}
-        pairs = dpo_rows(
-            graded,
-            _ctx(
-                max_pairs_per_problem=cap,
-                pairing=pairing,
-                seed=3,
-                gates=OPEN,
-                self_correction="include",
-            ),
-        ).rows
+        rule = _ctx(
+            max_pairs_per_problem=cap,
+            pairing=pairing,
+            seed=3,
+            gates=OPEN,
+            self_correction="include",
+        )
+        pairs = dpo_rows(graded, rule).rows
         assert len(pairs) <= cap
         for pair in pairs:
             assert pair["problem_id"] == graded.problem_id
@@ -203,17 +201,7 @@ async def test_dpo_pairs_join_correct_and_incorrect_trajectories_that_diverge(
             gaps = [p["score_chosen"] - p["score_rejected"] for p in pairs]
             assert gaps == sorted(gaps, reverse=True)
         else:
-            again = dpo_rows(
-                graded,
-                _ctx(
-                    max_pairs_per_problem=cap,
-                    pairing=pairing,
-                    seed=3,
-                    gates=OPEN,
-                    self_correction="include",
-                ),
-            ).rows
-            assert again == pairs
+            assert dpo_rows(graded, rule).rows == pairs
     if cap >= 2:
         assert types_seen["siblings"] + types_seen["cousins"] > 0, types_seen
 
