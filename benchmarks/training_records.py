@@ -1,7 +1,7 @@
 """Numbers behind the training records' rules: print them, no assertions.
 
 1. SFT: the share of correct answered paths that are clean (one answer) versus
-   self-correction traces, with `sft.self_correction: include`.
+   self-correction traces, with `records.self_correction: include`.
 2. DPO: pair types and shared-prefix lengths of the default rule (`shared_prefix`,
    prefix pairs dropped) against the rule it replaced (`best_vs_worst`, every pair type
    allowed: its pairs shared little of their text).
@@ -35,6 +35,8 @@ import pyarrow.parquet as pq
 from pipeline.problems.decontamination import DecontaminationConfig, build_decontaminator
 from pipeline.records import (
     SCHEMAS,
+    BuildContext,
+    RecordsConfig,
     dpo_rows,
     grade_result,
     node_rows,
@@ -73,7 +75,8 @@ def _parquet_bytes(rows: list[dict[str, Any]], record: str, folder: Path) -> int
 
 def records_report(problems: int, budget: int) -> None:
     graded = asyncio.run(_graded(problems, budget))
-    every = [r for g in graded for r in sft_rows(g, run_id="b", self_correction="include")]
+    include = BuildContext(RecordsConfig(self_correction="include"), run_id="b")
+    every = [r for g in graded for r in sft_rows(g, include).rows]
     clean = [r for r in every if r["answers_in_path"] == 1]
     print(f"scripted BG-MCTS: {problems} problems, B={budget}")
     print(
@@ -85,13 +88,12 @@ def records_report(problems: int, budget: int) -> None:
         "new (shared_prefix, no prefix pairs)": {},
         "before (best_vs_worst, all types)": {
             "pairing": "best_vs_worst",
-            "pair_types": ("siblings", "cousins", "root", "prefix"),
+            "dpo": {"pair_types": ("siblings", "cousins", "root", "prefix")},
         },
     }
-    for name, kwargs in rules.items():
-        pairs = [
-            p for g in graded for p in dpo_rows(g, run_id="b", max_pairs_per_problem=4, **kwargs)
-        ]
+    for name, rule in rules.items():
+        config = RecordsConfig.model_validate({"max_pairs_per_problem": 4, **rule})
+        pairs = [p for g in graded for p in dpo_rows(g, BuildContext(config, run_id="b")).rows]
         types = Counter(p["pair_type"] for p in pairs)
         shared = [p["shared_prefix_chars"] for p in pairs]
         tails = [
@@ -105,8 +107,9 @@ def records_report(problems: int, budget: int) -> None:
         )
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        tree_nodes = [r for g in graded for r in tree_node_rows(g, run_id="b")]
-        nodes = [r for g in graded for r in node_rows(g, run_id="b")]
+        run = BuildContext(run_id="b")
+        tree_nodes = [r for g in graded for r in tree_node_rows(g, run)]
+        nodes = [r for g in graded for r in node_rows(g, run)]
         tn_bytes = _parquet_bytes(tree_nodes, "tree_nodes", folder)
         n_bytes = _parquet_bytes(nodes, "nodes", folder)
         print(

@@ -1,7 +1,7 @@
 """Record real SmolLM2 search trees as a test fixture: tests/fixtures/smollm2_trees.jsonl.
 
 The record tests and the TRL suite check the training rows on real model text, not
-only on scripted text: they replay these trees (`pipeline.records.replay`) through
+only on scripted text: they rebuild these trees (`pipeline.records.rebuild`) through
 today's `records_for`.  The fixture is the `trees` and `tree_nodes` rows of a real run
 of the embedded default (SmolLM2-135M on llama.cpp, the few-shot arithmetic prompt),
 one JSON line per problem.  Regenerate it after a change to the search or the policy:

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from actors.grading import Verdict
+from actors.grading import Verdict, compare_all
 from actors.redact import redact_text
 from pipeline.evaluation.config import (
     EvalConfig,
@@ -38,9 +38,9 @@ from pipeline.evaluation.config import (
 from pipeline.evaluation.parts import Key, PartStore
 from pipeline.evaluation.rows import tree_rows
 from pipeline.evaluation.schema import EVAL_NODES_SCHEMA, EVAL_TREES_SCHEMA
-from pipeline.records import RecordsConfig
+from pipeline.records import NO_YIELD, RecordsConfig, answer_key, grade_result, yield_counts
 from pipeline.run.cluster import start_ray
-from search import derive_seed, run_search
+from search import SearchResult, derive_seed, run_search
 from search.protocols import Policy, Scorer
 
 ProgressFn = Callable[[int, int], None]  # (searches done, total)
@@ -85,12 +85,50 @@ async def _exact_compare(
     ]
 
 
+async def _search_rows(
+    task: Task, result: SearchResult, records: RecordsConfig, *, exact: bool, timeout_s: float
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One search's `eval_trees` row (graded, with its data yield) and `eval_nodes` rows.
+
+    `exact`: the simulated environment's answers are graded by exact match (its ground
+    truth); else math-verify within `timeout_s`.  Without a reference nothing is graded:
+    no answer is correct and the yield is zero.
+    """
+    yields: dict[str, int] = NO_YIELD
+    verified: dict[str, bool] = {}
+    if task.reference is not None:
+        graded = await grade_result(
+            result,
+            task.reference,
+            problem_id=task.problem_id,
+            timeout_s=timeout_s,
+            extraction=task.method.search.answer_extraction,
+            fold_blank_lines=records.fold_blank_lines,
+            compare=_exact_compare if exact else compare_all,
+        )
+        yields, verified = yield_counts(graded, records), dict(graded.verified)
+
+    def by_math_verify(answer: str | None) -> bool:
+        key = answer_key(answer)
+        return key is not None and verified.get(key, False)
+
+    return tree_rows(
+        result,
+        _exact(task.reference) if exact else by_math_verify,
+        method=task.method.label,
+        budget=task.budget,
+        seed=task.seed,
+        problem_id=task.problem_id,
+        reference=task.reference,
+        yields=yields,
+    )
+
+
 # ------------------------------------------------------------------ simulated environment
 def _simulated_chunk(
     env: dict[str, Any], records: dict[str, Any], tasks: list[Task]
 ) -> tuple[pa.Table, pa.Table]:
     """Worker process: run `tasks` one after another against the simulated env."""
-    from pipeline.records import NO_YIELD, grade_result, yield_counts
     from search.simulated import SimParams, SimPolicy, SimScorer
 
     params = SimParams(**env["params"])
@@ -109,26 +147,8 @@ def _simulated_chunk(
                 task.budget,
                 seed,
             )
-            yields = NO_YIELD
-            if task.reference is not None:
-                graded = await grade_result(
-                    result,
-                    task.reference,
-                    problem_id=task.problem_id,
-                    extraction=task.method.search.answer_extraction,
-                    fold_blank_lines=records_config.fold_blank_lines,
-                    compare=_exact_compare,
-                )
-                yields = yield_counts(graded, records_config)
-            tree, node_list = tree_rows(
-                result,
-                _exact(task.reference),
-                method=task.method.label,
-                budget=task.budget,
-                seed=task.seed,
-                problem_id=task.problem_id,
-                reference=task.reference,
-                yields=yields,
+            tree, node_list = await _search_rows(
+                task, result, records_config, exact=True, timeout_s=5.0
             )
             trees.append(tree)
             nodes.extend(node_list)
@@ -196,7 +216,6 @@ async def _run_services_tasks(
     records: RecordsConfig,
 ) -> list[dict[str, Any]]:
     from actors.affinity import tree_affinity
-    from pipeline.records import NO_YIELD, answer_key, grade_result, yield_counts
 
     gate = asyncio.Semaphore(env.concurrency)
     failures: list[dict[str, Any]] = []
@@ -214,30 +233,8 @@ async def _run_services_tasks(
                     result = await run_search(
                         task.problem, task.method.search, policy, scorer, task.budget, seed
                     )
-                graded = await grade_result(
-                    result,
-                    task.reference,
-                    problem_id=task.problem_id,
-                    timeout_s=env.grade_timeout_s,
-                    extraction=task.method.search.answer_extraction,
-                    fold_blank_lines=records.fold_blank_lines,
-                )
-                verified = graded.verified
-                yields = NO_YIELD if task.reference is None else yield_counts(graded, records)
-
-                def verdict(answer: str | None) -> bool:
-                    key = answer_key(answer)
-                    return key is not None and verified.get(key, False)
-
-                tree, node_list = tree_rows(
-                    result,
-                    verdict,
-                    method=task.method.label,
-                    budget=task.budget,
-                    seed=task.seed,
-                    problem_id=task.problem_id,
-                    reference=task.reference,
-                    yields=yields,
+                tree, node_list = await _search_rows(
+                    task, result, records, exact=False, timeout_s=env.grade_timeout_s
                 )
                 store.add(tree, node_list)
                 if len(store.trees) >= env.concurrency:

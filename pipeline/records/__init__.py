@@ -26,35 +26,43 @@ renders them for docs/records.md):
   relabelling or analysis can be redone from Parquet alone;
 * ``errors`` (`ERRORS_SCHEMA`) - a problem (or a source) that failed, and where.
 
-The modules, each importing only those above it:
+The modules, in layers: each imports only modules listed above it.
 
-* `config` - `RecordsConfig` (the run config's ``records:``) and its parts;
 * `tree_paths` - questions about paths in one tree (answers on a path, where two
   paths part, what a subtree reached);
+* `config` - `RecordsConfig` (the run config's ``records:``) and its parts;
 * `schema` - `doc_field`, `record_schema`, the shared fields, `to_table`,
   `RecordValidationError`, `schema_markdown`;
-* `grading` - `grade_result` labels every answered node (reference or pseudo
-  labels; the rules are there) into a `GradedTree`;
 * `training_text` - the text a training row holds: cut after the answer
   statement, ``truncated`` when the token cap cut that sentence;
 * `splits` - `split_of`, the held-out split of a problem (hashed on its id);
+* `grading` - `grade_result` labels every answered node (reference or pseudo
+  labels; the rules are there) into a `GradedTree`; `grade_for_records` does so
+  under a `RecordsConfig`, the training prompt and the split included;
+* `context` - what every builder takes (`BuildContext`: the config, the run id,
+  the model names) and a gated builder gives back (`Built`: rows and gate drops),
+  and the columns every row of a problem shares;
 * `trajectories` - what the training builders share: chat turns, (near)
-  duplicates, the self-correction rule and the gates' drop counts;
+  duplicates, the self-correction rule and the gates every table applies;
+* `pools` - `preference_pools`, the gated chosen and rejected candidates that
+  `dpo` and `step_dpo` pair;
 * one module per record type, its schema next to its builder: `nodes`, `trees`,
   `sft`, `dpo`, `step_dpo`, `prm`, `kto`, `tree_nodes`, `errors` (each training module's
   docstring holds its rules);
 * `types` - `SCHEMAS`, the one list of record types, `RECORD_TYPES`, `TRAINING_TYPES`;
-* `yields` - `yield_counts`, a search's data yield (its columns, which `trees` and
-  `eval_trees` share and the data-yield tables sum, live in `schema`);
+* `yields` - the data yield of a search, read off its built rows (its columns, which
+  `trees` and `eval_trees` share and the data-yield tables sum, live in `schema`);
 * `build` - `records_for`: one result graded and turned into every record type
-  (and what decontamination removes).
+  (and what decontamination removes), each builder run once;
+* `rebuild` - `rebuild_result`, a `SearchResult` rebuilt from its ``tree_nodes``
+  and ``trees`` rows (to relabel an old run, or the tests' real-model fixture).
 
 Everything here is pure (no file I/O, no Ray); a sink writes the tables.
 """
 
 from __future__ import annotations
 
-from pipeline.records.build import records_for
+from pipeline.records.build import records_for, rows_for
 from pipeline.records.config import (
     DpoConfig,
     GatesConfig,
@@ -63,15 +71,22 @@ from pipeline.records.config import (
     PseudoLabel,
     RecordsConfig,
     SelfCorrection,
-    SftConfig,
     TrainingPromptConfig,
 )
+from pipeline.records.context import BuildContext, Built
 from pipeline.records.dpo import DPO_SCHEMA, PAIR_POOL, dpo_rows
 from pipeline.records.errors import ERRORS_SCHEMA, error_row
-from pipeline.records.grading import GradedTree, LabelSource, answer_key, grade_result
+from pipeline.records.grading import (
+    GradedTree,
+    LabelSource,
+    answer_key,
+    grade_for_records,
+    grade_result,
+)
 from pipeline.records.kto import KTO_SCHEMA, kto_rows
 from pipeline.records.nodes import NODES_SCHEMA, node_rows
 from pipeline.records.prm import PRM_SCHEMA, prm_rows
+from pipeline.records.rebuild import rebuild_result
 from pipeline.records.schema import (
     MESSAGE_TYPE,
     MESSAGES_TYPE,
@@ -84,7 +99,7 @@ from pipeline.records.schema import (
     schema_markdown,
     to_table,
 )
-from pipeline.records.sft import SFT_SCHEMA, sft_rows
+from pipeline.records.sft import SFT_SCHEMA, sft_candidates, sft_rows
 from pipeline.records.splits import split_of
 from pipeline.records.step_dpo import STEP_DPO_SCHEMA, step_dpo_rows
 from pipeline.records.training_text import TrainingText, training_text
@@ -114,6 +129,8 @@ __all__ = [
     "TREE_NODES_SCHEMA",
     "YIELD_COUNTS",
     "YIELD_FIELDS",
+    "BuildContext",
+    "Built",
     "DpoConfig",
     "GatesConfig",
     "GradedTree",
@@ -125,20 +142,23 @@ __all__ = [
     "RecordsConfig",
     "Row",
     "SelfCorrection",
-    "SftConfig",
     "TrainingPromptConfig",
     "TrainingText",
     "answer_key",
     "doc_field",
     "dpo_rows",
     "error_row",
+    "grade_for_records",
     "grade_result",
     "kto_rows",
     "node_rows",
     "prm_rows",
+    "rebuild_result",
     "record_schema",
     "records_for",
+    "rows_for",
     "schema_markdown",
+    "sft_candidates",
     "sft_rows",
     "split_of",
     "step_dpo_rows",

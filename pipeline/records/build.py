@@ -1,32 +1,33 @@
 """`records_for`: one search result graded and turned into every record type's rows.
 
+`rows_for` runs every builder once on the graded tree; the data yield (`trees`'
+yield columns) is read off the rows it built (`pipeline.records.yields.counts`).
+
 Decontamination
     `records_for` takes the benchmark a problem overlaps (found by
     `pipeline.problems.decontamination`): such a problem keeps its nodes, trees and
     tree_nodes rows (``trees.contaminated`` names the benchmark) and gives no
-    sft, dpo, prm or kto rows.
+    sft, dpo, step_dpo, prm or kto rows.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
-from actors.grading import counting
 from actors.prompts import POLICY_INSTRUCTION
 from pipeline.records.config import RecordsConfig
+from pipeline.records.context import BuildContext, Built, Drops
 from pipeline.records.dpo import dpo_rows
-from pipeline.records.grading import grade_result
+from pipeline.records.grading import GradedTree, grade_for_records
 from pipeline.records.kto import kto_rows
 from pipeline.records.nodes import node_rows
 from pipeline.records.prm import prm_rows
 from pipeline.records.schema import Row
-from pipeline.records.sft import sft_rows
-from pipeline.records.splits import split_of
+from pipeline.records.sft import capped, sft_candidates
 from pipeline.records.step_dpo import step_dpo_rows
 from pipeline.records.tree_nodes import tree_node_rows
 from pipeline.records.trees import tree_row
-from pipeline.records.yields import NO_YIELD, yield_counts
+from pipeline.records.yields import NO_YIELD, counts
 from search.answers import AnswerExtraction
 from search.driver import SearchResult
 
@@ -53,94 +54,46 @@ async def records_for(
 
     `contamination` names the benchmark the problem overlaps
     (`pipeline.problems.decontamination`): the tree is still recorded (`nodes`, `trees`,
-    `tree_nodes`), but it gives no training rows (`sft`, `dpo`, `prm`, `kto`).
+    `tree_nodes`), but it gives no training rows.
     """
-    config = config or RecordsConfig()
-    with counting() as grading:
-        graded = await grade_result(
-            result,
-            reference,
-            problem_id=problem_id,
-            timeout_s=config.grade_timeout_s,
-            pseudo_label=config.pseudo_label,
-            threshold=config.pseudo_threshold,
-            extraction=extraction,
-            fold_blank_lines=config.fold_blank_lines,
-        )
-    template = instruction if config.prompt.search_prompt else config.prompt.template
-    graded = replace(
-        graded,
-        grade_timeouts=grading.timeouts,
+    context = BuildContext(config or RecordsConfig(), run_id, policy_model, prm_model)
+    graded = await grade_for_records(
+        result,
+        reference,
+        problem_id=problem_id,
+        config=context.config,
         instruction=instruction,
-        prompt=template.format(problem=result.problem),
-        split=split_of(problem_id, config.test_fraction),
+        extraction=extraction,
     )
-    models = {"policy_model": policy_model, "prm_model": prm_model}
+    return rows_for(graded, context, contamination)
+
+
+def rows_for(
+    graded: GradedTree, context: BuildContext, contamination: str | None = None
+) -> dict[str, list[Row]]:
+    """Every record type's rows of one graded tree, each builder run once."""
     records: dict[str, list[Row]] = {
-        "nodes": node_rows(graded, run_id=run_id, **models),
-        "tree_nodes": tree_node_rows(graded, run_id=run_id),
+        "nodes": node_rows(graded, context),
+        "tree_nodes": tree_node_rows(graded, context),
     }
-    drops: Counter[str] = Counter()
+    drops: Drops = Counter()
+    yields = NO_YIELD
     if contamination is None:
-        gates = config.gates
-        records["sft"] = sft_rows(
-            graded,
-            run_id=run_id,
-            min_score=config.min_sft_score,
-            dedupe=config.dedupe,
-            self_correction=config.sft.self_correction,
-            gates=gates,
-            drops=drops,
-        )
-        records["dpo"] = dpo_rows(
-            graded,
-            run_id=run_id,
-            max_pairs_per_problem=config.max_pairs_per_problem,
-            pairing=config.pairing,
-            seed=config.seed,
-            pair_types=config.dpo.pair_types,
-            gates=gates,
-            self_correction=config.sft.self_correction,
-            drops=drops,
-        )
-        records["step_dpo"] = step_dpo_rows(
-            graded,
-            run_id=run_id,
-            max_pairs_per_problem=config.max_pairs_per_problem,
-            gates=gates,
-            self_correction=config.sft.self_correction,
-            drops=drops,
-        )
-        records["prm"] = prm_rows(
-            graded,
-            run_id=run_id,
-            dedupe=config.dedupe,
-            config=config.prm,
-            gates=gates,
-            threshold=config.pseudo_threshold,
-            self_correction=config.sft.self_correction,
-            drops=drops,
-        )
-        records["kto"] = kto_rows(
-            graded,
-            run_id=run_id,
-            dedupe=config.dedupe,
-            self_correction=config.sft.self_correction,
-            gates=gates,
-            drops=drops,
-        )
-    yields = NO_YIELD if contamination is not None else yield_counts(graded, config)
+        candidates = sft_candidates(graded, context)
+        built: dict[str, Built] = {
+            "sft": capped(candidates, context.config.gates.sft_top_k),
+            "dpo": dpo_rows(graded, context),
+            "step_dpo": step_dpo_rows(graded, context),
+            "prm": prm_rows(graded, context),
+            "kto": kto_rows(graded, context),
+        }
+        records |= {name: b.rows for name, b in built.items()}
+        drops = sum((b.drops for b in built.values()), drops)
+        yields = counts(candidates, built["dpo"], built["step_dpo"], built["prm"])
     records["trees"] = [
-        tree_row(
-            graded,
-            run_id=run_id,
-            contaminated=contamination,
-            gate_drops=drops,
-            yields=yields,
-            **models,
-        )
+        tree_row(graded, context, contaminated=contamination, gate_drops=drops, yields=yields)
     ]
     return records
 
 
-__all__ = ["records_for"]
+__all__ = ["records_for", "rows_for"]

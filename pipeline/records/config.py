@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import warnings
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -13,19 +14,6 @@ from pipeline.records.tree_paths import PairType
 PseudoLabel = Literal["prm_threshold", "majority"]
 Pairing = Literal["shared_prefix", "best_vs_worst", "random"]
 SelfCorrection = Literal["exclude", "include", "only"]
-
-
-class SftConfig(BaseModel):
-    """Which correct trajectories become SFT rows."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    self_correction: SelfCorrection = Field(
-        "exclude",
-        description="paths that answered before their last node (or whose text states more "
-        "than one answer), in every training table: exclude (clean paths only), "
-        "include, or only those",
-    )
 
 
 class DpoConfig(BaseModel):
@@ -178,13 +166,48 @@ class RecordsConfig(BaseModel):
         0.5, ge=0, le=1, description="prm_threshold: answered nodes with Q >= this are correct"
     )
     grade_timeout_s: float = Field(5.0, gt=0, description="math-verify time per comparison")
-    sft: SftConfig = Field(default_factory=SftConfig, description="the sft record's rows")
+    self_correction: SelfCorrection = Field(
+        "exclude",
+        description="paths that answered before their last node (or whose text states more "
+        "than one answer), in every training table (sft, dpo, step_dpo, prm, kto): exclude "
+        "(clean paths only), include, or only those (was records.sft.self_correction, "
+        "still read with a warning)",
+    )
     dpo: DpoConfig = Field(default_factory=DpoConfig, description="the dpo record's pairs")
     prm: PrmConfig = Field(default_factory=PrmConfig, description="the prm record's labels")
     decontamination: DecontaminationConfig = Field(
         default_factory=DecontaminationConfig,
         description="n-gram overlap check of the problems against benchmark test sets",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_self_correction(cls, data: Any) -> Any:
+        """The old key ``records.sft.self_correction`` still works, with a warning: the rule
+        governs all five training tables, not sft alone, so it moved up a level."""
+        if not isinstance(data, dict) or "sft" not in data:
+            return data
+        data = dict(data)
+        sft = data.pop("sft")
+        if not isinstance(sft, dict) or set(sft) - {"self_correction"}:
+            raise ValueError(
+                "records.sft: only the deprecated key self_correction is allowed here "
+                "(use records.self_correction)"
+            )
+        if "self_correction" in sft:
+            if "self_correction" in data and data["self_correction"] != sft["self_correction"]:
+                raise ValueError(
+                    "records.sft.self_correction and records.self_correction disagree: keep "
+                    "records.self_correction only"
+                )
+            warnings.warn(
+                "records.sft.self_correction is deprecated: use records.self_correction (it "
+                "governs every training table, not sft alone)",
+                FutureWarning,
+                stacklevel=2,
+            )
+            data["self_correction"] = sft["self_correction"]
+        return data
 
 
 __all__ = [
@@ -195,6 +218,5 @@ __all__ = [
     "PseudoLabel",
     "RecordsConfig",
     "SelfCorrection",
-    "SftConfig",
     "TrainingPromptConfig",
 ]

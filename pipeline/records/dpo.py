@@ -1,7 +1,7 @@
 """The ``dpo`` record: TRL preference pairs, a correct against an incorrect trajectory.
 
 Per problem, correct trajectories (chosen) against incorrect ones
-(rejected), both through the gates first (`preference_pools`: no truncated
+(rejected), both through the gates first (`pipeline.records.pools`: no truncated
 text, no self-correction trace, near duplicates removed (the best-Q copy of a
 correct one, the worst-Q copy of an incorrect one), and no rejected text that
 states the reference anywhere; at most `PAIR_POOL` of each).  Every
@@ -36,13 +36,14 @@ format).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections import Counter
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from rapidfuzz.distance import Levenshtein
 
-from pipeline.records.config import GatesConfig, Pairing, SelfCorrection
+from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
+from pipeline.records.pools import preference_pools
 from pipeline.records.schema import (
     DIFFICULTY_FIELD,
     LABEL_SOURCE_FIELD,
@@ -51,20 +52,16 @@ from pipeline.records.schema import (
     REFERENCE_FIELD,
     RUN_ID_FIELD,
     SPLIT_FIELD,
-    Row,
     doc_field,
     record_schema,
 )
 from pipeline.records.trajectories import (
-    Drops,
     answers_in_path,
     assistant_turn,
     common_prefix,
-    count,
-    select_paths,
     user_turn,
 )
-from pipeline.records.tree_paths import Divergence, PairType, divergence
+from pipeline.records.tree_paths import Divergence, divergence
 from search.driver import derive_seed
 from search.tree import Node
 
@@ -128,57 +125,12 @@ DPO_SCHEMA = record_schema(
 PAIR_POOL = 64
 
 
-def dpo_rows(
-    graded: GradedTree,
-    *,
-    run_id: str,
-    max_pairs_per_problem: int = 4,
-    pairing: Pairing = "shared_prefix",
-    seed: int = 0,
-    pair_types: Iterable[PairType] = ("siblings", "cousins", "root"),
-    gates: GatesConfig | None = None,
-    self_correction: SelfCorrection = "exclude",
-    drops: Drops | None = None,
-) -> list[Row]:
+def dpo_rows(graded: GradedTree, context: BuildContext) -> Built:
     """`dpo` pairs of one problem (rules in the module docstring)."""
-    gates = gates or GatesConfig()
-    tree = graded.result.tree
-    good, bad = preference_pools(graded, gates, "dpo", drops, self_correction)
-    rng = random.Random(derive_seed(seed, "dpo", graded.problem_id))
-    if pairing == "random":
-        rng.shuffle(good)
-        rng.shuffle(bad)
-    elif pairing not in ("shared_prefix", "best_vs_worst"):
-        raise ValueError(f"unknown pairing rule {pairing!r}")
-    allowed = set(pair_types)
-    candidates = [
-        (c, r, div)
-        for c in good[:PAIR_POOL]
-        for r in bad[:PAIR_POOL]
-        if (div := divergence(tree, c, r)).pair_type in allowed
-    ]
-    if pairing == "shared_prefix":
-        candidates.sort(key=lambda t: (-t[2].shared_steps, t[1].q - t[0].q, t[0].id, t[1].id))
-    elif pairing == "best_vs_worst":
-        candidates.sort(key=lambda t: (t[1].q - t[0].q, t[0].id, t[1].id))
-    else:
-        rng.shuffle(candidates)
-    pairs: list[tuple[Node, Node, Divergence, int]] = []
-    used: set[int] = set()  # every node (so every trajectory) is used at most once
-    for c, r, div in candidates:
-        if len(pairs) >= max(0, max_pairs_per_problem):
-            break
-        if c.id in used or r.id in used:
-            continue
-        if gates.min_q_margin is not None and c.q - r.q < gates.min_q_margin:
-            count(drops, "dpo.q_margin", 1)
-            continue
-        distance = Levenshtein.distance(graded.training(c).text, graded.training(r).text)
-        if distance < gates.min_edit_distance:
-            count(drops, "dpo.edit_distance", 1)
-            continue
-        used.update((c.id, r.id))
-        pairs.append((c, r, div, distance))
+    config = context.config
+    pools = preference_pools(graded, config.gates, "dpo", config.self_correction)
+    pairs, pair_drops = _pairs(graded, context, pools.chosen, pools.rejected)
+    shared = context.shared_columns(graded, DPO_SCHEMA)
     rows = []
     for c, r, div, distance in pairs:
         chosen, rejected = graded.training(c).text, graded.training(r).text
@@ -199,50 +151,58 @@ def dpo_rows(
                 "edit_distance": distance,
                 "chosen_answers_in_path": answers_in_path(graded, c),
                 "rejected_answers_in_path": answers_in_path(graded, r),
-                "pairing": pairing,
-                "reference": graded.reference,
-                "difficulty": graded.difficulty,
-                "split": graded.split,
-                "label_source": graded.label_source,
-                "problem_id": graded.problem_id,
-                "run_id": run_id,
+                "pairing": config.pairing,
+                **shared,
             }
         )
-    return rows
+    return Built(rows, pools.drops + pair_drops)
 
 
-def preference_pools(
-    graded: GradedTree,
-    gates: GatesConfig,
-    record: str,
-    drops: Drops | None = None,
-    self_correction: SelfCorrection = "exclude",
-) -> tuple[list[Node], list[Node]]:
-    """(chosen candidates best Q first, rejected candidates worst Q first) after the gates.
+def _pairs(
+    graded: GradedTree, context: BuildContext, good: list[Node], bad: list[Node]
+) -> tuple[list[tuple[Node, Node, Divergence, int]], Drops]:
+    """(chosen, rejected, where they part, edit distance) in the pairing rule's order,
+    each node at most once, and what the pair gates dropped."""
+    config = context.config
+    gates, pairing = config.gates, config.pairing
+    tree = graded.result.tree
+    rng = random.Random(derive_seed(config.seed, "dpo", graded.problem_id))
+    if pairing == "random":
+        rng.shuffle(good)
+        rng.shuffle(bad)
+    elif pairing not in ("shared_prefix", "best_vs_worst"):
+        raise ValueError(f"unknown pairing rule {pairing!r}")
+    allowed = set(config.dpo.pair_types)
+    candidates = [
+        (c, r, div)
+        for c in good[:PAIR_POOL]
+        for r in bad[:PAIR_POOL]
+        if (div := divergence(tree, c, r)).pair_type in allowed
+    ]
+    if pairing == "shared_prefix":
+        candidates.sort(key=lambda t: (-t[2].shared_steps, t[1].q - t[0].q, t[0].id, t[1].id))
+    elif pairing == "best_vs_worst":
+        candidates.sort(key=lambda t: (t[1].q - t[0].q, t[0].id, t[1].id))
+    else:
+        rng.shuffle(candidates)
+    pairs: list[tuple[Node, Node, Divergence, int]] = []
+    drops: Drops = Counter()
+    used: set[int] = set()  # every node (so every trajectory) is used at most once
+    for c, r, div in candidates:
+        if len(pairs) >= max(0, config.max_pairs_per_problem):
+            break
+        if c.id in used or r.id in used:
+            continue
+        if gates.min_q_margin is not None and c.q - r.q < gates.min_q_margin:
+            count(drops, "dpo.q_margin", 1)
+            continue
+        distance = Levenshtein.distance(graded.training(c).text, graded.training(r).text)
+        if distance < gates.min_edit_distance:
+            count(drops, "dpo.edit_distance", 1)
+            continue
+        used.update((c.id, r.id))
+        pairs.append((c, r, div, distance))
+    return pairs, drops
 
-    Both sides: no truncated text (`gates.drop_truncated`), the self-correction
-    rule (`sft.self_correction`; by default no trace), no (near) duplicate; the
-    rejected side also never states the reference
-    (`gates.rejected_states_reference`).  Drops are counted under
-    ``<record>.chosen.<gate>`` and ``<record>.rejected.<gate>``.
-    """
-    answered = graded.answered()
-    good = sorted((n for n in answered if graded.labels[n.id]), key=lambda n: (-n.q, n.id))
-    bad = sorted((n for n in answered if not graded.labels[n.id]), key=lambda n: (n.q, n.id))
 
-    def pool(side: str, nodes: list[Node]) -> list[Node]:
-        paths = select_paths(
-            graded,
-            nodes,
-            True,
-            self_correction,
-            record=f"{record}.{side}",
-            gates=gates,
-            drops=drops,
-        )
-        return [n for n, _ in paths]
-
-    return pool("chosen", good), pool("rejected", bad)
-
-
-__all__ = ["DPO_SCHEMA", "PAIR_POOL", "dpo_rows", "preference_pools"]
+__all__ = ["DPO_SCHEMA", "PAIR_POOL", "dpo_rows"]

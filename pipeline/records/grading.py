@@ -32,7 +32,8 @@ from typing import Literal
 
 from actors.grading import Verdict, compare_all
 from actors.prompts import POLICY_INSTRUCTION
-from pipeline.records.config import PseudoLabel
+from pipeline.records.config import PseudoLabel, RecordsConfig
+from pipeline.records.splits import split_of
 from pipeline.records.training_text import TrainingText, training_text
 from search.answer_choice import normalize_answer
 from search.answers import AnswerExtraction, stated_answers
@@ -58,8 +59,6 @@ class GradedTree:
     chosen_correct: bool | None  # null without a reference
     verified: Mapping[str, bool] = field(default_factory=dict)  # distinct answer -> verdict
     grade_timeouts: int = 0  # comparisons cut off by their limit (graded incorrect)
-    # the policy's user-turn template the search ran with (`PromptConfig`)
-    instruction: str = POLICY_INSTRUCTION
     # the user turn of every training row (`records.prompt`); None: the bare problem
     prompt: str | None = None
     split: str = "train"  # `pipeline.records.splits.split_of` of the problem id
@@ -110,6 +109,8 @@ async def grade_result(
     extraction: AnswerExtraction = AnswerExtraction.BOXED,
     fold_blank_lines: bool = True,
     compare: Compare = compare_all,
+    prompt: str | None = None,
+    split: str = "train",
 ) -> GradedTree:
     """Label every answered node of `result` (see the module docstring for the rules).
 
@@ -117,11 +118,17 @@ async def grade_result(
     verified once, those the nodes state and those their training texts state;
     `GradedTree.verified` holds the verdicts.  `extraction` is the search's
     `answer_extraction` (where a training text is cut).  `compare` decides the
-    reference verdicts (default: math-verify, `compare_all`).
+    reference verdicts (default: math-verify, `compare_all`).  `prompt` (the training
+    user turn; None: the bare problem) and `split` are kept for the rows.
     """
     nodes = result.answered_nodes
     keys = {n.id: answer_key(n.answer) for n in nodes}
     texts = {n.id: training_text(result.tree, n, extraction, fold_blank_lines) for n in nodes}
+    source: LabelSource = "reference"
+    verified: dict[str, bool] = {}
+    chosen_correct: bool | None = None
+    says_reference: frozenset[int] = frozenset()
+    timeouts = 0
     if reference is not None:
         stated = {
             i: [k for a in stated_answers(t.text, extraction) if (k := answer_key(a))]
@@ -134,40 +141,68 @@ async def grade_result(
         ]
         distinct = list(dict.fromkeys(k for k in candidates if k is not None))
         verdicts = await compare([(d, reference) for d in distinct], timeout_s)
+        timeouts = _timeouts(verdicts)
         verified = {d: v is Verdict.MATCH for d, v in zip(distinct, verdicts, strict=True)}
         labels = {i: k is not None and verified.get(k, False) for i, k in keys.items()}
         chosen = answer_key(result.chosen_answer)
         chosen_correct = chosen is not None and verified.get(chosen, False)
         says_reference = frozenset(i for i, ks in stated.items() if any(verified[k] for k in ks))
-        return GradedTree(
-            problem_id,
-            result,
-            reference,
-            "reference",
-            labels,
-            chosen_correct,
-            verified,
-            fold_blank_lines=fold_blank_lines,
-            texts=texts,
-            states_reference=says_reference,
-        )
-    if pseudo_label == "prm_threshold":
+    elif pseudo_label == "prm_threshold":
+        source = pseudo_label
         labels = {n.id: keys[n.id] is not None and n.q >= threshold for n in nodes}
     elif pseudo_label == "majority":
-        winners = await _majority_answers(nodes, keys, timeout_s)
+        source = pseudo_label
+        winners, timeouts = await _majority_answers(nodes, keys, timeout_s)
         labels = {n.id: keys[n.id] in winners for n in nodes}
     else:
         raise ValueError(f"unknown pseudo_label rule {pseudo_label!r}")
     return GradedTree(
         problem_id,
         result,
-        None,
-        pseudo_label,
+        reference,
+        source,
         labels,
-        None,
+        chosen_correct,
+        verified,
+        grade_timeouts=timeouts,
+        prompt=prompt,
+        split=split,
         fold_blank_lines=fold_blank_lines,
         texts=texts,
+        states_reference=says_reference,
     )
+
+
+async def grade_for_records(
+    result: SearchResult,
+    reference: str | None,
+    *,
+    problem_id: str,
+    config: RecordsConfig,
+    instruction: str = POLICY_INSTRUCTION,
+    extraction: AnswerExtraction = AnswerExtraction.BOXED,
+) -> GradedTree:
+    """`grade_result` under the records config: its grading rules, the training prompt
+    (`instruction`, the search's user-turn template, with `prompt.search_prompt`; else
+    `prompt.template`) and the problem's held-out split."""
+    template = instruction if config.prompt.search_prompt else config.prompt.template
+    return await grade_result(
+        result,
+        reference,
+        problem_id=problem_id,
+        timeout_s=config.grade_timeout_s,
+        pseudo_label=config.pseudo_label,
+        threshold=config.pseudo_threshold,
+        extraction=extraction,
+        fold_blank_lines=config.fold_blank_lines,
+        prompt=template.format(problem=result.problem),
+        split=split_of(problem_id, config.test_fraction),
+    )
+
+
+def _timeouts(verdicts: Sequence[Verdict]) -> int:
+    """Comparisons the limit decided, not the mathematics (graded incorrect)."""
+    return sum(v.bounded for v in verdicts)
 
 
 def answer_key(answer: str | None) -> str | None:
@@ -184,8 +219,9 @@ MAJORITY_ANCHORS = 16
 
 async def _majority_answers(
     nodes: Sequence[Node], keys: Mapping[int, str | None], timeout_s: float
-) -> set[str]:
-    """The answer strings of the largest math-verify-equivalence group."""
+) -> tuple[set[str], int]:
+    """The answer strings of the largest math-verify-equivalence group, and how many
+    comparisons the limit decided."""
     count: dict[str, int] = {}
     best_q: dict[str, float] = {}
     for n in nodes:
@@ -196,7 +232,7 @@ async def _majority_answers(
         best_q[k] = max(best_q.get(k, 0.0), n.q)
     answers = list(count)  # first-reached order
     if not answers:
-        return set()
+        return set(), 0
     order = {a: i for i, a in enumerate(answers)}
     anchors = set(sorted(answers, key=lambda a: (-count[a], order[a]))[:MAJORITY_ANCHORS])
     # every pair (earlier reached, later reached) with at least one anchor in it
@@ -224,7 +260,15 @@ async def _majority_answers(
         groups.values(),
         key=lambda g: (sum(count[a] for a in g), max(best_q[a] for a in g), -order[g[0]]),
     )
-    return set(best)
+    return set(best), _timeouts(verdicts)
 
 
-__all__ = ["Compare", "Difficulty", "GradedTree", "LabelSource", "answer_key", "grade_result"]
+__all__ = [
+    "Compare",
+    "Difficulty",
+    "GradedTree",
+    "LabelSource",
+    "answer_key",
+    "grade_for_records",
+    "grade_result",
+]

@@ -1,8 +1,8 @@
 """The ``kto`` record: TRL unpaired preference rows, every distinct answered trajectory.
 
 Every distinct answered trajectory of a problem (best Q first), labelled
-desirable when correct, through the gates of the DPO pools
-(`pipeline.records.dpo.preference_pools`): no truncated text, no
+desirable when correct, through the gates of the preference pools
+(`pipeline.records.pools`): no truncated text, no
 self-correction trace, no near duplicate, and no undesirable text that states
 the reference.  With ``gates.unpaired_from: mixed`` only problems whose tree
 holds both right and wrong answers give rows (``not_mixed``).
@@ -10,9 +10,11 @@ holds both right and wrong answers give rows (``not_mixed``).
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from pipeline.records.config import GatesConfig, SelfCorrection
+from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
@@ -23,11 +25,10 @@ from pipeline.records.schema import (
     REFERENCE_FIELD,
     RUN_ID_FIELD,
     SPLIT_FIELD,
-    Row,
     doc_field,
     record_schema,
 )
-from pipeline.records.trajectories import Drops, assistant_turn, count, select_paths, user_turn
+from pipeline.records.trajectories import assistant_turn, select_paths, user_turn
 
 KTO_SCHEMA = record_schema(
     "kto",
@@ -58,52 +59,36 @@ KTO_SCHEMA = record_schema(
 """`kto`: every distinct answered trajectory with its label."""
 
 
-def kto_rows(
-    graded: GradedTree,
-    *,
-    run_id: str,
-    dedupe: bool = True,
-    self_correction: SelfCorrection = "exclude",
-    gates: GatesConfig | None = None,
-    drops: Drops | None = None,
-) -> list[Row]:
+def kto_rows(graded: GradedTree, context: BuildContext) -> Built:
     """`kto` rows: every distinct answered trajectory (best Q first) with its label.
 
     The same self-correction rule as SFT applies to both labels, so desirable
     rows are the SFT rows before `min_sft_score` and `sft_top_k`.
     """
-    gates = gates or GatesConfig()
+    config = context.config
     ordered = sorted(graded.answered(), key=lambda n: (-n.q, n.id))
-    if gates.unpaired_from == "mixed" and graded.difficulty != "mixed":
+    if config.gates.unpaired_from == "mixed" and graded.difficulty != "mixed":
+        drops: Drops = Counter()
         count(drops, "kto.not_mixed", len(ordered))
-        return []
-    paths = select_paths(
-        graded,
-        ordered,
-        dedupe,
-        self_correction,
-        record="kto",
-        gates=gates,
-        drops=drops,
+        return Built([], drops)
+    paths, drops = select_paths(
+        graded, ordered, config.dedupe, config.self_correction, record="kto", gates=config.gates
     )
-    return [
+    shared = context.shared_columns(graded, KTO_SCHEMA)
+    rows = [
         {
             "prompt": user_turn(graded),
             "completion": assistant_turn(graded.training(n).text),
             "label": bool(graded.labels[n.id]),
-            "problem_id": graded.problem_id,
             "node_id": n.id,
             "answer": n.answer,
             "score": n.q,
             "answers_in_path": answers,
-            "reference": graded.reference,
-            "difficulty": graded.difficulty,
-            "split": graded.split,
-            "label_source": graded.label_source,
-            "run_id": run_id,
+            **shared,
         }
         for n, answers in paths
     ]
+    return Built(rows, drops)
 
 
 __all__ = ["KTO_SCHEMA", "kto_rows"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from pipeline.records.context import BuildContext
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     BUDGET_FIELD,
@@ -69,22 +70,15 @@ NODES_SCHEMA = record_schema(
 """`nodes`: one row per answered node of every tree."""
 
 
-def node_rows(
-    graded: GradedTree,
-    *,
-    run_id: str,
-    policy_model: str | None = None,
-    prm_model: str | None = None,
-) -> list[Row]:
+def node_rows(graded: GradedTree, context: BuildContext) -> list[Row]:
     """One `nodes` row per answered node, in answering order."""
     result = graded.result
+    shared = context.shared_columns(graded, NODES_SCHEMA)
     rows: list[Row] = []
     for n in graded.answered():
         label = graded.labels[n.id]
         rows.append(
             {
-                "run_id": run_id,
-                "problem_id": graded.problem_id,
                 "node_id": n.id,
                 "parent_id": n.parent_id,
                 "trajectory": graded.trajectory(n),
@@ -93,7 +87,6 @@ def node_rows(
                 "correct": None if graded.pseudo else label,
                 "label": label,
                 "pseudo_label": graded.pseudo,
-                "label_source": graded.label_source,
                 "is_chosen": n.id == result.chosen_node_id,
                 "depth": n.depth,
                 "iteration": n.iteration,
@@ -101,13 +94,13 @@ def node_rows(
                 "output_tokens": n.output_tokens,
                 "finish": None if n.finish is None else n.finish.value,
                 "method": result.algorithm,
-                "policy_model": policy_model,
-                "prm_model": prm_model,
+                "policy_model": context.policy_model,
+                "prm_model": context.prm_model,
                 "budget": result.budget,
                 "seed": result.seed,
                 "truncated": graded.training(n).truncated,
                 "chars_after_answer": graded.training(n).dropped_chars,
-                "split": graded.split,
+                **shared,
             }
         )
     return rows

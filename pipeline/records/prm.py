@@ -1,7 +1,7 @@
 """The ``prm`` record: TRL stepwise supervision, every step labelled from the tree below it.
 
 One row per distinct answered trajectory (self-correction traces only with
-``sft.self_correction: include``, as in every training table).  Its steps
+``records.self_correction: include``, as in every training table).  Its steps
 are the lines of its training text (cut after the answer,
 `pipeline.records.training_text`), so joined with ``separator``
 ("\\n", TRL's PRM default) they give the trajectory back exactly and no step
@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from pipeline.records.config import GatesConfig, PrmConfig, SelfCorrection
+from pipeline.records.config import PrmConfig
+from pipeline.records.context import BuildContext, Built
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
@@ -45,7 +46,7 @@ from pipeline.records.schema import (
     record_schema,
 )
 from pipeline.records.training_text import line_owners, tidy
-from pipeline.records.trajectories import Drops, has_empty_step, select_paths
+from pipeline.records.trajectories import has_empty_step, select_paths
 from pipeline.records.tree_paths import SubtreeAnswers, subtree_answers
 from search.tree import Node
 
@@ -102,46 +103,38 @@ PRM_SCHEMA = record_schema(
 """`prm`: step-level labels of every answered path, from the subtree under each step."""
 
 
-def prm_rows(
-    graded: GradedTree,
-    *,
-    run_id: str,
-    dedupe: bool = True,
-    pseudo_labels: bool = False,
-    config: PrmConfig | None = None,
-    gates: GatesConfig | None = None,
-    threshold: float = 0.5,
-    self_correction: SelfCorrection = "exclude",
-    drops: Drops | None = None,
-) -> list[Row]:
+def prm_rows(graded: GradedTree, context: BuildContext) -> Built:
     """`prm` rows: one per answered path (distinct trajectory), labels from the subtree.
 
     Without a reference the labels would be pseudo labels (for ``prm_threshold``,
-    the PRM's own scores): the record is then empty unless `pseudo_labels`
-    (or `config.pseudo_labels`).  `threshold` labels the unanswered-branch steps.
+    the PRM's own scores): the record is then empty unless `prm.pseudo_labels`.
+    `pseudo_threshold` labels the unanswered-branch steps.
     """
-    config = config or PrmConfig(pseudo_labels=pseudo_labels)
-    gates = gates or GatesConfig()
-    if graded.pseudo and not (pseudo_labels or config.pseudo_labels):
-        return []
+    config = context.config
+    if graded.pseudo and not config.prm.pseudo_labels:
+        return Built([])
     tree = graded.result.tree
     below = subtree_answers(tree, graded.labels)
-    paths = select_paths(
+    paths, drops = select_paths(
         graded,
         graded.answered(),
-        dedupe,
-        self_correction,
+        config.dedupe,
+        config.self_correction,
         record="prm",
         # near duplicates stay (only identical paths are one row), and a wrong path that
         # states the reference stays: its steps' labels say which step went wrong
-        gates=gates.model_copy(update={"near_duplicate": 1.0, "rejected_states_reference": False}),
-        drops=drops,
+        gates=config.gates.model_copy(
+            update={"near_duplicate": 1.0, "rejected_states_reference": False}
+        ),
     )
+    shared = context.shared_columns(graded, PRM_SCHEMA)
+    threshold = config.pseudo_threshold
     rows = [
-        _row(graded, node, graded.training(node).text, answers, below, threshold, config, run_id)
+        _row(graded, node, graded.training(node).text, answers, below, threshold, config.prm)
+        | shared
         for node, answers in paths
     ]
-    if config.unanswered_branches:
+    if config.prm.unanswered_branches:
         for leaf in tree.nodes:
             if leaf.parent_id is None or leaf.children or leaf.answered:
                 continue
@@ -149,8 +142,8 @@ def prm_rows(
                 continue
             text = tidy(tree.assistant_text(leaf), graded.fold_blank_lines)
             answers = sum(n.answered for n in tree.path(leaf))
-            rows.append(_row(graded, leaf, text, answers, below, threshold, config, run_id))
-    return rows
+            rows.append(_row(graded, leaf, text, answers, below, threshold, config.prm) | shared)
+    return Built(rows, drops)
 
 
 def _row(
@@ -161,7 +154,6 @@ def _row(
     below: list[SubtreeAnswers],
     threshold: float,
     config: PrmConfig,
-    run_id: str,
 ) -> Row:
     tree = graded.result.tree
     owners = line_owners(tree, node, text)
@@ -188,14 +180,9 @@ def _row(
         "step_node_ids": [step.id for step in owners],
         "separator": config.separator,
         "ends_in_answer": node.answered,
-        "problem_id": graded.problem_id,
         "node_id": node.id,
         "answer": node.answer,
         "answers_in_path": answers,
-        "reference": graded.reference,
-        "split": graded.split,
-        "label_source": graded.label_source,
-        "run_id": run_id,
     }
 
 

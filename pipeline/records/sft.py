@@ -12,10 +12,12 @@ Q >= ``min_score``, best Q first, through the gates (each counts its drops):
   answered earlier and went on with the continuation prompt ("But wait, let
   me think about the problem again.") is a self-correction trace; most such
   traces state a wrong answer first, so SFT on them teaches answering wrong
-  first.  ``sft.self_correction: include`` keeps them too, ``only`` keeps
+  first.  ``records.self_correction: include`` keeps them too, ``only`` keeps
   only them;
 * ``top_k``: at most `gates.sft_top_k` rows per problem, the best Q
-  (rStar-Math keeps 2).
+  (rStar-Math keeps 2).  `sft_candidates` are the rows before this cap (the
+  data yield counts them: the cap is a choice of the export, not a property of
+  the search); `capped` applies it.
 
 The completion is the training text (`pipeline.records.training_text`): it
 ends right after its answer statement.  Nobody in this project reads a
@@ -26,9 +28,11 @@ ends right after its answer statement.  Nobody in this project reads a
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from pipeline.records.config import GatesConfig, SelfCorrection
+from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
@@ -40,11 +44,10 @@ from pipeline.records.schema import (
     RUN_ID_FIELD,
     SPLIT_FIELD,
     TRUNCATED_FIELD,
-    Row,
     doc_field,
     record_schema,
 )
-from pipeline.records.trajectories import Drops, assistant_turn, count, select_paths, user_turn
+from pipeline.records.trajectories import assistant_turn, select_paths, user_turn
 
 SFT_SCHEMA = record_schema(
     "sft",
@@ -78,58 +81,48 @@ SFT_SCHEMA = record_schema(
 """`sft`: supervised fine-tuning rows from correct answered nodes."""
 
 
-def sft_rows(
-    graded: GradedTree,
-    *,
-    run_id: str,
-    min_score: float = 0.0,
-    dedupe: bool = True,
-    self_correction: SelfCorrection = "exclude",
-    gates: GatesConfig | None = None,
-    drops: Drops | None = None,
-) -> list[Row]:
-    """`sft` rows from the nodes labelled correct with Q >= `min_score`, best Q first.
+def sft_rows(graded: GradedTree, context: BuildContext) -> Built:
+    """The `sft` table's rows: `sft_candidates` `capped` at `gates.sft_top_k`."""
+    return capped(sft_candidates(graded, context), context.config.gates.sft_top_k)
 
-    `self_correction` keeps clean paths only (``exclude``: the last node holds
-    the path's only answer), every path (``include``), or only the paths that
-    answered before (``only``); `gates` (default: `GatesConfig()`) and the
-    module docstring say the rest.  `drops` counts what each gate dropped.
-    """
-    gates = gates or GatesConfig()
+
+def sft_candidates(graded: GradedTree, context: BuildContext) -> Built:
+    """`sft` rows from the nodes labelled correct with Q >= `min_sft_score`, best Q first,
+    through every gate but the per-problem cap (the module docstring says which)."""
+    config = context.config
+    drops: Drops = Counter()
     correct = [n for n in graded.answered() if graded.labels[n.id]]
-    picked = sorted((n for n in correct if n.q >= min_score), key=lambda n: (-n.q, n.id))
+    picked = sorted((n for n in correct if n.q >= config.min_sft_score), key=lambda n: (-n.q, n.id))
     count(drops, "sft.min_score", len(correct) - len(picked))
-    paths = select_paths(
-        graded,
-        picked,
-        dedupe,
-        self_correction,
-        record="sft",
-        gates=gates,
-        drops=drops,
+    paths, gated = select_paths(
+        graded, picked, config.dedupe, config.self_correction, record="sft", gates=config.gates
     )
-    if gates.sft_top_k:
-        count(drops, "sft.top_k", len(paths) - gates.sft_top_k)
-        paths = paths[: gates.sft_top_k]
-    return [
+    shared = context.shared_columns(graded, SFT_SCHEMA)
+    rows = [
         {
             "prompt": user_turn(graded),
             "completion": assistant_turn(graded.training(n).text),
-            "problem_id": graded.problem_id,
             "node_id": n.id,
             "answer": n.answer,
             "score": n.q,
             "depth": n.depth,
             "answers_in_path": answers,
-            "reference": graded.reference,
             "truncated": graded.training(n).truncated,
-            "difficulty": graded.difficulty,
-            "split": graded.split,
-            "label_source": graded.label_source,
-            "run_id": run_id,
+            **shared,
         }
         for n, answers in paths
     ]
+    return Built(rows, drops + gated)
 
 
-__all__ = ["SFT_SCHEMA", "sft_rows"]
+def capped(candidates: Built, top_k: int) -> Built:
+    """At most `top_k` of the (best-first) candidates, the rest counted as ``sft.top_k``
+    drops; 0: every one."""
+    if not top_k:
+        return candidates
+    drops = candidates.drops.copy()
+    count(drops, "sft.top_k", len(candidates.rows) - top_k)
+    return Built(candidates.rows[:top_k], drops)
+
+
+__all__ = ["SFT_SCHEMA", "capped", "sft_candidates", "sft_rows"]

@@ -1,9 +1,9 @@
 """The ``step_dpo`` record: step-level preference pairs, in the columns Step-DPO publishes.
 
-A correct and an incorrect trajectory of one problem (from the gated DPO pools,
-`pipeline.records.dpo.preference_pools`) that share their first steps and then
-part: the prompt, the shared steps (``initial_reason_steps``), the first step
-where each goes its own way (``chosen`` / ``rejected``), both whole texts
+A correct and an incorrect trajectory of one problem (from the same gated pools dpo
+pairs, `pipeline.records.pools`) that share their first steps and then part: the
+prompt, the shared steps (``initial_reason_steps``), the first step where each goes
+its own way (``chosen`` / ``rejected``), both whole texts
 (``full_chosen`` / ``full_rejected``) and the reference ``answer`` - the column
 shape of Step-DPO's public sets (prompt / initial_reason_steps / chosen /
 rejected / full_chosen / full_rejected / answer).  A step is a line of the
@@ -22,11 +22,13 @@ construction.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from pipeline.records.config import GatesConfig, SelfCorrection
-from pipeline.records.dpo import preference_pools
+from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
+from pipeline.records.pools import preference_pools
 from pipeline.records.schema import (
     DIFFICULTY_FIELD,
     LABEL_SOURCE_FIELD,
@@ -38,7 +40,7 @@ from pipeline.records.schema import (
     record_schema,
 )
 from pipeline.records.training_text import line_owners
-from pipeline.records.trajectories import Drops, common_prefix, count
+from pipeline.records.trajectories import common_prefix
 from pipeline.records.tree_paths import subtree_answers
 from search.tree import Node
 
@@ -76,20 +78,15 @@ STEP_DPO_SCHEMA = record_schema(
 """`step_dpo`: the first differing step of a correct and an incorrect trajectory."""
 
 
-def step_dpo_rows(
-    graded: GradedTree,
-    *,
-    run_id: str,
-    max_pairs_per_problem: int = 4,
-    gates: GatesConfig | None = None,
-    self_correction: SelfCorrection = "exclude",
-    drops: Drops | None = None,
-) -> list[Row]:
+def step_dpo_rows(graded: GradedTree, context: BuildContext) -> Built:
     """`step_dpo` pairs of one problem (rules in the module docstring)."""
     if graded.reference is None:
-        return []
-    gates = gates or GatesConfig()
-    good, bad = preference_pools(graded, gates, "step_dpo", drops, self_correction)
+        return Built([])
+    config = context.config
+    gates = config.gates
+    pools = preference_pools(graded, gates, "step_dpo", config.self_correction)
+    good, bad = pools.chosen, pools.rejected
+    drops: Drops = Counter()
     tree = graded.result.tree
     below = subtree_answers(tree, graded.labels)
     lines = {n.id: graded.training(n).lines for n in (*good, *bad)}
@@ -101,11 +98,12 @@ def step_dpo_rows(
             if shared < len(lines[c.id]) and shared < len(lines[r.id]):
                 candidates.append((shared, c, r))
     candidates.sort(key=lambda t: (-t[0], t[2].q - t[1].q, t[1].id, t[2].id))
+    shared_columns = context.shared_columns(graded, STEP_DPO_SCHEMA)
     rows: list[Row] = []
     used: set[int] = set()
     seen: set[tuple[int, str]] = set()
     for shared, c, r in candidates:
-        if len(rows) >= max(0, max_pairs_per_problem):
+        if len(rows) >= max(0, config.max_pairs_per_problem):
             break
         step = (shared, lines[r.id][shared])
         if c.id in used or r.id in used or step in seen:
@@ -133,14 +131,10 @@ def step_dpo_rows(
                 "shared_steps": shared,
                 "score_chosen": c.q,
                 "score_rejected": r.q,
-                "difficulty": graded.difficulty,
-                "split": graded.split,
-                "label_source": graded.label_source,
-                "problem_id": graded.problem_id,
-                "run_id": run_id,
+                **shared_columns,
             }
         )
-    return rows
+    return Built(rows, pools.drops + drops)
 
 
 __all__ = ["STEP_DPO_SCHEMA", "step_dpo_rows"]

@@ -7,9 +7,8 @@
   (rapidfuzz's normalised Indel similarity of the texts);
 * `answers_in_path` and `select_paths`: the self-correction rule (a path that
   answered before its last node, or whose text states more than one answer, is a
-  self-correction trace) and the truncation gate;
-* `Drops`: what each gate dropped, counted per record and gate
-  (``"sft.truncated"``), summed into ``trees.gate_drops``.
+  self-correction trace) and the gates every training table applies, each gate's
+  drops counted per record and gate (``"sft.truncated"``).
 """
 
 from __future__ import annotations
@@ -20,11 +19,10 @@ from collections.abc import Callable, Iterable, Sequence
 from rapidfuzz.distance import Indel
 
 from pipeline.records.config import GatesConfig, SelfCorrection
+from pipeline.records.context import Drops, count
 from pipeline.records.grading import GradedTree
 from pipeline.records.tree_paths import answers_on_path
 from search.tree import Node, Tree
-
-Drops = Counter[str]
 
 
 def user_turn(graded: GradedTree) -> list[dict[str, str]]:
@@ -72,9 +70,8 @@ def select_paths(
     *,
     record: str = "",
     gates: GatesConfig | None = None,
-    drops: Drops | None = None,
-) -> list[tuple[Node, int]]:
-    """(node, answers_in_path) of `nodes` after the gates, each counting its drops.
+) -> tuple[list[tuple[Node, int]], Drops]:
+    """(node, answers_in_path) of `nodes` after the gates, and what each gate dropped.
 
     First, always, ``empty_step``: a path with a step of no text but white space
     (`Node.empty`, an engine that answered with nothing) is never a training row.
@@ -89,6 +86,7 @@ def select_paths(
     """
     if self_correction not in ("exclude", "include", "only"):
         raise ValueError(f"unknown self_correction rule {self_correction!r}")
+    drops: Drops = Counter()
 
     def gate(name: str, nodes: list[Node], keep: Callable[[Node], bool]) -> list[Node]:
         kept = [n for n in nodes if keep(n)]
@@ -118,7 +116,7 @@ def select_paths(
             picked,
             lambda n: graded.labels[n.id] or n.id not in graded.states_reference,
         )
-    return [(n, answers[n.id]) for n in picked]
+    return [(n, answers[n.id]) for n in picked], drops
 
 
 def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
@@ -136,17 +134,10 @@ def has_empty_step(tree: Tree, node: Node) -> bool:
     return any(step.empty for step in tree.path(node) if step.parent_id is not None)
 
 
-def count(drops: Drops | None, key: str, dropped: int) -> None:
-    if drops is not None and dropped > 0:
-        drops[key] += dropped
-
-
 __all__ = [
-    "Drops",
     "answers_in_path",
     "assistant_turn",
     "common_prefix",
-    "count",
     "distinct_trajectories",
     "has_empty_step",
     "select_paths",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from actors.redact import redact_text
+from pipeline.records.context import BuildContext
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     PROBLEM_ID_FIELD,
@@ -66,16 +67,15 @@ TREE_NODES_SCHEMA = record_schema(
 """`tree_nodes`: every node of every tree, so relabelling can be redone from Parquet."""
 
 
-def tree_node_rows(graded: GradedTree, *, run_id: str) -> list[Row]:
+def tree_node_rows(graded: GradedTree, context: BuildContext) -> list[Row]:
     """`tree_nodes` rows: every node of the tree, the root first (see TREE_NODES_SCHEMA)."""
     tree = graded.result.tree
+    shared = context.shared_columns(graded, TREE_NODES_SCHEMA)
     rows: list[Row] = []
     for n in tree.nodes:
         root = n.parent_id is None
         rows.append(
             {
-                "run_id": run_id,
-                "problem_id": graded.problem_id,
                 "node_id": n.id,
                 "parent_id": n.parent_id,
                 "depth": n.depth,
@@ -95,7 +95,7 @@ def tree_node_rows(graded: GradedTree, *, run_id: str) -> list[Row]:
                 "full_generation": n.full_generation,
                 # an engine error may quote its endpoint URL: no credentials in a row
                 "error": None if n.error is None else redact_text(n.error),
-                "split": graded.split,
+                **shared,
             }
         )
     return rows

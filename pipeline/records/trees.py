@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from pipeline.records.context import BuildContext
 from pipeline.records.grading import GradedTree, answer_key
 from pipeline.records.schema import (
     BUDGET_FIELD,
@@ -114,10 +115,8 @@ TREES_SCHEMA = record_schema(
 
 def tree_row(
     graded: GradedTree,
+    context: BuildContext,
     *,
-    run_id: str,
-    policy_model: str | None = None,
-    prm_model: str | None = None,
     contaminated: str | None = None,
     gate_drops: Mapping[str, int] | None = None,
     yields: Mapping[str, int] | None = None,
@@ -126,13 +125,10 @@ def tree_row(
     result = graded.result
     tokens = result.tokens
     return {
-        "run_id": run_id,
-        "problem_id": graded.problem_id,
+        **context.shared_columns(graded, TREES_SCHEMA),
         "chosen_answer": result.chosen_answer,
         "chosen_node_id": result.chosen_node_id,
         "correct": graded.chosen_correct,
-        "reference": graded.reference,
-        "label_source": graded.label_source,
         "policy_output_tokens": tokens.policy_output,
         "policy_input_tokens": tokens.policy_input,
         "inserted_prompt_tokens": tokens.inserted_prompt,
@@ -150,17 +146,15 @@ def tree_row(
         "contaminated": contaminated,
         "grade_timeouts": graded.grade_timeouts,
         "method": result.algorithm,
-        "policy_model": policy_model,
-        "prm_model": prm_model,
+        "policy_model": context.policy_model,
+        "prm_model": context.prm_model,
         "budget": result.budget,
         "seed": result.seed,
-        "difficulty": graded.difficulty,
         "gate_drops": [
             {"gate": gate, "dropped": dropped}
             for gate, dropped in sorted((gate_drops or {}).items())
             if dropped > 0
         ],
-        "split": graded.split,
         **(yields or NO_YIELD),
         "node_scores": [
             n.q

@@ -28,7 +28,7 @@ import yaml
 from jobs.exits import BAD_INPUT, OK, guarded
 from pipeline.problems.sources import JsonlSource, load_problems
 from pipeline.records import RECORD_TYPES, SCHEMAS, RecordsConfig, error_row, records_for, to_table
-from pipeline.records.replay import search_result
+from pipeline.records.rebuild import rebuild_result
 from pipeline.run.nightly import run_spent
 from pipeline.run.summary import summarize_run_dir
 from pipeline.store.lease import FlockLease, LeaseLost
@@ -63,7 +63,7 @@ def _records(problem_id: str, run_id: str) -> dict[str, list[dict[str, Any]]]:
     """Every record type's rows of one real SmolLM2 tree, as `problem_id`."""
     entries = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
     entry = entries[int(problem_id.removeprefix("p")) % len(entries)]
-    result = search_result(entry["nodes"], entry["tree"])
+    result = rebuild_result(entry["nodes"], entry["tree"])
     return asyncio.run(
         records_for(
             result,

@@ -2,8 +2,8 @@
 
 `tests/fixtures/smollm2_trees.jsonl` holds the `trees` and `tree_nodes` rows of a real
 run of the embedded default (SmolLM2-135M on llama.cpp, the few-shot arithmetic
-prompt; regenerate with `scripts/record_real_trees.py`).  Each tree is replayed
-(`pipeline.records.replay`) through today's `records_for` with the default records
+prompt; regenerate with `scripts/record_real_trees.py`).  Each tree is rebuilt
+(`pipeline.records.rebuild`) through today's `records_for` with the default records
 config, and the rows are checked as a person about to train on them would: nothing
 after the answer, one answer, nothing truncated, one prompt per problem, no rejected
 text stating the reference, prm steps that rebuild the completion, kto labels that
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from pipeline.records import SCHEMAS, RecordsConfig, records_for, to_table
-from pipeline.records.replay import search_result
+from pipeline.records.rebuild import rebuild_result
 from pipeline.report.hygiene import after_answer, hygiene
 from search.answers import AnswerExtraction
 
@@ -36,7 +36,7 @@ async def _records() -> dict[str, list[dict[str, Any]]]:
     out: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
     for entry in _fixture():
         tree = entry["tree"]
-        result = search_result(entry["nodes"], tree)
+        result = rebuild_result(entry["nodes"], tree)
         records = await records_for(
             result,
             tree["reference"],
@@ -60,8 +60,8 @@ def test_the_fixture_is_real_model_text_that_runs_past_its_answers() -> None:
     assert len(entries) >= 10
     texts = [n["text"] for e in entries for n in e["nodes"] if n["node_id"]]
     assert sum("answer is" in t for t in texts) >= 20
-    for entry in entries:  # the replay gives back the tree node for node
-        result = search_result(entry["nodes"], entry["tree"])
+    for entry in entries:  # the rebuild gives back the tree node for node
+        result = rebuild_result(entry["nodes"], entry["tree"])
         assert len(result.tree) == len(entry["nodes"])
         for row in entry["nodes"][1:]:
             node = result.tree[row["node_id"]]

@@ -19,6 +19,7 @@ from pipeline.records import (
     SCHEMAS,
     SFT_SCHEMA,
     TREES_SCHEMA,
+    BuildContext,
     GatesConfig,
     GradedTree,
     RecordsConfig,
@@ -49,6 +50,11 @@ PROBLEM = "What is the value of the expression?"
 OPEN = GatesConfig(
     min_edit_distance=0, sft_top_k=0, near_duplicate=1.0, rejected_states_reference=False
 )
+
+
+def _ctx(**records: Any) -> BuildContext:
+    """Run "r" under the records config `records` (everything else its default)."""
+    return BuildContext(RecordsConfig.model_validate(records), run_id="r")
 
 
 async def _search(
@@ -83,7 +89,7 @@ async def test_every_answered_node_is_one_row_and_correct_agrees_with_math_verif
     seen_correct = seen_wrong = 0
     for i, result in enumerate(await _results()):
         graded = await grade_result(result, reference, problem_id=f"p{i}", timeout_s=10)
-        rows = node_rows(graded, run_id="r", policy_model="pol", prm_model="prm")
+        rows = node_rows(graded, BuildContext(run_id="r", policy_model="pol", prm_model="prm"))
         assert [r["node_id"] for r in rows] == [n.id for n in result.answered_nodes]
         assert len({r["node_id"] for r in rows}) == len(rows)
         distinct = {normalize_answer(n.answer) for n in result.answered_nodes if n.answer}
@@ -97,7 +103,7 @@ async def test_every_answered_node_is_one_row_and_correct_agrees_with_math_verif
             assert row["trajectory"].startswith("Step 1:") and row["c_used"] == node.c_used
             seen_correct += row["correct"]
             seen_wrong += not row["correct"]
-        tree = tree_row(graded, run_id="r")
+        tree = tree_row(graded, BuildContext(run_id="r"))
         assert tree["correct"] is _mv(result.chosen_answer, reference)
         assert tree["n_answered"] == len(rows)
         assert tree["n_correct"] == sum(r["correct"] for r in rows)
@@ -145,16 +151,15 @@ async def test_dpo_pairs_join_correct_and_incorrect_trajectories_that_diverge(
 ) -> None:
     types_seen: Counter[str] = Counter()
     for graded in await _graded("12"):
-        labels = {r["node_id"]: r for r in node_rows(graded, run_id="r")}
-        pairs = dpo_rows(
-            graded,
-            run_id="r",
+        labels = {r["node_id"]: r for r in node_rows(graded, BuildContext(run_id="r"))}
+        rule = _ctx(
             max_pairs_per_problem=cap,
             pairing=pairing,
             seed=3,
             gates=OPEN,
             self_correction="include",
         )
+        pairs = dpo_rows(graded, rule).rows
         assert len(pairs) <= cap
         for pair in pairs:
             assert pair["problem_id"] == graded.problem_id
@@ -196,16 +201,7 @@ async def test_dpo_pairs_join_correct_and_incorrect_trajectories_that_diverge(
             gaps = [p["score_chosen"] - p["score_rejected"] for p in pairs]
             assert gaps == sorted(gaps, reverse=True)
         else:
-            again = dpo_rows(
-                graded,
-                run_id="r",
-                max_pairs_per_problem=cap,
-                pairing=pairing,
-                seed=3,
-                gates=OPEN,
-                self_correction="include",
-            )
-            assert again == pairs
+            assert dpo_rows(graded, rule).rows == pairs
     if cap >= 2:
         assert types_seen["siblings"] + types_seen["cousins"] > 0, types_seen
 
@@ -216,20 +212,22 @@ async def test_dpo_prefix_pairs_only_when_asked_for() -> None:
         everything = ("siblings", "cousins", "root", "prefix")
         pairs = dpo_rows(
             graded,
-            run_id="r",
-            max_pairs_per_problem=100,
-            pair_types=everything,
-            gates=OPEN,
-            self_correction="include",
-        )
+            _ctx(
+                max_pairs_per_problem=100,
+                dpo={"pair_types": everything},
+                gates=OPEN,
+                self_correction="include",
+            ),
+        ).rows
         only_prefix = dpo_rows(
             graded,
-            run_id="r",
-            max_pairs_per_problem=100,
-            pair_types=("prefix",),
-            gates=OPEN,
-            self_correction="include",
-        )
+            _ctx(
+                max_pairs_per_problem=100,
+                dpo={"pair_types": ("prefix",)},
+                gates=OPEN,
+                self_correction="include",
+            ),
+        ).rows
         for pair in only_prefix:
             chosen, rejected = pair["chosen"][0]["content"], pair["rejected"][0]["content"]
             assert chosen.startswith(rejected) or rejected.startswith(chosen)
@@ -257,17 +255,17 @@ async def test_sft_rows_only_from_correct_nodes_above_min_score_without_duplicat
     )
     regraded = await grade_result(graded.result, "12", problem_id="p0")
     assert regraded.labels[copy.id]
-    with_dupes = sft_rows(regraded, run_id="r", dedupe=False, self_correction="include", gates=OPEN)
-    deduped = sft_rows(regraded, run_id="r", self_correction="include", gates=OPEN)
+    with_dupes = sft_rows(regraded, _ctx(dedupe=False, self_correction="include", gates=OPEN)).rows
+    deduped = sft_rows(regraded, _ctx(self_correction="include", gates=OPEN)).rows
     assert len(with_dupes) == len(deduped) + 1
     assert copy.id not in {r["node_id"] for r in deduped}  # the best-Q copy is kept
 
     for g in [regraded, *graded_trees[1:]]:
-        nodes = {r["node_id"]: r for r in node_rows(g, run_id="r")}
+        nodes = {r["node_id"]: r for r in node_rows(g, BuildContext(run_id="r"))}
         for min_score in (0.0, 0.5, 0.9):
             rows = sft_rows(
-                g, run_id="r", min_score=min_score, self_correction="include", gates=OPEN
-            )
+                g, _ctx(min_sft_score=min_score, self_correction="include", gates=OPEN)
+            ).rows
             expected = {
                 r["trajectory"] for r in nodes.values() if r["correct"] and r["score"] >= min_score
             }
@@ -285,9 +283,9 @@ async def test_sft_rows_only_from_correct_nodes_above_min_score_without_duplicat
 async def test_sft_keeps_clean_paths_by_default_and_self_corrections_on_request() -> None:
     clean = corrections = 0
     for g in await _graded("12"):
-        every = sft_rows(g, run_id="r", self_correction="include", gates=OPEN)
-        default = sft_rows(g, run_id="r", gates=OPEN)
-        only = sft_rows(g, run_id="r", self_correction="only", gates=OPEN)
+        every = sft_rows(g, _ctx(self_correction="include", gates=OPEN)).rows
+        default = sft_rows(g, _ctx(gates=OPEN)).rows
+        only = sft_rows(g, _ctx(self_correction="only", gates=OPEN)).rows
         for row in every:  # the count agrees with the answers the text states
             assert row["answers_in_path"] == row["completion"][0]["content"].count("\\boxed{")
         assert all(r["answers_in_path"] == 1 for r in default)
@@ -299,23 +297,23 @@ async def test_sft_keeps_clean_paths_by_default_and_self_corrections_on_request(
         corrections += len(only)
     assert clean and corrections  # the scripted trees hold both kinds
     with pytest.raises(ValueError, match="self_correction"):
-        sft_rows(g, run_id="r", self_correction="sometimes")  # type: ignore[arg-type]
+        sft_rows(g, _ctx(self_correction="sometimes"))
 
 
 async def test_no_reference_prm_threshold_pseudo_labels_are_marked() -> None:
     for graded in await _graded(None, pseudo_label="prm_threshold", threshold=0.6):
         assert graded.label_source == "prm_threshold" and not graded.verified
-        rows = node_rows(graded, run_id="r")
+        rows = node_rows(graded, BuildContext(run_id="r"))
         for row in rows:
             assert row["correct"] is None and row["pseudo_label"] is True
             assert row["label_source"] == "prm_threshold"
             assert row["label"] is (row["score"] >= 0.6)
-        tree = tree_row(graded, run_id="r")
+        tree = tree_row(graded, BuildContext(run_id="r"))
         assert tree["correct"] is None and tree["reference"] is None
         assert tree["label_source"] == "prm_threshold"
-        for sft in sft_rows(graded, run_id="r"):
+        for sft in sft_rows(graded, _ctx()).rows:
             assert sft["score"] >= 0.6 and sft["label_source"] == "prm_threshold"
-        for pair in dpo_rows(graded, run_id="r"):
+        for pair in dpo_rows(graded, _ctx()).rows:
             assert pair["score_chosen"] >= 0.6 > pair["score_rejected"]
 
 
@@ -331,7 +329,7 @@ async def test_no_reference_majority_groups_equivalent_answers() -> None:
         if half == counts["7"]:
             continue
         winners = {"0.5", "\\frac{1}{2}"} if half > counts["7"] else {"7"}
-        rows = node_rows(graded, run_id="r")
+        rows = node_rows(graded, BuildContext(run_id="r"))
         for row in rows:
             assert row["label"] is (row["answer"] in winners)
             assert row["pseudo_label"] is True and row["label_source"] == "majority"
@@ -343,14 +341,14 @@ async def test_no_reference_majority_groups_equivalent_answers() -> None:
 def _all_rows(graded: list[GradedTree]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in SCHEMAS}
     for g in graded:
-        out["nodes"] += node_rows(g, run_id="r", policy_model="pol", prm_model=None)
-        out["trees"].append(tree_row(g, run_id="r", policy_model="pol"))
-        out["sft"] += sft_rows(g, run_id="r", gates=OPEN)
-        out["dpo"] += dpo_rows(g, run_id="r", max_pairs_per_problem=2, gates=OPEN)
-        out["step_dpo"] += step_dpo_rows(g, run_id="r", max_pairs_per_problem=2, gates=OPEN)
-        out["prm"] += prm_rows(g, run_id="r", pseudo_labels=True)
-        out["kto"] += kto_rows(g, run_id="r", gates=OPEN)
-        out["tree_nodes"] += tree_node_rows(g, run_id="r")
+        out["nodes"] += node_rows(g, BuildContext(run_id="r", policy_model="pol", prm_model=None))
+        out["trees"].append(tree_row(g, BuildContext(run_id="r", policy_model="pol")))
+        out["sft"] += sft_rows(g, _ctx(gates=OPEN)).rows
+        out["dpo"] += dpo_rows(g, _ctx(max_pairs_per_problem=2, gates=OPEN)).rows
+        out["step_dpo"] += step_dpo_rows(g, _ctx(max_pairs_per_problem=2, gates=OPEN)).rows
+        out["prm"] += prm_rows(g, _ctx(prm={"pseudo_labels": True})).rows
+        out["kto"] += kto_rows(g, _ctx(gates=OPEN)).rows
+        out["tree_nodes"] += tree_node_rows(g, BuildContext(run_id="r"))
     out["errors"] += [
         error_row("p9", "search", RuntimeError("engine down"), run_id="r"),
         error_row(None, "source", "bad line 3", run_id="r"),
@@ -388,7 +386,7 @@ def test_error_rows() -> None:
 
 async def test_bad_rows_raise_errors_naming_the_field() -> None:
     graded = (await _graded("12"))[0]
-    good = node_rows(graded, run_id="r")[0]
+    good = node_rows(graded, BuildContext(run_id="r"))[0]
     cases: list[tuple[dict[str, Any], str, str]] = [
         ({**good, "score": "high"}, "score", "not double"),
         ({**good, "node_id": 1.5}, "node_id", "not int64"),
@@ -403,7 +401,7 @@ async def test_bad_rows_raise_errors_naming_the_field() -> None:
         assert info.value.field == field_name and info.value.row == 1
         assert f"field {field_name!r} (row 1)" in str(info.value)
         assert reason in str(info.value) and "nodes record" in str(info.value)
-    sft = sft_rows(graded, run_id="r", self_correction="include")[0]
+    sft = sft_rows(graded, _ctx(self_correction="include")).rows[0]
     with pytest.raises(RecordValidationError, match="'completion'"):
         to_table([{**sft, "completion": "not a list"}], SFT_SCHEMA)
     # a missing nullable field is simply null
@@ -481,7 +479,7 @@ async def test_records_for_applies_the_config() -> None:
     with pytest.raises(ValidationError):
         RecordsConfig(pairing="all_pairs")  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="self_correction"):
-        RecordsConfig.model_validate({"sft": {"self_correction": "sometimes"}})
+        RecordsConfig.model_validate({"self_correction": "sometimes"})
     with pytest.raises(ValidationError, match="pair_types"):
         RecordsConfig.model_validate({"dpo": {"pair_types": ["uncles"]}})
     with pytest.raises(ValidationError):

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.records import (
     SCHEMAS,
+    BuildContext,
     GatesConfig,
     RecordsConfig,
     grade_result,
@@ -29,6 +30,11 @@ from search.tree import Tree
 
 LAST = AnswerExtraction.LAST_NUMBER
 PROBLEM = "Mia has 14 shells. Then Mia gets 5 more shells. How many shells does Mia have now?"
+
+
+def _ctx(**records: Any) -> BuildContext:
+    """Run "r" under the records config `records` (everything else its default)."""
+    return BuildContext(RecordsConfig.model_validate(records), run_id="r")
 
 
 def _result(tree: Tree) -> SearchResult:
@@ -181,13 +187,13 @@ async def test_rejected_that_states_the_reference_is_dropped() -> None:
     said = _child(tree, 0, " 14 + 5 = 19, the answer is 19. No wait, the answer is 18.", q=0.05)
     open_gates = RecordsConfig(
         gates=GatesConfig(rejected_states_reference=False, min_edit_distance=0, sft_top_k=0),
-        sft={"self_correction": "include"},
+        self_correction="include",
     )
     graded = await grade_result(_result(tree), "19", problem_id="mia", extraction=LAST)
     assert said in graded.states_reference
     assert graded.labels[said] is True  # the first statement is its answer under last_number
     everything = await _records(tree, open_gates)
-    gated = await _records(tree, RecordsConfig(sft={"self_correction": "include"}))
+    gated = await _records(tree, RecordsConfig(self_correction="include"))
     bad_ids = {r["rejected_node_id"] for r in everything["dpo"]}
     assert 9 in graded.states_reference  # the self-correction trace said 19 first
     assert 9 in bad_ids
@@ -243,7 +249,7 @@ async def test_step_dpo_rows_have_step_dpo_columns_and_rebuild() -> None:
 async def test_prm_steps_rebuild_the_trajectory_and_carry_q() -> None:
     tree = _smollm2_tree()
     graded = await grade_result(_result(tree), "19", problem_id="mia", extraction=LAST)
-    rows = prm_rows(graded, run_id="r")
+    rows = prm_rows(graded, _ctx()).rows
     assert rows
     for row in rows:
         node = tree[row["node_id"]]
@@ -259,8 +265,8 @@ async def test_prm_steps_rebuild_the_trajectory_and_carry_q() -> None:
     # unanswered branches: off by default, on request labelled from Q
     dead = _child(tree, 5, " 2: She counts again.", q=0.8, finish=FinishReason.STOP_STRING)
     graded = await grade_result(_result(tree), "19", problem_id="mia", extraction=LAST)
-    assert all(r["node_id"] != dead for r in prm_rows(graded, run_id="r"))
-    more = prm_rows(graded, run_id="r", config=PrmConfig(unanswered_branches=True))
+    assert all(r["node_id"] != dead for r in prm_rows(graded, _ctx()).rows)
+    more = prm_rows(graded, _ctx(prm=PrmConfig(unanswered_branches=True))).rows
     branch = next(r for r in more if r["node_id"] == dead)
     assert branch["ends_in_answer"] is False and branch["labels"][-1] is True
     assert branch["values"][-1] == pytest.approx(0.8)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -21,6 +22,7 @@ from pipeline.problems.decontamination import (
 from pipeline.records import (
     SCHEMAS,
     TREE_NODES_SCHEMA,
+    BuildContext,
     GatesConfig,
     GradedTree,
     RecordsConfig,
@@ -40,6 +42,11 @@ PROBLEM = "Tom has 5 apples and buys 7 more. How many apples does he have?"
 OPEN = GatesConfig(
     min_edit_distance=0, sft_top_k=0, near_duplicate=1.0, rejected_states_reference=False
 )
+
+
+def _ctx(**records: Any) -> BuildContext:
+    """Run "r" under the records config `records` (everything else its default)."""
+    return BuildContext(RecordsConfig.model_validate(records), run_id="r")
 
 
 async def _search(seed: int) -> SearchResult:
@@ -76,8 +83,8 @@ def _squash(text: str) -> str:
 async def test_prm_rows_label_each_step_from_the_tree_below_it() -> None:
     good_and_bad_steps = [0, 0]
     for graded in await _graded("12"):
-        nodes = {r["node_id"]: r for r in node_rows(graded, run_id="r")}
-        rows = prm_rows(graded, run_id="r")
+        nodes = {r["node_id"]: r for r in node_rows(graded, BuildContext(run_id="r"))}
+        rows = prm_rows(graded, _ctx()).rows
         assert {r["node_id"] for r in rows} <= set(nodes) and rows
         texts = {nodes[r["node_id"]]["trajectory"] for r in rows}
         assert len(texts) == len(rows)  # distinct trajectories only
@@ -104,16 +111,16 @@ async def test_prm_rows_label_each_step_from_the_tree_below_it() -> None:
 async def test_prm_rows_without_a_reference_only_on_request() -> None:
     for graded in await _graded(None):
         assert graded.pseudo
-        assert prm_rows(graded, run_id="r") == []
-        rows = prm_rows(graded, run_id="r", pseudo_labels=True)
+        assert prm_rows(graded, _ctx()).rows == []
+        rows = prm_rows(graded, _ctx(prm={"pseudo_labels": True})).rows
         assert rows and all(r["label_source"] == "prm_threshold" for r in rows)
 
 
 async def test_kto_rows_are_the_distinct_answered_trajectories_with_their_labels() -> None:
     labels_seen = set()
     for graded in await _graded("12"):
-        nodes = {r["node_id"]: r for r in node_rows(graded, run_id="r")}
-        everything = kto_rows(graded, run_id="r", self_correction="include", gates=OPEN)
+        nodes = {r["node_id"]: r for r in node_rows(graded, BuildContext(run_id="r"))}
+        everything = kto_rows(graded, _ctx(self_correction="include", gates=OPEN)).rows
         assert len(everything) == len({r["trajectory"] for r in nodes.values()})
         for row in everything:
             node = nodes[row["node_id"]]
@@ -121,7 +128,7 @@ async def test_kto_rows_are_the_distinct_answered_trajectories_with_their_labels
             assert row["completion"] == [{"role": "assistant", "content": node["trajectory"]}]
             assert [m["role"] for m in row["prompt"]] == ["user"]
             labels_seen.add(row["label"])
-        clean = kto_rows(graded, run_id="r", gates=OPEN)
+        clean = kto_rows(graded, _ctx(gates=OPEN)).rows
         assert all(r["answers_in_path"] == 1 for r in clean)
         assert len(clean) == sum(r["answers_in_path"] == 1 for r in everything)
     assert labels_seen == {True, False}
@@ -131,7 +138,7 @@ async def test_tree_nodes_rebuild_every_trajectory_and_label_from_parquet_alone(
     tmp_path: Path,
 ) -> None:
     for graded in await _graded("12"):
-        rows = tree_node_rows(graded, run_id="r")
+        rows = tree_node_rows(graded, BuildContext(run_id="r"))
         assert len(rows) == len(graded.result.tree)
         path = tmp_path / f"{graded.problem_id}.parquet"
         pq.write_table(to_table(rows, TREE_NODES_SCHEMA), path)
@@ -147,7 +154,7 @@ async def test_tree_nodes_rebuild_every_trajectory_and_label_from_parquet_alone(
                 current = back[int(str(current["parent_id"]))]
             return str(current["inserted_text"]) + "".join(reversed(parts))
 
-        for node in node_rows(graded, run_id="r"):
+        for node in node_rows(graded, BuildContext(run_id="r")):
             assert trajectory(node["node_id"]) == node["trajectory"]
             row = back[node["node_id"]]
             assert row["label"] is node["label"] and row["answer"] == node["answer"]

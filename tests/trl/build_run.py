@@ -29,7 +29,7 @@ from typing import Any
 
 from pipeline.problems.decontamination import DecontaminationConfig, build_decontaminator
 from pipeline.records import RecordsConfig, records_for
-from pipeline.records.replay import search_result
+from pipeline.records.rebuild import rebuild_result
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
 from search import parse_search_config, run_search
@@ -80,7 +80,7 @@ async def build(output_root: Path) -> Path:
     for entry in _real_trees():
         tree = entry["tree"]
         records = await records_for(
-            search_result(entry["nodes"], tree),
+            rebuild_result(entry["nodes"], tree),
             tree["reference"],
             problem_id=f"smollm2-{tree['problem_id']}",
             run_id=RUN_ID,

@@ -1,10 +1,11 @@
 """A search result rebuilt from a run's ``tree_nodes`` and ``trees`` rows.
 
 ``tree_nodes`` holds every node of every tree so that any relabelling can be redone
-from Parquet alone: `search_result` rebuilds the `SearchResult` a search returned
+from Parquet alone: `rebuild_result` rebuilds the `SearchResult` a search returned
 (the tree node by node, its token counts and stop reason), and `records_for` then
 gives every record type again under today's rules.  The tests' fixture of real
-SmolLM2 trees (`tests/fixtures/`) is replayed this way, and so can any old run be.
+SmolLM2 trees (`tests/fixtures/`) is rebuilt this way, and so can any old run be.
+(Not to be confused with `actors.replay`, which replays a run's paid requests.)
 The anytime trace is not kept per node, so the rebuilt result has none.
 """
 
@@ -18,7 +19,7 @@ from search.protocols import FinishReason, TokenCounts
 from search.tree import Tree
 
 
-def search_result(nodes: Sequence[Mapping[str, Any]], tree: Mapping[str, Any]) -> SearchResult:
+def rebuild_result(nodes: Sequence[Mapping[str, Any]], tree: Mapping[str, Any]) -> SearchResult:
     """The result of one search from its ``tree_nodes`` rows and its ``trees`` row."""
     ordered = sorted(nodes, key=lambda r: int(r["node_id"]))
     if not ordered or ordered[0]["parent_id"] is not None:
@@ -68,4 +69,4 @@ def search_result(nodes: Sequence[Mapping[str, Any]], tree: Mapping[str, Any]) -
     )
 
 
-__all__ = ["search_result"]
+__all__ = ["rebuild_result"]
