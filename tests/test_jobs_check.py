@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pipeline.records import records_for
-from pipeline.records.replay import search_result
+from pipeline.records.rebuild import rebuild_result
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
 from search.answers import AnswerExtraction
@@ -47,7 +47,7 @@ def bgmcts_check(*args: str) -> subprocess.CompletedProcess[str]:
 async def _records(entry: dict[str, Any], run_id: str) -> dict[str, list[dict[str, Any]]]:
     tree = entry["tree"]
     return await records_for(
-        search_result(entry["nodes"], tree),
+        rebuild_result(entry["nodes"], tree),
         tree["reference"],
         problem_id=f"smollm2-{tree['problem_id']}",
         run_id=run_id,
