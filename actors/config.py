@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from actors.prompts import PromptConfig
 
@@ -63,8 +63,8 @@ class _Engine(_Strict):
     def check_model(self) -> str | None:
         """Look for the model files the engine loads here (none by default).
 
-        Raises EngineError for one that must be on this machine; returns a warning for
-        one that may live only on the nodes that run the engine.
+        Raises EngineError for one that must be on this machine; returns a warning, naming
+        the field under `engine.`, for one that may live only on the nodes that run it.
         """
         return None
 
@@ -120,7 +120,7 @@ class VLLMConfig(_Engine):
     def check_model(self) -> str | None:
         """A hub id cannot be checked offline; a folder that is not here may be on the GPU
         nodes (the machine writing the config rarely has the weights): a warning."""
-        return _folder_warning(self.model)
+        return _folder_warning("engine.model", self.model)
 
 
 class OpenAIConfig(_Engine):
@@ -152,7 +152,7 @@ class OpenAIConfig(_Engine):
         """The local tokenizer folder, like vLLM's model folder: a warning when not here."""
         if self.chat_template in ("server", "auto"):
             return None
-        return _folder_warning(self.chat_template)
+        return _folder_warning("engine.chat_template", self.chat_template)
 
 
 class SleepConfig(_Engine):
@@ -218,14 +218,25 @@ class LoadModelConfig(_Engine):
     slow_factor: float = Field(1.0, ge=1, description="how many times longer a slow request runs")
     seed: int = Field(0, description="seeds which completions answer (with the request's seed)")
 
+    @model_validator(mode="after")
+    def _length_range(self) -> LoadModelConfig:
+        """Refused here, not when the replica builds the engine (a dry run would pass it)."""
+        if self.output_tokens_max is not None and self.output_tokens_max < self.output_tokens:
+            raise ValueError(
+                f"output_tokens_max ({self.output_tokens_max}) must be >= output_tokens "
+                f"({self.output_tokens})"
+            )
+        return self
 
-def _folder_warning(model: str) -> str | None:
-    """A warning when `model` is written as a path (not a hub id) and no folder is there."""
-    if not model.startswith(("/", "./", "../", "~")):
-        return None  # a hub id, or a relative folder vLLM would also try as one
-    if Path(model).expanduser().is_dir():
+
+def _folder_warning(field: str, folder: str) -> str | None:
+    """A warning naming `field` when `folder` is written as a path (not a hub id) and is
+    not a folder here."""
+    if not folder.startswith(("/", "./", "../", "~")):
+        return None  # a hub id (or a bare relative name, which vLLM also tries as one)
+    if Path(folder).expanduser().is_dir():
         return None
-    return f"{model} is not a folder here (the nodes that run the engine need it)"
+    return f"{field}: {folder} is not a folder here (the nodes that run the engine need it)"
 
 
 EngineConfig = Annotated[
