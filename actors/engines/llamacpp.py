@@ -74,13 +74,9 @@ class LlamaCppEngine:
 
     @classmethod
     def from_config(cls, config: LlamaCppConfig) -> LlamaCppEngine:
-        """From the `engine:` block of a service config (`kind: llamacpp`)."""
-        return cls(
-            config.model,
-            context_length=config.context_length,
-            threads=config.threads,
-            parallel=config.parallel,
-        )
+        """From the `engine:` block of a service config (`kind: llamacpp`): every field but
+        `kind` and `model` is a keyword of the constructor."""
+        return cls(config.model, **config.model_dump(exclude={"kind", "model"}))
 
     def capacity(self) -> EngineCapacity:
         """llama.cpp's slots, each with its own share of the context (its KV cache)."""
