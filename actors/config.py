@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from actors.prompts import PromptConfig
 
@@ -35,8 +36,44 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class LlamaCppConfig(_Strict):
+class Package(NamedTuple):
+    """A module an engine imports beyond the base install, and what installs it."""
+
+    module: str  # what the engine imports, e.g. "vllm"
+    install: str  # what follows `pip install`, e.g. "'.[gpu]'"
+
+    def __str__(self) -> str:
+        return f"{self.module} (pip install {self.install})"
+
+
+class _Engine(_Strict):
+    """What every engine config tells `actors.engines.factory`, which has no list of kinds:
+    a new engine is one config class here (added to `EngineConfig`) and one module.
+
+    `builds` names the engine class as "module:Class"; the factory imports that module only
+    when it builds the engine, so vLLM is imported on the nodes that run it and nowhere else,
+    and calls `Class.from_config(config)`.  `packages` are what that module imports beyond
+    the base install: a real run refuses to start without them, a dry run lists them (the
+    nodes that run the engine need them, the machine that writes the config may not).
+    """
+
+    builds: ClassVar[str]
+    packages: ClassVar[tuple[Package, ...]] = ()
+
+    def check_model(self) -> str | None:
+        """Look for the model files the engine loads here (none by default).
+
+        Raises EngineError for one that must be on this machine; returns a warning, naming
+        the field under `engine.`, for one that may live only on the nodes that run it.
+        """
+        return None
+
+
+class LlamaCppConfig(_Engine):
     """llama.cpp in-process (the CPU default); `model: embedded` is SmolLM2-135M-Instruct."""
+
+    builds: ClassVar[str] = "actors.engines.llamacpp:LlamaCppEngine"
+    packages: ClassVar[tuple[Package, ...]] = (Package("xllamacpp", "xllamacpp"),)
 
     kind: Literal["llamacpp"] = Field("llamacpp", description="llama.cpp in the replica (CPU)")
     model: str = Field(
@@ -51,9 +88,20 @@ class LlamaCppConfig(_Strict):
     threads: int = Field(2, ge=1, description="CPU threads llama.cpp computes with")
     parallel: int = Field(4, ge=1, description="concurrent sequences (llama.cpp slots)")
 
+    def check_model(self) -> str | None:
+        """The GGUF file must exist here: llama.cpp is the CPU engine, run where the config
+        is (a wrong path is a typo to fix before the run, not a file on other nodes)."""
+        from actors.models import resolve_model_path
 
-class VLLMConfig(_Strict):
+        resolve_model_path(self.model)
+        return None
+
+
+class VLLMConfig(_Engine):
     """vLLM's async engine in the replica (GPU production)."""
+
+    builds: ClassVar[str] = "actors.engines.vllm_engine:VLLMEngine"
+    packages: ClassVar[tuple[Package, ...]] = (Package("vllm", "'.[gpu]'"),)
 
     kind: Literal["vllm"] = Field("vllm", description="vLLM's async engine in the replica (GPU)")
     model: str = Field(description="Hugging Face model id or local folder")
@@ -69,9 +117,17 @@ class VLLMConfig(_Strict):
     )
     seed: int = Field(0, description="vLLM's engine seed (each request also has its own)")
 
+    def check_model(self) -> str | None:
+        """A hub id cannot be checked offline; a folder that is not here may be on the GPU
+        nodes (the machine writing the config rarely has the weights): a warning."""
+        return _folder_warning("engine.model", self.model)
 
-class OpenAIConfig(_Strict):
+
+class OpenAIConfig(_Engine):
     """Any OpenAI-compatible endpoint; the key is read from `api_key_env`, never stored."""
+
+    builds: ClassVar[str] = "actors.engines.openai_compat:OpenAIEngine"
+    packages: ClassVar[tuple[Package, ...]] = (Package("openai", "openai"),)
 
     kind: Literal["openai"] = Field("openai", description="an OpenAI-compatible HTTP endpoint")
     base_url: str = Field(description="the API's base URL, e.g. http://localhost:8000/v1")
@@ -92,9 +148,17 @@ class OpenAIConfig(_Strict):
         "whose template renders it",
     )
 
+    def check_model(self) -> str | None:
+        """The local tokenizer folder, like vLLM's model folder: a warning when not here."""
+        if self.chat_template in ("server", "auto"):
+            return None
+        return _folder_warning("engine.chat_template", self.chat_template)
 
-class SleepConfig(_Strict):
+
+class SleepConfig(_Engine):
     """No model: each call sleeps `latency_s` and returns `output_tokens` tokens (load tests)."""
+
+    builds: ClassVar[str] = "actors.engines.sleep:SleepEngine"
 
     kind: Literal["sleep"] = Field("sleep", description="no model: fixed latency (load tests)")
     model: str = Field("sleep", description="the name the engine reports")
@@ -107,12 +171,14 @@ class SleepConfig(_Strict):
     seed: int = Field(0, description="seeds which completions answer (with the request's seed)")
 
 
-class LoadModelConfig(_Strict):
+class LoadModelConfig(_Engine):
     """No model: a continuous-batching engine's timing (actors/engines/load_model.py).
 
     Defaults: vLLM serving a 7-8B model on one H100 80GB; the module docstring cites
     the published benchmarks each value comes from.
     """
+
+    builds: ClassVar[str] = "actors.engines.load_model:LoadModelEngine"
 
     kind: Literal["load_model"] = Field(
         "load_model", description="no model: a continuous-batching engine's timing"
@@ -151,6 +217,26 @@ class LoadModelConfig(_Strict):
     )
     slow_factor: float = Field(1.0, ge=1, description="how many times longer a slow request runs")
     seed: int = Field(0, description="seeds which completions answer (with the request's seed)")
+
+    @model_validator(mode="after")
+    def _length_range(self) -> LoadModelConfig:
+        """Refused here, not when the replica builds the engine (a dry run would pass it)."""
+        if self.output_tokens_max is not None and self.output_tokens_max < self.output_tokens:
+            raise ValueError(
+                f"output_tokens_max ({self.output_tokens_max}) must be >= output_tokens "
+                f"({self.output_tokens})"
+            )
+        return self
+
+
+def _folder_warning(field: str, folder: str) -> str | None:
+    """A warning naming `field` when `folder` is written as a path (not a hub id) and is
+    not a folder here."""
+    if not folder.startswith(("/", "./", "../", "~")):
+        return None  # a hub id (or a bare relative name, which vLLM also tries as one)
+    if Path(folder).expanduser().is_dir():
+        return None
+    return f"{field}: {folder} is not a folder here (the nodes that run the engine need it)"
 
 
 EngineConfig = Annotated[

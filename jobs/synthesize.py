@@ -70,15 +70,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def dry_run(config: RunConfig) -> int:
-    from actors.engines.base import EngineError
-    from pipeline.errors import InputError
     from pipeline.run.plan import plan_run, render_plan
 
-    try:
-        plan = plan_run(config)  # a source error is an InputError already
-    except EngineError as exc:  # a missing engine package or model file: fix the config
-        raise InputError(str(exc)) from None
-    render_plan(plan)
+    # A source error or a missing model file is an InputError (exit 2); engine packages
+    # missing here are listed as what the cluster's nodes need, not refused.
+    render_plan(plan_run(config))
     return OK
 
 

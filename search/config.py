@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
@@ -75,6 +75,11 @@ class CostWeights(TokenWeights):
 
 class _Common(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The algorithm class this config builds, "module:Class" (`make_algorithm` imports the
+    # module only then and calls `Class.from_config`): a new algorithm is a config class
+    # here (added to `SearchConfig`) and a module, with no list of them anywhere else.
+    builds: ClassVar[str]
 
     node_unit: NodeUnit = Field(
         NodeUnit.SEQUENTIAL,
@@ -190,6 +195,8 @@ class _InFlight(BaseModel):
 class BGMCTSConfig(_Common, _EarlyStop, _InFlight):
     """BG-MCTS (Sec. 3) with the ablation switches of Table 2 and App. G."""
 
+    builds: ClassVar[str] = "search.algorithms.puct:PuctSearch"
+
     algorithm: Literal["bg_mcts"] = Field("bg_mcts", description="BG-MCTS (Sec. 3)")
     k: int = Field(2, ge=1, description="children generated at a selected leaf (App. B: 2)")
     c: float = Field(
@@ -215,6 +222,8 @@ class BGMCTSConfig(_Common, _EarlyStop, _InFlight):
 class MCTSConfig(_Common, _EarlyStop, _InFlight):
     """Budget-agnostic MCTS with PUCT (Eq. 1); App. B's tuned k=2, c=sqrt(2)."""
 
+    builds: ClassVar[str] = "search.algorithms.puct:PuctSearch"
+
     algorithm: Literal["mcts"] = Field("mcts", description="budget-agnostic MCTS (Eq. 1)")
     k: int = Field(2, ge=1, description="children generated at a selected leaf (App. B: 2)")
     c: float = Field(
@@ -227,6 +236,8 @@ class MCTSConfig(_Common, _EarlyStop, _InFlight):
 
 class ABMCTSConfig(_Common):
     """AB-MCTS-M / AB-MCTS-A through `treequest`; the paper runs -M with both node units."""
+
+    builds: ClassVar[str] = "search.algorithms.ab_mcts:ABMCTS"
 
     algorithm: Literal["ab_mcts_m", "ab_mcts_a"] = Field(
         "ab_mcts_m", description="ab_mcts_m: AB-MCTS-M (mixed model); ab_mcts_a: AB-MCTS-A"
@@ -243,6 +254,8 @@ class ABMCTSConfig(_Common):
 
 class LiteSearchConfig(_Common):
     """LiteSearch (App. C): value- and depth-dependent expansion width, early stop."""
+
+    builds: ClassVar[str] = "search.algorithms.litesearch:LiteSearch"
 
     algorithm: Literal["litesearch"] = Field("litesearch", description="LiteSearch (App. C)")
     mode: Literal["incremental", "batch"] = Field(
@@ -277,6 +290,8 @@ class LiteSearchConfig(_Common):
 class BeamConfig(_Common):
     """Step-level beam search (App. H): width 5, branching 10."""
 
+    builds: ClassVar[str] = "search.algorithms.beam:BeamSearch"
+
     algorithm: Literal["beam"] = Field("beam", description="step-level beam search (App. H)")
     width: int = Field(5, ge=1, description="beam width W: children kept per step (App. H: 5)")
     branching: int = Field(
@@ -286,6 +301,8 @@ class BeamConfig(_Common):
 
 class RepeatedSamplingConfig(_Common):
     """Repeated sampling (Sec. 4.1): independent samples from the root until B is spent."""
+
+    builds: ClassVar[str] = "search.algorithms.sampling:RepeatedSampling"
 
     algorithm: Literal["repeated_sampling"] = Field(
         "repeated_sampling", description="independent samples from the root (Sec. 4.1)"
@@ -298,6 +315,8 @@ class RepeatedSamplingConfig(_Common):
 class RefinementConfig(_Common):
     """Sequential refinement (Sec. 4.1): one trajectory, each answer continued until B is spent."""
 
+    builds: ClassVar[str] = "search.algorithms.sampling:SequentialRefinement"
+
     algorithm: Literal["refinement"] = Field(
         "refinement",
         description="one trajectory, each answer continued with the continuation prompt (Sec. 4.1)",
@@ -309,6 +328,8 @@ class RefinementConfig(_Common):
 
 class GreedyConfig(_Common):
     """Greedy decoding (Sec. 4.1): one full generation at temperature 0."""
+
+    builds: ClassVar[str] = "search.algorithms.sampling:Greedy"
 
     algorithm: Literal["greedy"] = Field("greedy", description="one generation (Sec. 4.1)")
     node_unit: NodeUnit = Field(

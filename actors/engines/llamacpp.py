@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -28,6 +28,9 @@ from actors.engines.base import (
 )
 from actors.models import resolve_model_path
 from search.protocols import FinishReason
+
+if TYPE_CHECKING:
+    from actors.config import LlamaCppConfig
 
 _STOP_TYPES = {"eos": FinishReason.EOS, "word": FinishReason.STOP_STRING}
 
@@ -68,6 +71,12 @@ class LlamaCppEngine:
         self.prompt_tokens_evaluated = 0
         self.prompt_tokens_cached = 0
         self.tokens_generated = 0
+
+    @classmethod
+    def from_config(cls, config: LlamaCppConfig) -> LlamaCppEngine:
+        """From the `engine:` block of a service config (`kind: llamacpp`): every field but
+        `kind` and `model` is a keyword of the constructor."""
+        return cls(config.model, **config.model_dump(exclude={"kind", "model"}))
 
     def capacity(self) -> EngineCapacity:
         """llama.cpp's slots, each with its own share of the context (its KV cache)."""

@@ -37,11 +37,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.engines.base import Completion, EngineCapacity, EngineLoad, Sampling
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache, decode_steps_for
 from actors.engines.sleep import SleepEngine
+
+if TYPE_CHECKING:
+    from actors.config import LoadModelConfig
+
+# The config fields that make the engine's curve (in ms and ns there, seconds here).
+_CURVE_FIELDS = {
+    "decode_base_ms",
+    "decode_per_seq_ms",
+    "decode_per_context_token_ns",
+    "prefill_tokens_per_s",
+    "max_seqs",
+}
 
 
 class LoadModelEngine:
@@ -77,6 +89,21 @@ class LoadModelEngine:
         self.slow_factor = slow_factor
         self.name = name
         self.context_length = context_length
+
+    @classmethod
+    def from_config(cls, config: LoadModelConfig) -> LoadModelEngine:
+        """From the `engine:` block of a service config (`kind: load_model`): the curve's
+        fields make the curve; every other field but `kind` is a keyword of the
+        constructor, `model` under the name `name`."""
+        curve = EngineCurve(
+            decode_base_s=config.decode_base_ms / 1000,
+            decode_per_seq_s=config.decode_per_seq_ms / 1000,
+            decode_per_context_token_s=config.decode_per_context_token_ns / 1e9,
+            prefill_tokens_per_s=config.prefill_tokens_per_s,
+            max_seqs=config.max_seqs,
+        )
+        rest = config.model_dump(exclude={"kind", "model", *_CURVE_FIELDS})
+        return cls(curve=curve, name=config.model, **rest)
 
     async def complete(self, prompt: str, sampling: Sampling) -> Completion:
         completion = self.answers.respond(prompt, sampling)

@@ -31,9 +31,13 @@ import asyncio
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from actors.engines.base import Completion, Sampling, TopLogprobs
 from search.protocols import FinishReason
+
+if TYPE_CHECKING:
+    from actors.config import SleepConfig
 
 ANSWER_TEXT = "so the final answer is $\\boxed{42}$."
 _FILLER = "word"
@@ -78,6 +82,12 @@ class SleepEngine:
         self.seed = seed
         self.name = name
         self.calls = 0
+
+    @classmethod
+    def from_config(cls, config: SleepConfig) -> SleepEngine:
+        """From the `engine:` block of a service config (`kind: sleep`): every field but
+        `kind` is a keyword of the constructor, `model` under the name `name`."""
+        return cls(name=config.model, **config.model_dump(exclude={"kind", "model"}))
 
     async def complete(self, prompt: str, sampling: Sampling) -> Completion:
         self.calls += 1

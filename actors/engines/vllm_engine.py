@@ -57,17 +57,15 @@ _CONTEXT_ERROR = re.compile(
 class VLLMEngine:
     """A Hugging Face model folder (or hub id on a connected node) served by vLLM.
 
-    `model` is a model folder or id, or a whole `VLLMConfig` (the `engine:`
-    block of a service config, as `actors.engines.factory` passes it), whose
-    fields then replace the keyword arguments.  `engine_args` passes any further
-    `AsyncEngineArgs` field (e.g. `dtype`, `enforce_eager`, `max_num_seqs`).
-    Starting the engine loads the model and may take a minute; construct it once
-    per process.
+    `model` is a model folder or id (`from_config` takes the `engine:` block of a
+    service config instead).  `engine_args` passes any further `AsyncEngineArgs`
+    field (e.g. `dtype`, `enforce_eager`, `max_num_seqs`).  Starting the engine
+    loads the model and may take a minute; construct it once per process.
     """
 
     def __init__(
         self,
-        model: str | VLLMConfig,
+        model: str,
         *,
         context_length: int = 4096,
         tensor_parallel_size: int = 1,
@@ -77,14 +75,6 @@ class VLLMEngine:
         engine_args: Mapping[str, Any] | None = None,
         name: str | None = None,
     ) -> None:
-        if not isinstance(model, str):
-            config = model
-            model = config.model
-            context_length = config.max_model_len
-            tensor_parallel_size = config.tensor_parallel_size
-            gpu_memory_utilization = config.gpu_memory_utilization
-            enable_prefix_caching = config.enable_prefix_caching
-            seed = config.seed
         vllm = _import_vllm()
         args = vllm.AsyncEngineArgs(
             model=model,
@@ -106,6 +96,18 @@ class VLLMEngine:
         self.context_length = context_length
         self.prompt_tokens_seen = 0
         self.cached_tokens_seen = 0
+
+    @classmethod
+    def from_config(cls, config: VLLMConfig) -> VLLMEngine:
+        """From the `engine:` block of a service config (`kind: vllm`)."""
+        return cls(
+            config.model,
+            context_length=config.max_model_len,
+            tensor_parallel_size=config.tensor_parallel_size,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            enable_prefix_caching=config.enable_prefix_caching,
+            seed=config.seed,
+        )
 
     @property
     def prefix_cache_hit_rate(self) -> float | None:

@@ -1,9 +1,15 @@
 """What a run would do, without running it: `bgmcts synth --dry-run`.
 
 Validates the source (a missing file or unknown column fails here, naming the field),
-checks that the engines' packages and model files exist, and counts the problems left
-after resume from the committed Parquet (read-only: safe beside a running job).  Nothing
-here imports or starts Ray.
+looks for the engines' packages and model files, and counts the problems left after
+resume from the committed Parquet (read-only: safe beside a running job).  Nothing here
+imports or starts Ray.
+
+The machine that plans a run is often not the one that runs its engines: a laptop writes
+the GPU cluster's config.  So the dry run lists the engine packages missing here as what
+the cluster's nodes need (a real run refuses to start without them: `check_engines`), and
+a model folder named by a path that is not here is a warning; a GGUF file for llama.cpp,
+the CPU engine that runs where the config is, must exist.
 """
 
 from __future__ import annotations
@@ -15,10 +21,13 @@ from typing import TextIO
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from actors.config import EngineConfig
-from actors.engines.factory import check_engine
+from actors.engines.base import EngineError
+from actors.engines.factory import check_engine, missing_packages
 from pipeline.config import RunConfig
+from pipeline.errors import InputError
 from pipeline.problems.sources import load_problems
 from pipeline.store.resume import pending
 from pipeline.store.run_folder import RunFolder
@@ -38,6 +47,8 @@ class RunPlan:
     scorer: str
     publish_repo: str | None
     sample: tuple[str, ...]  # the first problems to do, shortened
+    cluster_needs: tuple[str, ...] = ()  # engine packages missing here, with their pip hint
+    warnings: tuple[str, ...] = ()  # model folders not here, each naming its field
 
     @property
     def budget_total(self) -> int:
@@ -49,11 +60,40 @@ def _engine(engine: EngineConfig) -> str:
     return f"{engine.kind}:{engine.model}"
 
 
+def _engines(config: RunConfig) -> dict[str, EngineConfig]:
+    return {"policy": config.policy.engine, "scorer": config.scorer.engine}
+
+
+def check_engines(config: RunConfig) -> None:
+    """A real run: refuse to start, naming the service, when this machine cannot build one
+    of its engines (a missing package or model file), before Ray starts."""
+    for role, engine in _engines(config).items():
+        try:
+            check_engine(engine)
+        except EngineError as exc:
+            raise InputError(f"{role}: {exc}") from None
+
+
+def _look_for_engines(config: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What the cluster's nodes need that is not here (packages), and the warnings about
+    model folders; a model file that must be here raises an InputError naming the service."""
+    needs: dict[str, None] = {}  # ordered and without repeats (policy and scorer share most)
+    warnings = []
+    for role, engine in _engines(config).items():
+        needs.update(dict.fromkeys(str(p) for p in missing_packages(engine)))
+        try:
+            warning = engine.check_model()
+        except EngineError as exc:
+            raise InputError(f"{role}: {exc}") from None
+        if warning is not None:
+            warnings.append(f"{role}.{warning}")
+    return tuple(needs), tuple(warnings)
+
+
 def plan_run(config: RunConfig, sample: int = 5) -> RunPlan:
     """Everything `--dry-run` prints; raises the source's or engine's own clear errors."""
     loaded = load_problems(config.source)
-    check_engine(config.policy.engine)
-    check_engine(config.scorer.engine)
+    cluster_needs, warnings = _look_for_engines(config)
     run_id = config.resolved_run_id
     folder = RunFolder.open(config.output_root, run_id)
     run_dir = folder.location
@@ -71,6 +111,8 @@ def plan_run(config: RunConfig, sample: int = 5) -> RunPlan:
         scorer=_engine(config.scorer.engine),
         publish_repo=config.publish.repo,
         sample=tuple(_short(p["problem"]) for p in todo[:sample]),
+        cluster_needs=cluster_needs,
+        warnings=warnings,
     )
 
 
@@ -97,5 +139,11 @@ def render_plan(plan: RunPlan, file: TextIO | None = None) -> None:
     table.add_row("output", str(plan.run_dir))
     table.add_row("publish to", plan.publish_repo or "(not configured)")
     for i, text in enumerate(plan.sample, start=1):
-        table.add_row(f"problem {i}" if i > 1 else "first problems", text)
-    Console(file=file or sys.stdout, width=130).print(table)
+        # as Text, not markup: a problem's LaTeX ("\[x\]") is shown as written
+        table.add_row(f"problem {i}" if i > 1 else "first problems", Text(text))
+    out = file or sys.stdout
+    Console(file=out, width=130).print(table)
+    for warning in plan.warnings:
+        print(f"warning: {warning}", file=out)
+    if plan.cluster_needs:
+        print(f"the cluster's nodes need: {', '.join(plan.cluster_needs)}", file=out)

@@ -34,6 +34,7 @@ from pipeline.problems.sources import check_source
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
 from pipeline.run.cluster import on_head_node, quiet_ray, start_ray
 from pipeline.run.live import LiveProgress
+from pipeline.run.plan import check_engines
 from pipeline.run.stream_rows import results_of
 from pipeline.run.summary import RunSummary
 from pipeline.store import request_log
@@ -80,6 +81,7 @@ def synthesize(
     install_log_redaction()
     run_id = config.resolved_run_id
     selection = check_source(config.source)  # config errors: one line, before any work
+    check_engines(config)  # a missing engine package or model file: the same, before Ray
     if not selection and not config.allow_empty:
         raise EmptySelection(f"source: the selection is empty ({_describe(config)})")
     folder = RunFolder.open(config.output_root, run_id)

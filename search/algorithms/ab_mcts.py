@@ -222,6 +222,10 @@ class ABMCTS(SearchAlgorithm):
         self.n_virtual = 0
         self.n_fallbacks = 0  # trials redirected to an expandable ancestor
 
+    @classmethod
+    def from_config(cls, config: ABMCTSConfig, seed: int = 0) -> ABMCTS:
+        return cls(config, seed=seed)
+
     # ------------------------------------------------------------ treequest
     @contextmanager
     def _seeded(self) -> Iterator[None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import Any
 
 from search.budget import Budget
 from search.config import NodeUnit
@@ -29,6 +30,12 @@ class Expansion:
 
 class SearchAlgorithm(abc.ABC):
     name: str = "search"
+
+    @classmethod
+    def from_config(cls, config: Any, seed: int = 0) -> SearchAlgorithm:
+        """A fresh algorithm (one per search) for the validated config whose `builds` names
+        this class; `seed` matters to the algorithms that draw random numbers (AB-MCTS)."""
+        raise NotImplementedError(f"{cls.__name__} is not built from a search config")
 
     @abc.abstractmethod
     def propose(self, tree: Tree, budget: Budget) -> list[Expansion]:

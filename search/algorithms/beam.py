@@ -47,6 +47,10 @@ class BeamSearch(SearchAlgorithm):
         self._step_children: list[Node] = []
         self._in_step = False
 
+    @classmethod
+    def from_config(cls, config: BeamConfig, seed: int = 0) -> BeamSearch:
+        return cls(config)
+
     def propose(self, tree: Tree, budget: Budget) -> list[Expansion]:
         if self._in_step:  # some expansions of the last step never came back
             self._finish_step()

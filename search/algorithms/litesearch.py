@@ -76,6 +76,10 @@ class LiteSearch(SearchAlgorithm):
         self._best_answer_q = -1.0
         self._width_rule = litesearch_width_truncated if config.reference else litesearch_width
 
+    @classmethod
+    def from_config(cls, config: LiteSearchConfig, seed: int = 0) -> LiteSearch:
+        return cls(config)
+
     # ------------------------------------------------------------------ rule
     def value(self, node: Node) -> float:
         """v(x): Q(x), and 0 for the unscored root."""

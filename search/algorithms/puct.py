@@ -88,6 +88,15 @@ class PuctSearch(SearchAlgorithm):
         self._exhausted: set[int] = set()
         self._best_answer_q = -1.0
 
+    @classmethod
+    def from_config(cls, config: BGMCTSConfig | MCTSConfig, seed: int = 0) -> PuctSearch:
+        """BG-MCTS, or MCTS: under `reference` the released code's visit counts
+        (`ReferenceMCTS`); BG-MCTS's reference decisions are all in its settings."""
+        settings = PuctSettings.from_config(config)
+        if isinstance(config, MCTSConfig) and config.reference:
+            return ReferenceMCTS(settings, "mcts")
+        return PuctSearch(settings, config.algorithm)
+
     def child_scores(self, tree: Tree, parent: Node, rho: float) -> list[tuple[Node, float]]:
         """BG-PUCT (Eq. 3) of every selectable standard child of `parent`.
 
@@ -174,10 +183,6 @@ class PuctSearch(SearchAlgorithm):
         return self.s.early_stop and self._best_answer_q > self.s.early_stop_threshold
 
 
-def bg_mcts(config: BGMCTSConfig) -> PuctSearch:
-    return PuctSearch(PuctSettings.from_config(config), "bg_mcts")
-
-
 class ReferenceMCTS(PuctSearch):
     """MCTS with the released code's visit counts (see the module docstring).
 
@@ -214,9 +219,3 @@ class ReferenceMCTS(PuctSearch):
                 node = tree.root
                 continue
             node = best
-
-
-def mcts(config: MCTSConfig) -> PuctSearch:
-    if config.reference:
-        return ReferenceMCTS(PuctSettings.from_config(config), "mcts")
-    return PuctSearch(PuctSettings.from_config(config), "mcts")

@@ -20,6 +20,10 @@ class RepeatedSampling(SearchAlgorithm):
     def __init__(self, config: RepeatedSamplingConfig) -> None:
         self.unit = config.node_unit
 
+    @classmethod
+    def from_config(cls, config: RepeatedSamplingConfig, seed: int = 0) -> RepeatedSampling:
+        return cls(config)
+
     def propose(self, tree: Tree, budget: Budget) -> list[Expansion]:
         return [Expansion(ROOT_ID, 1, self.unit)]
 
@@ -30,6 +34,10 @@ class SequentialRefinement(SearchAlgorithm):
     def __init__(self, config: RefinementConfig) -> None:
         self.unit = config.node_unit
         self._tip = ROOT_ID
+
+    @classmethod
+    def from_config(cls, config: RefinementConfig, seed: int = 0) -> SequentialRefinement:
+        return cls(config)
 
     def propose(self, tree: Tree, budget: Budget) -> list[Expansion]:
         return [Expansion(self._tip, 1, self.unit)]
@@ -47,6 +55,10 @@ class Greedy(SearchAlgorithm):
     def __init__(self, config: GreedyConfig) -> None:
         self.unit = config.node_unit
         self.temperature = config.temperature
+
+    @classmethod
+    def from_config(cls, config: GreedyConfig, seed: int = 0) -> Greedy:
+        return cls(config)
 
     def propose(self, tree: Tree, budget: Budget) -> list[Expansion]:
         if tree.root.children:
