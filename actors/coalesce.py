@@ -13,7 +13,7 @@ groups (lists) of `(index, result)` pairs that the replica yields as requests
 finish (`fan_out_stream`: each group holds what had finished by then), so a long
 completion in a call does not hold the short ones (a head-of-line barrier that
 made one slow tree slow down every tree coalesced with it:
-tests/pipeline/test_continuous_trees.py), and results that finish together share
+tests/pipeline/run/test_continuous_trees.py), and results that finish together share
 one stream item.
 
 Per-request semantics are kept: `send` returns one entry per request, and an

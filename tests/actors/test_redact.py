@@ -3,7 +3,7 @@ record factory that applies it to every log line of a process (a credential in a
 must reach no log line, error row or file).
 
 The end-to-end check (a real run's stdout, stderr, run folder and Ray session logs) is
-tests/pipeline/test_redaction.py; these pin the forms and the log paths one by one.
+tests/pipeline/run/test_redaction.py; these pin the forms and the log paths one by one.
 """
 
 from __future__ import annotations

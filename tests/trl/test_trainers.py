@@ -200,7 +200,7 @@ def test_sft_trainer_trains_on_completion_tokens_only(
         assert "Work out the math problem" not in trained  # the instruction is not trained on
         # every trained token is the completion's, up to the end-of-turn token, and the
         # completion ends at its answer (real SmolLM2 text invents a next "Problem:" unless
-        # cut; tests/pipeline/test_real_model_rows.py checks the cut itself)
+        # cut; tests/pipeline/records/test_real_model_rows.py checks the cut itself)
         body, _, tail = trained.partition("<|im_end|>")
         assert body == completion and tail.strip() == "", (body, tail)
         assert "Problem:" not in completion and "answer is" in completion.lower(), completion

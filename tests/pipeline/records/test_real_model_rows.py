@@ -25,7 +25,7 @@ from pipeline.records.rebuild import rebuild_result
 from pipeline.report.hygiene import after_answer, hygiene
 from search.answers import AnswerExtraction
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "smollm2_trees.jsonl"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "smollm2_trees.jsonl"
 
 
 def _fixture() -> list[dict[str, Any]]:

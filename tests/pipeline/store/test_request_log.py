@@ -1,6 +1,6 @@
 """The request log on a local disk and the replay wrappers in front of a counting policy.
 
-No Ray here (tests/pipeline/test_request_replay.py runs the whole pipeline): a real
+No Ray here (tests/pipeline/store/test_request_replay.py runs the whole pipeline): a real
 `TreeLog` in a temporary run folder, `ReplayPolicy` / `ReplayScorer` over a scripted
 policy and scorer that count their calls.
 """

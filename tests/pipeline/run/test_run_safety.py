@@ -29,7 +29,7 @@ from search.protocols import FinishReason, Generation
 from search.scripted import ScriptedPolicy, ScriptedScorer
 from tests.tiny_run import COLUMNS, tiny_run_config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _jsonl(path: Path, rows: list[Any]) -> Path:

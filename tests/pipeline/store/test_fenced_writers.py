@@ -42,7 +42,7 @@ from tests.s3_server import S3Server
 from tests.tiny_run import COLUMNS, run_config, start_synthesize_job
 
 BUCKET = "bgmcts-fenced"
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "smollm2_trees.jsonl"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "smollm2_trees.jsonl"
 PROBLEMS = [f"p{i}" for i in range(8)]
 
 

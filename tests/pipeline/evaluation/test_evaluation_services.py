@@ -53,7 +53,7 @@ def test_services_grid_writes_graded_trees_and_a_report(tmp_path: Path) -> None:
     assert meta["models"]["policy"] == "embedded"
     assert (folder / "report.md").is_file() and (folder / "accuracy_vs_tokens.png").is_file()
     # the data-yield table is the per-tree counts summed (SmolLM2 solves no GSM8K problem
-    # here, so they are zeros: tests/pipeline/test_evaluation.py checks non-zero counts)
+    # here, so they are zeros: tests/pipeline/evaluation/test_evaluation.py checks non-zero counts)
     with (folder / "yield.csv").open() as f:
         table = list(csv.DictReader(f))
     assert {(r["method"], int(r["budget"])) for r in table} == {("greedy", 48), ("bg_mcts", 48)}
