@@ -79,10 +79,16 @@ def _logged_requests(run_dir: Path) -> int:
     return count
 
 
-def _kill_mid_run(config: Path, run_dir: Path) -> None:
-    """Run `config` as a job and SIGKILL it once a tree is committed and two trees have
-    logged more than 2,000 bytes each."""
-    job = start_synthesize_job(config)
+def _killed_run(tmp_path: Path, ids: list[str], run_id: str) -> tuple[Path, dict[str, Any]]:
+    """Problems `ids` run as a job (run folder tmp_path/out/run=<run_id>), SIGKILLed once
+    a tree is committed and two trees have logged more than 2,000 bytes each; returns the
+    problem file and the run config."""
+    problems = _problems(tmp_path / "problems.jsonl", ids)
+    config = _config(problems, tmp_path / "out", run_id)
+    path = tmp_path / f"{run_id}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "out" / f"run={run_id}"
+    job = start_synthesize_job(path)
     try:
         deadline = time.monotonic() + 240
         while True:
@@ -96,6 +102,7 @@ def _kill_mid_run(config: Path, run_dir: Path) -> None:
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+    return problems, config
 
 
 def _rows(folder: RunFolder, kind: str, ids: set[str]) -> list[dict[str, Any]]:
@@ -136,13 +143,9 @@ def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node
     from ray import serve
 
     ids = [f"p{i}" for i in range(9)]
-    problems = _problems(tmp_path / "problems.jsonl", ids)
+    problems, config = _killed_run(tmp_path, ids, "killed")
     out = tmp_path / "out"
-    config = _config(problems, out, "killed")
-    path = tmp_path / "killed.yaml"
-    path.write_text(yaml.safe_dump(config))
     run_dir = out / "run=killed"
-    _kill_mid_run(path, run_dir)
     folder = RunFolder.open(out, "killed")
     done = set(folder.read("trees").column("problem_id").to_pylist())
     unfinished = sorted(set(ids) - done)
@@ -196,13 +199,9 @@ def test_a_folder_where_a_segment_was_does_not_stop_the_rerun(
     from ray import serve
 
     ids = [f"p{i}" for i in range(8)]
-    problems = _problems(tmp_path / "problems.jsonl", ids)
+    _, config = _killed_run(tmp_path, ids, "planted")
     out = tmp_path / "out"
-    config = _config(problems, out, "planted")
-    path = tmp_path / "planted.yaml"
-    path.write_text(yaml.safe_dump(config))
     run_dir = out / "run=planted"
-    _kill_mid_run(path, run_dir)
     _logged_requests(run_dir)  # until the killed writers are gone
     done = set(RunFolder.open(out, "planted").read("trees").column("problem_id").to_pylist())
     logged = [
