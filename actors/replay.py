@@ -10,7 +10,10 @@ variable, as the tree's affinity is) by its key, a hash of everything that decid
 answer (problem, prompt, sampling and the request's seed; for a score, the path and the
 parent's context); a hit is returned without calling the engine, a miss goes to the
 engine and its answer is recorded.  Failed answers are never recorded (a rerun retries
-them).  The same key asked twice (two identical children) is answered in order.
+them).  The same key asked twice (two identical children) is answered in order.  A
+recorded answer that its request could not have got (not decodable, the wrong number of
+choices, more tokens than `max_tokens`, a score outside [0, 1]) is ignored with a
+warning and the engine asked: the log is a saving, never a reason for a search to fail.
 
 The journal's storage (the run folder, local disk or object storage) lives in
 `pipeline.store.request_log`; here only the protocol and the encoding.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,6 +39,8 @@ from search.protocols import (
     Scorer,
     ScoreRequest,
 )
+
+log = logging.getLogger(__name__)
 
 
 class Journal(Protocol):
@@ -153,6 +159,39 @@ def decode_score(value: list[Any], parent_context: Any) -> Score:
     return Score(float(score), context, int(input_tokens), int(output_tokens))
 
 
+def _ignored(what: str, exc: BaseException | None = None) -> None:
+    reason = "" if exc is None else f" ({type(exc).__name__})"
+    log.warning("request log: a recorded %s does not fit its request%s: asked anew", what, reason)
+
+
+def replayed_generations(value: Any, request: GenerationRequest) -> list[Generation] | None:
+    """A recorded answer to `request`, or None when it is not one it could have got."""
+    try:
+        generations = decode_generations(value)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        _ignored("generation", exc)
+        return None
+    if len(generations) != request.n or any(
+        not 0 <= g.output_tokens <= request.max_tokens or g.input_tokens < 0 for g in generations
+    ):
+        _ignored("generation")
+        return None
+    return generations
+
+
+def replayed_score(value: Any, request: ScoreRequest) -> Score | None:
+    """A recorded score for `request`, or None when it is not one it could have got."""
+    try:
+        score = decode_score(value, request.parent_context)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        _ignored("score", exc)
+        return None
+    if not 0.0 <= score.value <= 1.0 or score.input_tokens < 0 or score.output_tokens < 0:
+        _ignored("score")
+        return None
+    return score
+
+
 class ReplayPolicy:
     """`policy` with the current tree's journal in front of it."""
 
@@ -168,8 +207,8 @@ class ReplayPolicy:
             return await self._policy.generate(request)
         key = generation_key(request, self._salt)
         recorded = journal.take(key)
-        if recorded is not None:
-            generations = decode_generations(recorded)
+        generations = None if recorded is None else replayed_generations(recorded, request)
+        if generations is not None:
             self._counts.replayed_requests += 1
             self._counts.replayed_policy_tokens += sum(g.output_tokens for g in generations)
             return generations
@@ -184,8 +223,10 @@ class ReplayPolicy:
             return await self._policy.count_tokens(text)
         key = _key("c", (self._salt, text))
         recorded = journal.take(key)
+        if isinstance(recorded, int) and recorded >= 0:
+            return recorded
         if recorded is not None:
-            return int(recorded)
+            _ignored("token count")
         tokens = await self._policy.count_tokens(text)
         await journal.record(key, tokens)
         return tokens
@@ -209,8 +250,8 @@ class ReplayScorer:
             return await self._scorer.score(request)
         key = score_key(request, self._salt)
         recorded = journal.take(key)
-        if recorded is not None:
-            score = decode_score(recorded, request.parent_context)
+        score = None if recorded is None else replayed_score(recorded, request)
+        if score is not None:
             self._counts.replayed_requests += 1
             self._counts.replayed_prm_tokens += score.output_tokens
             return score

@@ -110,7 +110,7 @@ class _Plan:
     parent: Node
     inserted_text: str
     inserted_tokens: int
-    input_tokens: int
+    input_tokens: int  # the prompt as charged: 0 while prompts are free (`_prompt_tokens`)
     stop: tuple[str, ...]
     cap: int
     n: int
@@ -278,6 +278,22 @@ class _Search:
             )
         return score
 
+    def _prompt_tokens(self, plan: _Plan, generations: list[Generation]) -> int:
+        """The request's prompt tokens, counted once per request (its n choices share one
+        prompt), charged or not.
+
+        Charged (`cost.policy_input` > 0): the count the request was sized by before it
+        was sent (`_plan`), so C_used is always the weighted sum of the counters.  Not
+        charged (the paper's budget): what the engine reported with its answer, which
+        costs nothing to read; the weight 0 keeps it out of C_used.  An engine that
+        reports none (an OpenAI-compatible server without `usage`) leaves it 0: a
+        tokenizer call per request for a figure that nothing charges would slow every
+        search.
+        """
+        if self.budget.cost.policy_input > 0:
+            return plan.input_tokens if generations else 0
+        return max([0, *(g.input_tokens for g in generations)])
+
     def _max_generation_cost(self, plan: _Plan) -> float:
         """The most a plan's request can be charged (what `_size` sized it against)."""
         cost = self.budget.cost
@@ -301,7 +317,7 @@ class _Search:
                 pending.spent -= budget.used
             budget.charge_generation(
                 output_tokens=sum(g.output_tokens for g in generations),
-                input_tokens=plan.input_tokens if generations else 0,
+                input_tokens=self._prompt_tokens(plan, generations),
                 inserted_tokens=plan.inserted_tokens * len(generations),
             )
             if pending is not None:

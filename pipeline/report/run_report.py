@@ -35,6 +35,12 @@ from pipeline.report.tables import prm_percentiles_table
 from pipeline.report.yields import has_yield, yield_markdown, yield_table
 from pipeline.store.run_folder import RunFolder
 
+# Two figures per tree, each named once, the same in the run summary, the report and docs:
+# the answer the search chose is correct (what a user of the search gets), and any answered
+# node is correct (the tree holds a correct trajectory for the training rows).
+CHOSEN_CORRECT = "trees whose chosen answer is correct"
+ANY_NODE_CORRECT = "trees with a correct answered node"
+
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 PRM_FIGURE = "prm_scores.png"
@@ -201,6 +207,15 @@ def _num(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _policy_input(n: ReportNumbers) -> str:
+    """The policy's prompt tokens: counted as the engines report them, charged only with a
+    `search.cost.policy_input` weight; a prompt is never empty, so none at all with output
+    means an engine that reports none (an OpenAI-compatible server without `usage`)."""
+    if n.policy_input_tokens == 0 and n.policy_output_tokens > 0:
+        return "not reported by the engine"
+    return f"{n.policy_input_tokens:,}"
+
+
 def _extremes(trees: Any, count: int = 5) -> tuple[Any, Any]:
     frame = trees.drop_columns(["trace", "node_scores"]).to_pandas()[_TREE_COLUMNS]
     ordered = frame.sort_values(["wall_time_s", "problem_id"], ascending=[False, True])
@@ -283,10 +298,10 @@ def report_markdown(
             fraction(n.precision if n.precision is not None else float("nan")),
         ],
         ["correct answered nodes per tree", _num(n.correct_per_tree, 2)],
-        ["trees with a correct answered node", str(n.trees_with_correct)],
-        ["chosen answer correct", f"{n.chosen_correct} of {n.chosen_graded} graded trees"],
+        [ANY_NODE_CORRECT, str(n.trees_with_correct)],
+        [CHOSEN_CORRECT, f"{n.chosen_correct} of {n.chosen_graded} graded"],
         ["cost units spent (sum of C_used)", _num(n.cost_units, 0)],
-        ["policy output / input tokens", f"{n.policy_output_tokens:,} / {n.policy_input_tokens:,}"],
+        ["policy output / input tokens", f"{n.policy_output_tokens:,} / {_policy_input(n)}"],
         ["PRM input / output tokens", f"{n.prm_input_tokens:,} / {n.prm_output_tokens:,}"],
         ["cost units per correct answered node", _num(n.cost_per_correct_node)],
         ["policy output tokens per correct answered node", _num(n.output_tokens_per_correct_node)],

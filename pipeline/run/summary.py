@@ -15,7 +15,12 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.report.run_report import prices_from_config, write_run_report
+from pipeline.report.run_report import (
+    ANY_NODE_CORRECT,
+    CHOSEN_CORRECT,
+    prices_from_config,
+    write_run_report,
+)
 from pipeline.store.run_folder import RunFolder
 
 
@@ -32,7 +37,9 @@ class RunSummary:
     grade_timeouts: int = 0  # answer comparisons cut off by their limit (graded incorrect)
     answered_nodes: int = 0
     correct_nodes: int = 0
-    correct_trees: int = 0
+    chosen_correct_trees: int = 0  # `CHOSEN_CORRECT`: the chosen answer matches the reference
+    graded_trees: int = 0  # trees with a reference to grade the chosen answer against
+    trees_with_correct_node: int = 0  # `ANY_NODE_CORRECT`
     tokens: int = 0
     # requests (and their output tokens) answered from the request log, not the engines
     replayed_requests: int = 0
@@ -66,7 +73,9 @@ class RunSummary:
         for tree in records.get("trees", []):
             self.count_contamination(tree)
             self.count_gate_drops(tree)
-            self.correct_trees += bool(tree.get("correct"))
+            self.chosen_correct_trees += bool(tree.get("correct"))
+            self.graded_trees += tree.get("correct") is not None
+            self.trees_with_correct_node += int(tree.get("n_correct") or 0) > 0
             self.tokens += int(tree.get("policy_output_tokens") or 0)
             self.grade_timeouts += int(tree.get("grade_timeouts") or 0)
 
@@ -99,7 +108,8 @@ class RunSummary:
         table.add_row("grading timeouts", str(self.grade_timeouts))
         table.add_row("answered nodes", str(self.answered_nodes))
         table.add_row("correct answered nodes", f"{self.correct_nodes} (precision {precision})")
-        table.add_row("trees with a correct answer", str(self.correct_trees))
+        table.add_row(CHOSEN_CORRECT, f"{self.chosen_correct_trees} of {self.graded_trees} graded")
+        table.add_row(ANY_NODE_CORRECT, str(self.trees_with_correct_node))
         table.add_row("policy output tokens", f"{self.tokens}{rate}")
         if self.wall_time_s > 0:  # unknown for a folder summed up after the fact
             table.add_row("wall time", f"{self.wall_time_s:.0f} s")
@@ -138,7 +148,9 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     summary.problems = summary.searched + summary.errors
     summary.answered_nodes = nodes.num_rows
     summary.correct_nodes = sum(bool(v) for v in nodes.column("label").to_pylist())
-    summary.correct_trees = sum(bool(t["correct"]) for t in trees)
+    summary.chosen_correct_trees = sum(bool(t["correct"]) for t in trees)
+    summary.graded_trees = sum(t["correct"] is not None for t in trees)
+    summary.trees_with_correct_node = sum(int(t["n_correct"] or 0) > 0 for t in trees)
     summary.tokens = sum(int(t["policy_output_tokens"]) for t in trees)
     for tree in trees:
         summary.count_contamination(tree)

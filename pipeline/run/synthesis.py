@@ -236,7 +236,7 @@ def _synthesize(
     request_log.clean_done(folder.store, folder.searched_problem_ids)
     # Logs exist only with replay on, or left by an earlier attempt that had it on: with
     # neither, a committed tree has no log to clean (no listing per tree on a bucket).
-    logged = config.replay.enabled or bool(folder.store.names(request_log.FOLDER))
+    logged = config.replay.enabled or bool(request_log.logged_trees(folder.store))
     summary = RunSummary(run_id, folder.location)
     write_manifest(config, folder)
     summary.problems = selection

@@ -14,6 +14,12 @@ Bounded: a tree stops logging at `max_bytes_per_tree` (its replay then covers a 
 and the driver deletes a tree's log once its tree is committed (`clean`), so the folder
 holds only the trees in flight.  A rerun replays a killed tree's requests
 (`actors.replay`): same seed, same answers, the same tree, node for node.
+
+The log is a saving, not a record: nothing in it may stop a run.  An entry that cannot be
+listed, read, written or deleted (a folder where a segment file was, as object stores and
+FUSE mounts leave; a line that is not an answer) is skipped with a warning naming it, and
+the tree's requests it held go to the engines again.  The run's own outputs (Parquet,
+run.json) never pass through here, so their failures still stop the run.
 """
 
 from __future__ import annotations
@@ -88,17 +94,15 @@ class TreeLog:
         return tree
 
     def _load(self) -> None:
-        names = [n for n in self.store.names() if n.endswith(SUFFIX)]
-        found = self.store.read_many([self.store.join(n) for n in names])
-        for data in found.values():  # in the order asked (segment names sort in order)
+        names = [n for n in _names(self.store) if n.endswith(SUFFIX)]
+        for data in _read(self.store, names):  # in the order asked (segment names sort)
             self.bytes += len(data)
             for line in data.splitlines():
-                try:
-                    key, value = json.loads(line)
-                except ValueError:  # the last line of a writer killed mid-write
-                    continue
-                self.recorded.setdefault(key, deque()).append(value)
-        # sorts after every segment already there, so segments read back in order
+                entry = _entry(line)
+                if entry is not None:
+                    self.recorded.setdefault(entry[0], deque()).append(entry[1])
+        # sorts after every segment already there, so segments read back in order; the
+        # random part keeps it clear of anything already there under that number
         self._segment = f"{len(names):06d}-{uuid.uuid4().hex[:8]}"
 
     @property
@@ -137,12 +141,12 @@ class TreeLog:
         except Exception as exc:  # a log that cannot be written must never fail the tree
             self._full = True
             self._buffer = []
-            log.warning(
-                "request log of %s not written (%s: %s): later requests are not logged",
-                self.store.name,
-                type(exc).__name__,
-                redact_text(exc),
-            )
+            _skipped(self._where, "written", exc)
+
+    @property
+    def _where(self) -> str:
+        """This writer's segment (a bucket numbers its objects after it)."""
+        return f"{self.store.uri}/{self._segment}{SUFFIX}"
 
     def _append(self, line: bytes) -> None:
         if self._file is None:
@@ -163,13 +167,76 @@ class TreeLog:
 
     async def close(self) -> None:
         """The tree ended (its records go to the driver): write what is buffered."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
         try:
+            if self._file is not None:
+                file, self._file = self._file, None
+                file.close()
             await self.flush()
         except Exception as exc:  # as in `record`: never fail the tree
-            log.warning("request log of %s not written: %s", self.store.name, redact_text(exc))
+            _skipped(self._where, "written", exc)
+
+
+def _entry(line: bytes) -> tuple[str, Any] | None:
+    """One line's `[key, answer]`; None for anything else (the last line of a writer killed
+    mid-write, or whatever else found its way into the file: it is only not replayed)."""
+    try:
+        key, value = json.loads(line)
+    except (ValueError, TypeError, RecursionError):  # not JSON, not a pair, nested too deep
+        return None
+    return (key, value) if isinstance(key, str) else None
+
+
+def _skipped(where: str, what: str, exc: BaseException) -> None:
+    log.warning(
+        "request log entry %s cannot be %s (%s: %s): skipped; the run goes on (the log "
+        "only saves requests: what it would replay goes to the engines)",
+        where,
+        what,
+        type(exc).__name__,
+        redact_text(exc),
+    )
+
+
+def _names(store: Store) -> list[str]:
+    """The entries of a log folder; none when it cannot be listed (with a warning)."""
+    try:
+        return store.names()
+    except Exception as exc:  # a log never stops a run
+        _skipped(store.uri, "listed", exc)
+        return []
+
+
+def _read(store: Store, names: list[str]) -> list[bytes]:
+    """The segments `names` in order, each that cannot be read left out with a warning.
+
+    All at once first (a bucket fetches them concurrently); when that fails, one by one,
+    so one bad entry costs only itself."""
+    try:
+        return list(store.read_many([store.join(n) for n in names]).values())
+    except Exception:  # found out entry by entry below
+        pass
+    found = []
+    for name in names:
+        try:
+            found.append(store.read_bytes(name))
+        except Exception as exc:
+            _skipped(f"{store.uri}/{name}", "read", exc)
+    return found
+
+
+def _delete(store: Store, names: list[str]) -> None:
+    """Delete `names`: all at once, else one by one, skipping (with a warning) each that
+    cannot be deleted."""
+    try:
+        store.delete_many([store.join(n) for n in names])
+        return
+    except Exception:  # found out entry by entry below
+        pass
+    for name in names:
+        try:
+            store.delete(name)
+        except Exception as exc:
+            _skipped(f"{store.uri}/{name}", "deleted", exc)
 
 
 def clean(store: Store, problem_ids: Iterable[str]) -> int:
@@ -177,23 +244,29 @@ def clean(store: Store, problem_ids: Iterable[str]) -> int:
     removed = 0
     for problem_id in problem_ids:
         tree = store.child(FOLDER, tree_name(problem_id))
-        names = tree.names()
+        names = _names(tree)
         if not names:
             continue
-        tree.delete_many([tree.join(n) for n in names])
+        _delete(tree, names)
         if not store.remote:
-            # not empty: a writer still appending (its tree is committed anyway)
+            # not empty: a writer still appending (its tree is committed anyway), or an
+            # entry that could not be deleted
             with contextlib.suppress(OSError):
                 tree.local_path.rmdir()
         removed += 1
     return removed
 
 
+def logged_trees(store: Store) -> set[str]:
+    """The tree names with a log in the run folder `store` (none when it cannot be listed)."""
+    return set(_names(store.child(FOLDER)))
+
+
 def clean_done(store: Store, done: Callable[[], Iterable[str]]) -> int:
     """At a run's start and end: delete logs of trees already committed (left by a kill
     between a commit and its clean, or written by a retried attempt of a committed tree);
     `done()` (the committed problem ids) is read only if any tree is still logged."""
-    present = set(store.names(FOLDER))
+    present = logged_trees(store)
     if not present:
         return 0
     return clean(store, [p for p in done() if tree_name(p) in present])

@@ -199,3 +199,44 @@ async def test_context_overflow_ends_a_path_without_crashing() -> None:
     overflowed = [n for n in result.tree if n.finish is FinishReason.CONTEXT_OVERFLOW]
     assert overflowed and all(not n.expandable and not n.children for n in overflowed)
     assert result.c_used <= 2000
+
+
+@dataclass
+class SilentPolicy(RecordingPolicy):
+    """The scripted policy with an engine that reports no prompt tokens."""
+
+    async def generate(self, request: GenerationRequest) -> list[Generation]:
+        generations = await super().generate(request)
+        return [Generation(g.text, g.output_tokens, g.finish, 0, g.error) for g in generations]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"algorithm": "bg_mcts"},
+        {"algorithm": "bg_mcts", "max_inflight_expansions": 4},
+        {"algorithm": "bg_mcts", "conventions": "reference"},
+        {"algorithm": "mcts"},
+    ],
+    ids=["bg_mcts", "bg_mcts-inflight", "bg_mcts-reference", "mcts"],
+)
+async def test_prompt_tokens_are_counted_uncharged_when_prompts_are_free(
+    settings: dict[str, object],
+) -> None:
+    """The paper's budget (no weight on prompts) still counts the prompt tokens the
+    engine reports, once per request, and charges none of them: the search, its C_used
+    and its trace are those of an engine that reports no prompt tokens at all."""
+    config = parse_search_config(settings)
+    counted, silent = RecordingPolicy(seed=9), SilentPolicy(seed=9)
+    result = await run_search("what is p?", config, counted, ScriptedScorer(seed=9), 3000)
+    free = await run_search("what is p?", config, silent, ScriptedScorer(seed=9), 3000)
+    prompts = sum(
+        count_words(r.problem) + count_words(r.assistant_prefix) for r in counted.requests
+    )
+    assert result.tokens.policy_input == prompts > len(counted.requests) * 3
+    assert free.tokens.policy_input == 0
+    assert result.c_used == free.c_used <= 3000
+    assert result.c_used == result.tokens.policy_output + result.tokens.inserted_prompt
+    assert result.trace == free.trace
+    assert [n.text for n in result.tree] == [n.text for n in free.tree]
+    assert counted.requests == silent.requests

@@ -22,8 +22,9 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from pipeline.config import parse_run_config
-from pipeline.report.run_report import REPORT_JSON, REPORT_MD
+from pipeline.report.run_report import ANY_NODE_CORRECT, CHOSEN_CORRECT, REPORT_JSON, REPORT_MD
 from pipeline.run.live import LiveProgress
+from pipeline.run.summary import summarize_run_dir
 from tests.hub_server import HubServer
 from tests.tiny_run import run_config
 
@@ -105,6 +106,9 @@ def _recomputed(run_dir: Path) -> dict[str, Any]:
         "correct_nodes": correct,
         "precision": correct / len(nodes),
         "trees_with_correct": sum(t["n_correct"] > 0 for t in trees),
+        "chosen_correct": sum(bool(t["correct"]) for t in trees),
+        "chosen_graded": sum(t["correct"] is not None for t in trees),
+        "policy_input_tokens": sum(t["policy_input_tokens"] for t in trees),
         "cost_units": cost,
         "cost_per_correct_node": cost / correct,
         "money": money,
@@ -131,6 +135,19 @@ def test_report_numbers_come_from_the_parquet_and_every_png_is_valid(
         assert pixels.shape[0] > 100 and pixels.shape[1] > 100
     assert f"| correct answered nodes | {expected['correct_nodes']} |" in markdown
     assert "five longest trees" in markdown and "five shortest trees" in markdown
+    # the prompts' tokens as the engine counted them, though the budget does not charge them
+    assert expected["policy_input_tokens"] > expected["trees"] * 20
+    # two figures per tree, each with one name, the same in the report and the summary
+    chosen = f"{expected['chosen_correct']} of {expected['chosen_graded']} graded"
+    any_node = str(expected["trees_with_correct"])
+    assert f"| {CHOSEN_CORRECT} | {chosen} |" in markdown
+    assert f"| {ANY_NODE_CORRECT} | {any_node} |" in markdown
+    table = io.StringIO()
+    summarize_run_dir(run_dir).render(table)
+    lines = table.getvalue().splitlines()
+    assert any(CHOSEN_CORRECT in line and chosen in line for line in lines), lines
+    assert any(ANY_NODE_CORRECT in line and f" {any_node} " in line for line in lines), lines
+    assert sum("correct" in line for line in lines) == 3, lines  # and answered nodes
 
 
 def _table_rows(run_dir: Path, name: str) -> list[dict[str, Any]]:

@@ -8,8 +8,12 @@ policy and scorer that count their calls.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from actors.progress import Counters
 from actors.replay import ReplayPolicy, ReplayScorer, tree_journal
@@ -143,3 +147,110 @@ def test_a_rerun_with_another_model_replays_nothing(tmp_path: Path) -> None:
     assert attempt(service_salt(first)) == (1, 0)
     assert attempt(service_salt(first)) == (0, 1)
     assert attempt(service_salt(other)) == (1, 0)
+
+
+def _two_segments(root: Path, config: RequestLogConfig) -> tuple[Path, Path]:
+    """A tree logged by two attempts: the first one's segment, then the second one's."""
+    _with_log(root, Engines(), config)  # the whole fixed tree in one segment
+    first = next((root / FOLDER / tree_name("problem-1")).glob("*.jsonl"))
+    store = open_store(root)
+    engines = Engines()
+
+    async def second() -> None:  # one more request, its own segment
+        log = await TreeLog.open(store, "problem-1", config)
+        with tree_journal(log):
+            policy = ReplayPolicy(engines, Counters())
+            await policy.generate(GenerationRequest("p", "pre", 2, 8, (), 0.7, 77))
+        await log.close()
+
+    asyncio.run(second())
+    (other,) = set((root / FOLDER / tree_name("problem-1")).glob("*.jsonl")) - {first}
+    return first, other
+
+
+def test_a_folder_where_a_segment_was_is_skipped_with_a_warning_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Object stores and FUSE mounts leave "folder" entries: one in a segment file's place
+    is neither read nor deleted, the run goes on, and the warnings name it."""
+    first, other = _two_segments(tmp_path, RequestLogConfig())
+    first.unlink()
+    first.mkdir()  # a folder where the segment file was
+    (first / "x").write_text("not a segment")
+    engines = Engines()
+    with caplog.at_level(logging.WARNING, logger="pipeline.store.request_log"):
+        _, counters = _with_log(tmp_path, engines, RequestLogConfig())
+        # the second attempt's segment still replays; the first's requests go to the engines
+        assert engines.calls == 6 and counters.replayed_requests == 0
+        assert f"{first} cannot be read (IsADirectoryError" in caplog.text
+        caplog.clear()
+        assert clean(open_store(tmp_path), ["problem-1"]) == 1
+    assert f"{first} cannot be deleted (IsADirectoryError" in caplog.text
+    assert first.is_dir() and not other.exists()  # what could go, went
+    assert [p.name for p in first.parent.iterdir()] == [first.name]
+
+
+def test_garbage_in_a_segment_is_skipped_and_the_engines_asked(tmp_path: Path) -> None:
+    """Lines a writer never wrote (not JSON, the wrong shape, nested past Python's
+    recursion limit, a recorded answer under its real key claiming more tokens than the
+    request allowed) are not replayed: the tree's requests go to the engines."""
+    _with_log(tmp_path, Engines(), RequestLogConfig())
+    (segment,) = (tmp_path / FOLDER / tree_name("problem-1")).glob("*.jsonl")
+    lines = segment.read_bytes().splitlines()
+    key, value = json.loads(lines[0])  # the first generation request's answer
+    value[0][1] = 10**9  # its output tokens
+    garbage = [
+        b"\x00\xffnot json",
+        b"[1, 2, 3]",
+        b"5",
+        b'[["a"], 1]',
+        b"[" * 50_000 + b"]" * 50_000,
+        json.dumps([key, value]).encode(),
+        json.dumps([key, "a string"]).encode(),
+    ]
+    segment.write_bytes(b"\n".join(garbage + lines[1:]) + b"\n")
+    engines = Engines()
+    again, counters = _with_log(tmp_path, engines, RequestLogConfig())
+    first, _ = _with_log(tmp_path / "fresh", Engines(), RequestLogConfig())
+    assert again == first
+    # the first request (its answers spoilt) and its repeat go to the engine
+    assert engines.calls == 2 and counters.replayed_requests == 3
+
+
+def test_a_folder_key_where_a_segment_object_was_on_a_bucket(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same on object storage: a "folder" key (`<segment>/`) where a segment object
+    was is skipped with a warning, the other segments replay and `clean` goes through."""
+    from tests.s3_server import S3Server
+
+    bucket = "request-logs"
+    with S3Server() as s3, s3.empty_bucket(bucket, monkeypatch.setenv):
+        store = open_store(f"s3://{bucket}/run=x")
+        config = RequestLogConfig(flush_every_s=1e9)  # one object per attempt, at close
+
+        def attempt(seed: int) -> tuple[int, int]:
+            engines, counters = Engines(), Counters()
+
+            async def run() -> None:
+                log = await TreeLog.open(store, "problem-1", config)
+                with tree_journal(log):
+                    policy = ReplayPolicy(engines, counters)
+                    await policy.generate(GenerationRequest("p", "pre", 2, 8, (), 0.7, seed))
+                await log.close()
+
+            asyncio.run(run())
+            return engines.calls, counters.replayed_requests
+
+        assert attempt(1) == (1, 0) and attempt(2) == (1, 0)
+        prefix = f"run=x/{FOLDER}/{tree_name('problem-1')}/"
+        first, second = s3.keys(bucket, prefix)
+        client = s3.client()
+        client.delete_object(Bucket=bucket, Key=first)
+        client.put_object(Bucket=bucket, Key=first + "/", Body=b"")  # the "folder" key
+        with caplog.at_level(logging.WARNING, logger="pipeline.store.request_log"):
+            assert attempt(2) == (0, 1)  # the second segment replays
+            assert attempt(1) == (1, 0)  # the first segment's request is asked anew
+            assert f"s3://{bucket}/{first} cannot be read" in caplog.text
+            clean(store, ["problem-1"])
+        assert second not in s3.keys(bucket, prefix)

@@ -12,6 +12,7 @@ trees can be compared row for row and the engines' request counters read exactly
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import time
@@ -23,7 +24,7 @@ import yaml
 
 from pipeline.config import parse_run_config
 from pipeline.run.synthesis import synthesize
-from pipeline.store.request_log import FOLDER
+from pipeline.store.request_log import FOLDER, tree_name
 from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import run_config, start_synthesize_job
 
@@ -78,6 +79,32 @@ def _logged_requests(run_dir: Path) -> int:
     return count
 
 
+def _killed_run(tmp_path: Path, ids: list[str], run_id: str) -> tuple[Path, dict[str, Any]]:
+    """Problems `ids` run as a job (run folder tmp_path/out/run=<run_id>), SIGKILLed once
+    a tree is committed and two trees have logged more than 2,000 bytes each; returns the
+    problem file and the run config."""
+    problems = _problems(tmp_path / "problems.jsonl", ids)
+    config = _config(problems, tmp_path / "out", run_id)
+    path = tmp_path / f"{run_id}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "out" / f"run={run_id}"
+    job = start_synthesize_job(path)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert job.poll() is None, "the job ended before it could be killed mid-run"
+            assert time.monotonic() < deadline, "no tree committed within 240 s"
+            committed = any((run_dir / "trees").glob("part-*.parquet"))
+            logs = list((run_dir / FOLDER).glob("*/*.jsonl"))
+            if committed and sum(1 for p in logs if p.stat().st_size > 2000) >= 2:
+                break
+            time.sleep(0.1)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    return problems, config
+
+
 def _rows(folder: RunFolder, kind: str, ids: set[str]) -> list[dict[str, Any]]:
     rows = [
         {k: v for k, v in row.items() if k not in VOLATILE}
@@ -116,26 +143,9 @@ def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node
     from ray import serve
 
     ids = [f"p{i}" for i in range(9)]
-    problems = _problems(tmp_path / "problems.jsonl", ids)
+    problems, config = _killed_run(tmp_path, ids, "killed")
     out = tmp_path / "out"
-    config = _config(problems, out, "killed")
-    path = tmp_path / "killed.yaml"
-    path.write_text(yaml.safe_dump(config))
     run_dir = out / "run=killed"
-    job = start_synthesize_job(path)
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert job.poll() is None, "the job ended before it could be killed mid-run"
-            assert time.monotonic() < deadline, "no tree committed within 240 s"
-            committed = any((run_dir / "trees").glob("part-*.parquet"))
-            logs = list((run_dir / FOLDER).glob("*/*.jsonl"))
-            if committed and sum(1 for p in logs if p.stat().st_size > 2000) >= 2:
-                break
-            time.sleep(0.1)
-    finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
     folder = RunFolder.open(out, "killed")
     done = set(folder.read("trees").column("problem_id").to_pylist())
     unfinished = sorted(set(ids) - done)
@@ -176,3 +186,44 @@ def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node
     assert rerun_tokens < ref_tokens
     # committed trees' logs are cleaned
     assert not (run_dir / FOLDER).exists()
+
+
+def test_a_folder_where_a_segment_was_does_not_stop_the_rerun(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The request log is a saving, not a record: a folder left where a killed tree's
+    segment file was (as object stores and FUSE mounts leave them) is skipped with a
+    warning naming it, the tree is searched afresh and the rerun completes, every
+    problem once; the folder is left where it is, the rest of the log cleaned."""
+    import ray
+    from ray import serve
+
+    ids = [f"p{i}" for i in range(8)]
+    _, config = _killed_run(tmp_path, ids, "planted")
+    out = tmp_path / "out"
+    run_dir = out / "run=planted"
+    _logged_requests(run_dir)  # until the killed writers are gone
+    done = set(RunFolder.open(out, "planted").read("trees").column("problem_id").to_pylist())
+    logged = [
+        segment
+        for problem in sorted(set(ids) - done)
+        for segment in sorted((run_dir / FOLDER / tree_name(problem)).glob("*.jsonl"))
+    ]
+    assert done and logged, "the kill must land while unfinished trees are logged"
+    planted = logged[0]
+    planted.unlink()
+    planted.mkdir()
+    try:
+        with caplog.at_level(logging.WARNING, logger="pipeline.store.request_log"):
+            summary = synthesize(parse_run_config(config), progress=None)
+    finally:
+        if ray.is_initialized():
+            serve.shutdown()  # type: ignore[no-untyped-call]
+            ray.shutdown()
+    trees = RunFolder.open(out, "planted").read("trees").column("problem_id").to_pylist()
+    assert sorted(trees) == ids and summary.errors == 0  # every problem exactly once
+    assert f"{planted} cannot be deleted (IsADirectoryError" in caplog.text
+    assert planted.is_dir()
+    assert [p.relative_to(run_dir / FOLDER) for p in (run_dir / FOLDER).glob("*/*")] == [
+        planted.relative_to(run_dir / FOLDER)
+    ]
