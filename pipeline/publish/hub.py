@@ -223,14 +223,15 @@ def render_card(
     configs = card_configs(repo_files)
     # config -> its split names, in the card's config order
     splits = {c["config_name"]: [f["split"] for f in c["data_files"]] for c in configs}
+    title = card_info.pretty_name or repo_id.split("/")[-1]
     card_data = DatasetCardData(
-        pretty_name=card_info.pretty_name or repo_id.split("/")[-1],
+        pretty_name=title,
         license=card_info.license,
         tags=["synthetic", "bg-mcts", "sft", "dpo", "prm", "kto"],
         configs=configs,
     )
     lines = [
-        *_introduction(card_data.pretty_name, card_info),
+        *_introduction(title, card_info),
         *_loading_example(repo_id, splits),
         *_layout_and_splits(card_info, splits),
         *_runs_in_repo(repo_files),
