@@ -221,28 +221,46 @@ def render_card(
     header with ``configs:`` (`card_configs`) + a description of run `run_id`, whose rows per
     config and split are `counts`."""
     configs = card_configs(repo_files)
+    # config -> its split names, in the card's config order
     splits = {c["config_name"]: [f["split"] for f in c["data_files"]] for c in configs}
-    with_test = [name for name, names in splits.items() if "test" in names]
-    default = next((c["config_name"] for c in configs if c.get("default")), None)
-    runs_present = sorted({r for p in repo_files if (r := _run_of(p)) is not None})
+    title = card_info.pretty_name or repo_id.split("/")[-1]
     card_data = DatasetCardData(
-        pretty_name=card_info.pretty_name or repo_id.split("/")[-1],
+        pretty_name=title,
         license=card_info.license,
         tags=["synthetic", "bg-mcts", "sft", "dpo", "prm", "kto"],
         configs=configs,
     )
-    config_yaml = yaml.safe_dump(
-        redact_secrets(dict(card_info.config), secrets), sort_keys=True, allow_unicode=True
-    ).rstrip()
-    budget_yaml = yaml.safe_dump(
-        redact_secrets(dict(card_info.budget), secrets), sort_keys=True, allow_unicode=True
-    ).rstrip()
-    precision = (
-        "n/a" if card_info.answered_precision is None else f"{card_info.answered_precision:.4f}"
-    )
-    decontaminated = sum(card_info.decontaminated.values())
-    by_benchmark = ", ".join(f"{k}: {v}" for k, v in sorted(card_info.decontaminated.items()))
-    fraction = (card_info.config.get("records") or {}).get("test_fraction")
+    lines = [
+        *_introduction(title, card_info),
+        *_loading_example(repo_id, splits),
+        *_layout_and_splits(card_info, splits),
+        *_runs_in_repo(repo_files),
+        *_run_facts(run_id, card_info, counts, secrets),
+        *_sample_rows(samples),
+    ]
+    if card_info.report_markdown:
+        lines += _report_section(card_info.report_markdown, run_id)
+    body = scrub(redact_text("\n".join(lines)), secrets)
+    card = DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
+    return str(card)
+
+
+def _introduction(title: str, card_info: CardInfo) -> list[str]:
+    """The card's title and what the data is."""
+    return [
+        f"# {title}",
+        "",
+        f"Synthetic training data (SFT, DPO, PRM, KTO) and full search trees produced by "
+        f"{card_info.producer}, the method of *{card_info.paper_title}*.",
+        "",
+    ]
+
+
+def _loading_example(repo_id: str, splits: Mapping[str, Sequence[str]]) -> list[str]:
+    """The code block that loads the data: the default config, each config's train split,
+    and the held-out rows of one config (the others' are named the same way)."""
+    default = default_config(list(splits))  # the config `card_configs` marked default
+    with_test = _configs_with_test(splits)
     load = [
         *(
             [
@@ -258,15 +276,9 @@ def render_card(
             for name, names in splits.items()
             if "train" in names
         ),
-        # the held-out rows of one config (the others' are named the same way)
         *(f'{n}_test = load_dataset("{repo_id}", "{n}", split="test")' for n in with_test[:1]),
     ]
-    lines = [
-        f"# {card_data.pretty_name}",
-        "",
-        f"Synthetic training data (SFT, DPO, PRM, KTO) and full search trees produced by "
-        f"{card_info.producer}, the method of *{card_info.paper_title}*.",
-        "",
+    return [
         "Load it with:",
         "",
         "```python",
@@ -275,29 +287,59 @@ def render_card(
         *load,
         "```",
         "",
+    ]
+
+
+def _layout_and_splits(card_info: CardInfo, splits: Mapping[str, Sequence[str]]) -> list[str]:
+    """Where each run's files live, how rows are held out by problem, and what each config
+    holds."""
+    fraction = (card_info.config.get("records") or {}).get("test_fraction")
+    fraction_text = (
+        f"`records.test_fraction` = {fraction}"
+        if fraction is not None
+        else "`records.test_fraction`"
+    )
+    with_test = ", ".join(f"`{n}`" for n in _configs_with_test(splits)) or "none"
+    return [
         "Each run lives under `data/<config>/run=<run_id>/`: its `train-*.parquet` and "
         "`test-*.parquet` files; a config's `train` and `test` splits glob over all runs.",
         "",
         "**Held-out split, by problem**: a problem's rows are all `train` or all `test`, in "
-        "every config and every run (a hash of the problem id, "
-        + (
-            f"`records.test_fraction` = {fraction}"
-            if fraction is not None
-            else "`records.test_fraction`"
-        )
-        + "; the `split` column says which). `errors` rows, and runs made before the split, "
-        "are all `train`. Configs with a `test` split: "
-        + (", ".join(f"`{n}`" for n in with_test) or "none")
-        + ".",
+        f"every config and every run (a hash of the problem id, {fraction_text}; the `split` "
+        "column says which). `errors` rows, and runs made before the split, are all `train`. "
+        f"Configs with a `test` split: {with_test}.",
         "",
         "| config | what |",
         "| --- | --- |",
         *(f"| {name} | {CONFIG_DOCS.get(name, '')} |" for name in splits),
         "",
-        "## Runs in this repo",
-        "",
-        *(f"- `{r}`" for r in runs_present),
-        "",
+    ]
+
+
+def _configs_with_test(splits: Mapping[str, Sequence[str]]) -> list[str]:
+    return [name for name, names in splits.items() if "test" in names]
+
+
+def _runs_in_repo(repo_files: Sequence[str]) -> list[str]:
+    """Every run the repo holds data of, after this publish."""
+    runs = sorted({r for p in repo_files if (r := _run_of(p)) is not None})
+    return ["## Runs in this repo", "", *(f"- `{r}`" for r in runs), ""]
+
+
+def _run_facts(
+    run_id: str,
+    card_info: CardInfo,
+    counts: Mapping[str, Mapping[str, int]],
+    secrets: Sequence[str],
+) -> list[str]:
+    """The published run: rows per config and split, precision, decontamination, models,
+    budget and config (secrets removed)."""
+    precision = (
+        "n/a" if card_info.answered_precision is None else f"{card_info.answered_precision:.4f}"
+    )
+    decontaminated = sum(card_info.decontaminated.values())
+    by_benchmark = ", ".join(f"{k}: {v}" for k, v in sorted(card_info.decontaminated.items()))
+    return [
         f"## Latest published run: `{run_id}`",
         "",
         "| config | train rows | test rows |",
@@ -318,33 +360,36 @@ def render_card(
         "",
         "### Budget",
         "",
-        "```yaml",
-        budget_yaml if card_info.budget else "{}",
-        "```",
+        *_yaml_block(card_info.budget, secrets),
         "",
         "### Config (secrets removed)",
         "",
-        "```yaml",
-        config_yaml if card_info.config else "{}",
-        "```",
-        "",
-        "### Sample rows",
+        *_yaml_block(card_info.config, secrets),
         "",
     ]
+
+
+def _yaml_block(values: Mapping[str, Any], secrets: Sequence[str]) -> list[str]:
+    """`values` as a fenced YAML block, keys sorted, secrets redacted."""
+    dumped = yaml.safe_dump(
+        redact_secrets(dict(values), secrets), sort_keys=True, allow_unicode=True
+    )
+    return ["```yaml", dumped.rstrip() if values else "{}", "```"]
+
+
+def _sample_rows(samples: Mapping[str, dict[str, Any] | None]) -> list[str]:
+    """One row of each config (as JSON), in config order; "(no rows)" for an empty one."""
+    lines = ["### Sample rows", ""]
     for name in CONFIGS:
         if name not in samples:
             continue
-        sample = samples.get(name)
+        sample = samples[name]
         lines += [f"**{name}**", ""]
         if sample is None:
             lines += ["(no rows)", ""]
         else:
             lines += ["```json", json.dumps(sample, ensure_ascii=False, indent=2), "```", ""]
-    if card_info.report_markdown:
-        lines += _report_section(card_info.report_markdown, run_id)
-    body = scrub(redact_text("\n".join(lines)), secrets)
-    card = DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
-    return str(card)
+    return lines
 
 
 _IMAGE = re.compile(r"\]\(([\w.-]+\.png)\)")

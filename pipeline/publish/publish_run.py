@@ -28,7 +28,8 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,9 @@ from pipeline.store.run_folder import RunFolder, local_run_dir
 __all__ = ["card_info", "publish_configured", "publish_run", "publish_run_dir"]
 
 logger = logging.getLogger(__name__)
+
+# Makes the error a step raises: its message ends with the command that retries the publish.
+_Fail = Callable[[str], HubPublishError]
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SAMPLE_STR_MAX = 400  # characters of a string shown in the card's sample rows
@@ -175,73 +179,108 @@ def publish_run(
     def fail(reason: str) -> HubPublishError:
         return HubPublishError(f"{reason}\nRetry with: {retry}")
 
+    _check_ids(run_id, repo_id, fail)
+    token = _read_token(token_env, fail)
+    with tempfile.TemporaryDirectory(prefix="bgmcts-publish-") as workdir:
+        data = _data_uploads(run_dir, run_id, Path(workdir), fail)
+        report = {report_path(run_id, f.name): Path(f) for f in card_info.report_files}
+        added = {**data.files, **report}
+        info, deleted = commit_run(
+            repo_id,
+            run_id,
+            added,
+            card_info,
+            counts=data.split_counts,
+            samples=data.samples,
+            api=HfApi(endpoint=endpoint, token=token),
+            private=private,
+            secrets=[token],
+            fail=fail,
+        )
+
+    return _published(repo_id, run_id, info.commit_url, sorted(added), deleted, data.split_counts)
+
+
+def _published(
+    repo_id: str,
+    run_id: str,
+    commit_url: str,
+    uploaded: list[str],
+    deleted: list[str],
+    split_counts: dict[str, dict[str, int]],
+) -> PublishResult:
+    """Log the publish and say what it did (the commit URL without credentials)."""
+    commit_url = redact_text(commit_url)  # built from the endpoint (userinfo too)
+    logger.info(
+        "published run %s to %s (%s): %s",
+        run_id,
+        repo_id,
+        ", ".join(f"{k}={v['train']}+{v['test']} test" for k, v in split_counts.items()),
+        commit_url,
+    )
+    return PublishResult(
+        repo_id=repo_id,
+        run_id=run_id,
+        commit_url=commit_url,
+        counts={name: sum(by_split.values()) for name, by_split in split_counts.items()},
+        uploaded=uploaded,
+        deleted=deleted,
+        split_counts=split_counts,
+    )
+
+
+def _check_ids(run_id: str, repo_id: str, fail: _Fail) -> None:
+    """Bad ids fail before any request (the run id becomes a repo folder name)."""
     if not _RUN_ID.match(run_id):
         raise fail(f"Invalid run id {run_id!r}: use letters, digits, '.', '_' or '-'.")
     if repo_id.count("/") != 1:
         raise fail(f"Invalid repo id {repo_id!r}: expected '<namespace>/<name>'.")
+
+
+def _read_token(token_env: str, fail: _Fail) -> str:
+    """The Hub token, read only from the environment variable `token_env`."""
     token = os.environ.get(token_env, "").strip()
     if not token:
         raise fail(
             f"No Hugging Face token: set the environment variable {token_env} "
             "to a token with write access."
         )
-    secrets = [token]
+    return token
 
-    with tempfile.TemporaryDirectory(prefix="bgmcts-publish-") as workdir:
-        local = _local_files(run_dir, Path(workdir) / "counted")
-        if not any(local.values()):
-            raise fail(
-                f"No Parquet files under {run_dir}/<{'|'.join(CONFIGS)}>; nothing to publish."
-            )
-        # sft and dpo are always listed (0 rows is news); other configs when the run has them
-        present = [name for name, files in local.items() if files or name in ("sft", "dpo")]
-        # repo path -> local file: each local file as its train and test rows
-        added: dict[str, Path] = {}
-        split_counts: dict[str, dict[str, int]] = {n: dict.fromkeys(SPLITS, 0) for n in present}
-        for name in present:
-            for source in local[name]:
-                try:
-                    pieces = _split_file(name, source, Path(workdir))
-                except ValueError as err:
-                    raise fail(f"Cannot split {name}: {err}") from None
-                for split, upload, rows in pieces:
-                    added[f"data/{name}/run={run_id}/{split}-{source.name}"] = upload
-                    split_counts[name][split] += rows
-        counts = {name: sum(by_split.values()) for name, by_split in split_counts.items()}
-        samples = {
-            name: _sample_row([f for p, f in added.items() if p.startswith(f"data/{name}/")])
-            for name in present
-        }
-        added.update({report_path(run_id, f.name): Path(f) for f in card_info.report_files})
-        info, deleted = commit_run(
-            repo_id,
-            run_id,
-            added,
-            card_info,
-            counts=split_counts,
-            samples=samples,
-            api=HfApi(endpoint=endpoint, token=token),
-            private=private,
-            secrets=secrets,
-            fail=fail,
-        )
 
-    logger.info(
-        "published run %s to %s (%s): %s",
-        run_id,
-        repo_id,
-        ", ".join(f"{k}={v['train']}+{v['test']} test" for k, v in split_counts.items()),
-        redact_text(info.commit_url),
-    )
-    return PublishResult(
-        repo_id=repo_id,
-        run_id=run_id,
-        commit_url=redact_text(info.commit_url),  # built from the endpoint (userinfo too)
-        counts=counts,
-        uploaded=sorted(added),
-        deleted=deleted,
-        split_counts=split_counts,
-    )
+@dataclass(frozen=True)
+class _DataUploads:
+    """A run's Parquet as it goes up: each local file as its train and test files."""
+
+    files: dict[str, Path]  # repo path -> local file to upload
+    split_counts: dict[str, dict[str, int]]  # config -> split -> rows
+    samples: dict[str, dict[str, Any] | None]  # config -> one row for the card (None: no rows)
+
+
+def _data_uploads(run_dir: Path, run_id: str, workdir: Path, fail: _Fail) -> _DataUploads:
+    """The counted local Parquet of every config present, split into train and test files
+    (those that need rewriting are written under `workdir`)."""
+    local = _local_files(run_dir, workdir / "counted")
+    if not any(local.values()):
+        raise fail(f"No Parquet files under {run_dir}/<{'|'.join(CONFIGS)}>; nothing to publish.")
+    # sft and dpo are always listed (0 rows is news); other configs when the run has them
+    present = [name for name, files in local.items() if files or name in ("sft", "dpo")]
+    files: dict[str, Path] = {}
+    split_counts: dict[str, dict[str, int]] = {n: dict.fromkeys(SPLITS, 0) for n in present}
+    for name in present:
+        for source in local[name]:
+            try:
+                pieces = _split_file(name, source, workdir)
+            except ValueError as err:
+                raise fail(f"Cannot split {name}: {err}") from None
+            for split, upload, rows in pieces:
+                files[f"data/{name}/run={run_id}/{split}-{source.name}"] = upload
+                split_counts[name][split] += rows
+    samples = {
+        name: _sample_row([f for p, f in files.items() if p.startswith(f"data/{name}/")])
+        for name in present
+    }
+    return _DataUploads(files=files, split_counts=split_counts, samples=samples)
 
 
 def _local_files(run_dir: Path, into: Path) -> dict[str, list[Path]]:
