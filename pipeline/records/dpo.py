@@ -45,15 +45,10 @@ from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
 from pipeline.records.pools import preference_pools
 from pipeline.records.schema import (
-    DIFFICULTY_FIELD,
-    LABEL_SOURCE_FIELD,
     MESSAGES_TYPE,
-    PROBLEM_ID_FIELD,
-    REFERENCE_FIELD,
-    RUN_ID_FIELD,
-    SPLIT_FIELD,
     doc_field,
     record_schema,
+    shared_fields,
 )
 from pipeline.records.trajectories import (
     answers_in_path,
@@ -109,12 +104,7 @@ DPO_SCHEMA = record_schema(
         doc_field("chosen_answers_in_path", pa.int64(), "answers_in_path of the chosen node"),
         doc_field("rejected_answers_in_path", pa.int64(), "answers_in_path of the rejected node"),
         doc_field("pairing", pa.string(), "pairing rule: shared_prefix, best_vs_worst or random"),
-        REFERENCE_FIELD,
-        DIFFICULTY_FIELD,
-        SPLIT_FIELD,
-        LABEL_SOURCE_FIELD,
-        PROBLEM_ID_FIELD,
-        RUN_ID_FIELD,
+        *shared_fields("reference", "difficulty", "split", "label_source", "problem_id", "run_id"),
     ],
 )
 """`dpo`: preference pairs, a correct against an incorrect node of one problem."""

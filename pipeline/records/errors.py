@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from actors.redact import redact_text
-from pipeline.records.schema import RUN_ID_FIELD, Row, doc_field, record_schema
+from pipeline.records.schema import Row, doc_field, record_schema, shared_fields
 
 ERRORS_SCHEMA = record_schema(
     "errors",
@@ -21,7 +21,7 @@ ERRORS_SCHEMA = record_schema(
         ),
         doc_field("error_type", pa.string(), "exception class name, if any", nullable=True),
         doc_field("message", pa.string(), "the error message"),
-        RUN_ID_FIELD,
+        *shared_fields("run_id"),
     ],
 )
 """`errors`: one row per failure, so a run never loses a problem silently."""

@@ -18,15 +18,10 @@ from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
-    DIFFICULTY_FIELD,
-    LABEL_SOURCE_FIELD,
     MESSAGES_TYPE,
-    PROBLEM_ID_FIELD,
-    REFERENCE_FIELD,
-    RUN_ID_FIELD,
-    SPLIT_FIELD,
     doc_field,
     record_schema,
+    shared_fields,
 )
 from pipeline.records.trajectories import assistant_turn, select_paths, user_turn
 
@@ -44,16 +39,12 @@ KTO_SCHEMA = record_schema(
             "one assistant message: the trajectory up to the end of its answer statement",
         ),
         doc_field("label", pa.bool_(), "true: desirable (a correct answer), false: undesirable"),
-        PROBLEM_ID_FIELD,
+        *shared_fields("problem_id"),
         doc_field("node_id", pa.int64(), "the answered node the trajectory ends at"),
         doc_field("answer", pa.string(), "its extracted answer", nullable=True),
         doc_field("score", pa.float64(), "its PRM score Q"),
         doc_field("answers_in_path", pa.int64(), ANSWERS_IN_PATH_DOC),
-        REFERENCE_FIELD,
-        DIFFICULTY_FIELD,
-        SPLIT_FIELD,
-        LABEL_SOURCE_FIELD,
-        RUN_ID_FIELD,
+        *shared_fields("reference", "difficulty", "split", "label_source", "run_id"),
     ],
 )
 """`kto`: every distinct answered trajectory with its label."""

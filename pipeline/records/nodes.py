@@ -7,25 +7,16 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from pipeline.records.context import BuildContext
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
-    BUDGET_FIELD,
-    LABEL_SOURCE_FIELD,
-    METHOD_FIELD,
-    POLICY_MODEL_FIELD,
-    PRM_MODEL_FIELD,
-    PROBLEM_ID_FIELD,
-    RUN_ID_FIELD,
-    SPLIT_FIELD,
-    TRUNCATED_FIELD,
     Row,
     doc_field,
     record_schema,
+    shared_fields,
 )
 
 NODES_SCHEMA = record_schema(
     "nodes",
     [
-        RUN_ID_FIELD,
-        PROBLEM_ID_FIELD,
+        *shared_fields("run_id", "problem_id"),
         doc_field(
             "node_id", pa.int64(), "node id within its tree (the root, the bare problem, is 0)"
         ),
@@ -43,7 +34,7 @@ NODES_SCHEMA = record_schema(
             "label", pa.bool_(), "the label used for SFT/DPO: `correct`, else the pseudo label"
         ),
         doc_field("pseudo_label", pa.bool_(), "true when `label` is a pseudo label (no reference)"),
-        LABEL_SOURCE_FIELD,
+        *shared_fields("label_source"),
         doc_field("is_chosen", pa.bool_(), "whether the search chose this node's answer node"),
         doc_field("depth", pa.int64(), "depth in the tree (a first step is 1)"),
         doc_field("iteration", pa.int64(), "the search step that created the node"),
@@ -52,19 +43,16 @@ NODES_SCHEMA = record_schema(
         doc_field(
             "finish", pa.string(), "why its generation ended (eos, stop, length...)", nullable=True
         ),
-        METHOD_FIELD,
-        POLICY_MODEL_FIELD,
-        PRM_MODEL_FIELD,
-        BUDGET_FIELD,
+        *shared_fields("method", "policy_model", "prm_model", "budget"),
         doc_field("seed", pa.int64(), "the search's seed"),
-        TRUNCATED_FIELD,
+        *shared_fields("truncated"),
         doc_field(
             "chars_after_answer",
             pa.int64(),
             "characters of `trajectory` after the answer statement, which training rows leave "
             "out (text the model wrote past its answer)",
         ),
-        SPLIT_FIELD,
+        *shared_fields("split"),
     ],
 )
 """`nodes`: one row per answered node of every tree."""

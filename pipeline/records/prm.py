@@ -35,15 +35,11 @@ from pipeline.records.context import BuildContext, Built
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
-    LABEL_SOURCE_FIELD,
-    PROBLEM_ID_FIELD,
-    REFERENCE_FIELD,
-    RUN_ID_FIELD,
-    SPLIT_FIELD,
     Row,
     doc_field,
     list_of,
     record_schema,
+    shared_fields,
 )
 from pipeline.records.training_text import line_owners, tidy
 from pipeline.records.trajectories import has_empty_step, select_paths
@@ -90,14 +86,11 @@ PRM_SCHEMA = record_schema(
             "true: the path ends at an answered node; false: a scored path that never "
             "answered (prm.unanswered_branches)",
         ),
-        PROBLEM_ID_FIELD,
+        *shared_fields("problem_id"),
         doc_field("node_id", pa.int64(), "the node the path ends at"),
         doc_field("answer", pa.string(), "its extracted answer", nullable=True),
         doc_field("answers_in_path", pa.int64(), ANSWERS_IN_PATH_DOC),
-        REFERENCE_FIELD,
-        SPLIT_FIELD,
-        LABEL_SOURCE_FIELD,
-        RUN_ID_FIELD,
+        *shared_fields("reference", "split", "label_source", "run_id"),
     ],
 )
 """`prm`: step-level labels of every answered path, from the subtree under each step."""

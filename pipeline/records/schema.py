@@ -115,6 +115,34 @@ DIFFICULTY_FIELD = doc_field(
     pa.string(),
     "the problem's tree: all_correct, mixed (right and wrong answers) or none_correct",
 )
+# The shared fields by column name: a schema lists the ones it has, in its own column order,
+# with `shared_fields("problem_id", "run_id")` instead of importing each constant.
+SHARED_FIELDS = {
+    field.name: field
+    for field in (
+        RUN_ID_FIELD,
+        PROBLEM_ID_FIELD,
+        METHOD_FIELD,
+        BUDGET_FIELD,
+        POLICY_MODEL_FIELD,
+        PRM_MODEL_FIELD,
+        LABEL_SOURCE_FIELD,
+        REFERENCE_FIELD,
+        SPLIT_FIELD,
+        TRUNCATED_FIELD,
+        DIFFICULTY_FIELD,
+    )
+}
+
+
+def shared_fields(*names: str) -> list[Any]:
+    """The shared fields called `names`, in that order (a schema's own column order)."""
+    unknown = [name for name in names if name not in SHARED_FIELDS]
+    if unknown:
+        raise KeyError(f"no shared field {unknown}; shared: {sorted(SHARED_FIELDS)}")
+    return [SHARED_FIELDS[name] for name in names]
+
+
 ANSWERS_IN_PATH_DOC = (
     "answered nodes on the root-to-node path, this one included: 1 for a clean path, "
     "more for a self-correction trace (it answered, was told to think again, answered again)"
@@ -208,6 +236,7 @@ __all__ = [
     "REFERENCE_FIELD",
     "RUN_ID_FIELD",
     "SCHEMA_VERSION",
+    "SHARED_FIELDS",
     "SPLIT_FIELD",
     "TRACE_POINT",
     "TRUNCATED_FIELD",
@@ -219,5 +248,6 @@ __all__ = [
     "list_of",
     "record_schema",
     "schema_markdown",
+    "shared_fields",
     "to_table",
 ]

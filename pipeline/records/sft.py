@@ -36,16 +36,10 @@ from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
-    DIFFICULTY_FIELD,
-    LABEL_SOURCE_FIELD,
     MESSAGES_TYPE,
-    PROBLEM_ID_FIELD,
-    REFERENCE_FIELD,
-    RUN_ID_FIELD,
-    SPLIT_FIELD,
-    TRUNCATED_FIELD,
     doc_field,
     record_schema,
+    shared_fields,
 )
 from pipeline.records.trajectories import assistant_turn, select_paths, user_turn
 
@@ -64,18 +58,13 @@ SFT_SCHEMA = record_schema(
             "one assistant message: the trajectory up to the end of its answer statement "
             "(TRL trains on these tokens only)",
         ),
-        PROBLEM_ID_FIELD,
+        *shared_fields("problem_id"),
         doc_field("node_id", pa.int64(), "the answered node the trajectory ends at"),
         doc_field("answer", pa.string(), "its extracted answer", nullable=True),
         doc_field("score", pa.float64(), "its PRM score Q"),
         doc_field("depth", pa.int64(), "steps in the trajectory"),
         doc_field("answers_in_path", pa.int64(), ANSWERS_IN_PATH_DOC),
-        REFERENCE_FIELD,
-        TRUNCATED_FIELD,
-        DIFFICULTY_FIELD,
-        SPLIT_FIELD,
-        LABEL_SOURCE_FIELD,
-        RUN_ID_FIELD,
+        *shared_fields("reference", "truncated", "difficulty", "split", "label_source", "run_id"),
     ],
 )
 """`sft`: supervised fine-tuning rows from correct answered nodes."""

@@ -30,14 +30,10 @@ from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
 from pipeline.records.pools import preference_pools
 from pipeline.records.schema import (
-    DIFFICULTY_FIELD,
-    LABEL_SOURCE_FIELD,
-    PROBLEM_ID_FIELD,
-    RUN_ID_FIELD,
-    SPLIT_FIELD,
     Row,
     doc_field,
     record_schema,
+    shared_fields,
 )
 from pipeline.records.training_text import line_owners
 from pipeline.records.trajectories import common_prefix
@@ -68,11 +64,7 @@ STEP_DPO_SCHEMA = record_schema(
         doc_field("shared_steps", pa.int64(), "lines both trajectories share"),
         doc_field("score_chosen", pa.float64(), "PRM score Q of the chosen node"),
         doc_field("score_rejected", pa.float64(), "PRM score Q of the rejected node"),
-        DIFFICULTY_FIELD,
-        SPLIT_FIELD,
-        LABEL_SOURCE_FIELD,
-        PROBLEM_ID_FIELD,
-        RUN_ID_FIELD,
+        *shared_fields("difficulty", "split", "label_source", "problem_id", "run_id"),
     ],
 )
 """`step_dpo`: the first differing step of a correct and an incorrect trajectory."""

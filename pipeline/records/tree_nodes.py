@@ -8,19 +8,16 @@ from actors.redact import redact_text
 from pipeline.records.context import BuildContext
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
-    PROBLEM_ID_FIELD,
-    RUN_ID_FIELD,
-    SPLIT_FIELD,
     Row,
     doc_field,
     record_schema,
+    shared_fields,
 )
 
 TREE_NODES_SCHEMA = record_schema(
     "tree_nodes",
     [
-        RUN_ID_FIELD,
-        PROBLEM_ID_FIELD,
+        *shared_fields("run_id", "problem_id"),
         doc_field("node_id", pa.int64(), "node id within its tree; ids grow in creation order"),
         doc_field(
             "parent_id", pa.int64(), "id of the parent node; null for the root", nullable=True
@@ -61,7 +58,7 @@ TREE_NODES_SCHEMA = record_schema(
         ),
         doc_field("full_generation", pa.bool_(), "generated as a whole solution, not one step"),
         doc_field("error", pa.string(), "why generating or scoring it failed", nullable=True),
-        SPLIT_FIELD,
+        *shared_fields("split"),
     ],
 )
 """`tree_nodes`: every node of every tree, so relabelling can be redone from Parquet."""
