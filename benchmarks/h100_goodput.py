@@ -244,7 +244,7 @@ class _Window:
 
 async def _run(
     setting: Setting, time_scale: float, warm_s: float, window_s: float, curve: EngineCurve
-) -> dict:
+) -> dict[str, Any]:
     policy_engine, scorer_engine = _engines(time_scale, setting.shared, curve)
     policy = EnginePolicy(policy_engine)
     scorer = GenPRMScorer(scorer_engine, max_analysis_tokens=ANALYSIS[1])
@@ -286,7 +286,7 @@ def _result(
     start: int,
     window: _Window,
     curve: EngineCurve,
-) -> dict:
+) -> dict[str, Any]:
     """One setting's row from its window (see the module's docstring for each figure)."""
     after, before, seconds = window.after, window.before, window.seconds
     ceiling = sum(a["decode_tokens_per_s"] for a in after)
