@@ -163,7 +163,7 @@ def _measure(bench: Any, args: argparse.Namespace, replicas: int) -> dict[str, A
     return {"wall": t1 - t0, "engine_calls": calls, "cpu": cpu, **done}
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trees", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=15.0)
@@ -179,16 +179,11 @@ def main() -> None:
         help="comma-separated affinity_router:affinity_buckets_per_replica (2 replicas); the "
         "first is the cpu_ms_per_request_two_replicas= figure",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    import ray
 
-    from actors.config import ScorerConfig, ServiceConfig, SleepConfig
-    from actors.serve import deploy_policy, deploy_scorer
-
-    load_before = os.getloadavg()[0]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    engine = SleepConfig(latency_s=args.latency, output_tokens=8)
+def _modes(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each mode's service overrides, in the order they run; and the 2-replica modes."""
     modes: dict[str, dict[str, Any]] = {"one call per request": {"coalesce_max_batch": 1}}
     two_replicas: list[str] = []
     for router, buckets in (r.split(":") for r in args.routers.split(",") if r):
@@ -202,6 +197,20 @@ def main() -> None:
     for linger in (float(x) for x in args.linger.split(",") if x):
         modes[f"coalesced, linger {linger * 1000:g} ms"] = {"coalesce_linger_s": linger}
     modes["coalesced (defaults)"] = {}
+    return modes, two_replicas
+
+
+def _measure_modes(
+    args: argparse.Namespace, modes: dict[str, dict[str, Any]]
+) -> tuple[list[tuple[str, dict[str, Any]]], float]:
+    """Every mode's measurement on one Ray cluster, and Ray's idle CPU s/s."""
+    import ray
+
+    from actors.config import ScorerConfig, ServiceConfig, SleepConfig
+    from actors.serve import deploy_policy, deploy_scorer
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    engine = SleepConfig(latency_s=args.latency, output_tokens=8)
     deploy_policy(ServiceConfig(engine=engine, max_ongoing_requests=1024))
     deploy_scorer(
         ScorerConfig(engine=engine, max_ongoing_requests=1024, genprm={"max_analysis_tokens": 8})
@@ -225,7 +234,16 @@ def main() -> None:
         rows.append((mode, _measure(bench, args, policy.num_replicas)))
         ray.kill(bench)
     ray.shutdown()
+    return rows, idle
 
+
+def _print_report(
+    args: argparse.Namespace,
+    rows: list[tuple[str, dict[str, Any]]],
+    two_replicas: list[str],
+    load_before: float,
+    idle: float,
+) -> None:
     print(
         f"\n{args.trees} trees in flight in one actor, BG-MCTS B={args.budget}, sleep engine "
         f"{args.latency * 1000:g} ms, {args.seconds:g} s measured per mode, {os.cpu_count()} CPUs; "
@@ -269,6 +287,14 @@ def main() -> None:
         two = dict(rows)[two_replicas[0]]
         per_request = sum(two["cpu"].values()) / two["engine_calls"]
         print(f"cpu_ms_per_request_two_replicas={1000 * per_request:.3f}")
+
+
+def main() -> None:
+    args = _parse_args()
+    load_before = os.getloadavg()[0]
+    modes, two_replicas = _modes(args)
+    rows, idle = _measure_modes(args, modes)
+    _print_report(args, rows, two_replicas, load_before, idle)
 
 
 if __name__ == "__main__":

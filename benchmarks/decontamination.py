@@ -45,6 +45,7 @@ import time
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.problems.decontamination import (
@@ -314,7 +315,11 @@ def _new(config: DecontaminationConfig) -> Callable[[str], str | None]:
     return index.match
 
 
-def main() -> None:
+Match = Callable[[str], str | None]
+Copies = list[tuple[str, str]]
+
+
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-set", type=int, default=200, help="problems sampled per test set")
     parser.add_argument("--min-tokens", type=int, default=20, help="shortest sampled problem")
@@ -322,7 +327,71 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="50 problems per set, the first 1,000 train problems"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+@dataclass
+class Planted:
+    sample: list[str]  # problems of at least --min-tokens tokens
+    short: list[str]  # problems under it
+    copies: dict[str, Copies]  # the sample's edited copies, per kind of edit
+    short_copies: Copies  # the short problems' copies, every kind together
+
+
+def _plant(args: argparse.Namespace, per_set: int, test_sets: list[list[str]]) -> Planted:
+    rng = random.Random(args.seed)
+    sample: list[str] = []
+    short: list[str] = []
+    for problems in test_sets:
+        sample += _sample(problems, per_set, rng, lambda n: n >= args.min_tokens)
+        short += _sample(problems, per_set // 2, rng, lambda n: n < args.min_tokens)
+    copies = {kind: planted_copies(sample, kind, args.seed) for kind in KINDS}
+    short_copies = [c for kind in KINDS for c in planted_copies(short, kind, args.seed)]
+    return Planted(sample, short, copies, short_copies)
+
+
+def _rules(
+    config: DecontaminationConfig, bundled: list[tuple[str, list[str]]]
+) -> dict[str, tuple[Match, float]]:
+    """Each rule's matcher and the CPU seconds building its index took."""
+    builders: dict[str, Callable[[], Match]] = {
+        "old: 13-grams, 0.5 of the shorter": lambda: OldRule(bundled).match,
+        "old tokens, 8-grams, 0.5 of the shorter": lambda: OldRule(bundled, 8).match,
+        "new, numberless_overlap null": lambda: _new(
+            config.model_copy(update={"numberless_overlap": None})
+        ),
+        "new (default)": lambda: _new(config),
+    }
+    rules: dict[str, tuple[Match, float]] = {}
+    for name, builder in builders.items():
+        start = time.process_time()
+        rules[name] = (builder(), time.process_time() - start)
+    return rules
+
+
+def _rule_cells(
+    match: Match, built: float, planted: Planted, train: dict[str, tuple[list[str], str]]
+) -> tuple[list[str], list[float]]:
+    """One rule's table cells, and its recall per kind of edit."""
+    recalls = [_recall(match, planted.copies[kind]) for kind in KINDS]
+    cells = [f"{r:.3f}" for r in recalls] + [f"{_recall(match, planted.short_copies):.3f}"]
+    times: list[float] = []
+    for problems, benchmark in train.values():
+        hits: Counter[str | None] = Counter()
+        for problem in problems:
+            start = time.process_time()
+            hits[match(problem)] += 1
+            times.append(time.process_time() - start)
+        found = len(problems) - hits[None]
+        other = f", {found - hits[benchmark]} other" if found != hits[benchmark] else ""
+        cells.append(f"{found} / {len(problems):,} ({found / len(problems):.1%}{other})")
+    p99 = statistics.quantiles(times, n=100)[98]
+    cells += [f"{statistics.mean(times) * 1e6:.0f}, {p99 * 1e6:.0f}", f"{built:.2f}"]
+    return cells, recalls
+
+
+def main() -> None:
+    args = _parse_args()
     per_set = 50 if args.quick else args.per_set
     train_cap = 1000 if args.quick else None
 
@@ -332,36 +401,16 @@ def main() -> None:
         "MATH train": (_texts("math/train.jsonl", "problem")[:train_cap], "math500"),
         "GSM8K train": (_texts("gsm8k/train.jsonl", "question")[:train_cap], "gsm8k_test"),
     }
-    rng = random.Random(args.seed)
-    sample: list[str] = []
-    short: list[str] = []
-    for problems in (math500, gsm8k):
-        sample += _sample(problems, per_set, rng, lambda n: n >= args.min_tokens)
-        short += _sample(problems, per_set // 2, rng, lambda n: n < args.min_tokens)
-    copies = {kind: planted_copies(sample, kind, args.seed) for kind in KINDS}
-    short_copies = [c for kind in KINDS for c in planted_copies(short, kind, args.seed)]
-
+    planted = _plant(args, per_set, [math500, gsm8k])
     config = DecontaminationConfig()
-    bundled = [("math500", math500), ("gsm8k_test", gsm8k)]
-    builders: dict[str, Callable[[], Callable[[str], str | None]]] = {
-        "old: 13-grams, 0.5 of the shorter": lambda: OldRule(bundled).match,
-        "old tokens, 8-grams, 0.5 of the shorter": lambda: OldRule(bundled, 8).match,
-        "new, numberless_overlap null": lambda: _new(
-            config.model_copy(update={"numberless_overlap": None})
-        ),
-        "new (default)": lambda: _new(config),
-    }
-    rules: dict[str, tuple[Callable[[str], str | None], float]] = {}
-    for name, builder in builders.items():
-        start = time.process_time()
-        rules[name] = (builder(), time.process_time() - start)
+    rules = _rules(config, [("math500", math500), ("gsm8k_test", gsm8k)])
 
     print(
-        f"planted: {len(sample)} problems of >= {args.min_tokens} tokens (half MATH500, half "
-        f"GSM8K test; seed {args.seed}); per kind, the copies the edit changed: "
-        + ", ".join(f"{k} {len(copies[k])}" for k in KINDS)
-        + f"; short: {len(short)} problems of < {args.min_tokens} tokens, "
-        f"{len(short_copies)} copies of all kinds"
+        f"planted: {len(planted.sample)} problems of >= {args.min_tokens} tokens (half MATH500, "
+        f"half GSM8K test; seed {args.seed}); per kind, the copies the edit changed: "
+        + ", ".join(f"{k} {len(planted.copies[k])}" for k in KINDS)
+        + f"; short: {len(planted.short)} problems of < {args.min_tokens} tokens, "
+        f"{len(planted.short_copies)} copies of all kinds"
     )
     print(
         f"new rule: {config.ngram}-grams, min_overlap {config.min_overlap}, numberless_overlap "
@@ -379,20 +428,7 @@ def main() -> None:
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     min_recall = 1.0
     for name, (match, built) in rules.items():
-        recalls = [_recall(match, copies[kind]) for kind in KINDS]
-        cells = [f"{r:.3f}" for r in recalls] + [f"{_recall(match, short_copies):.3f}"]
-        times: list[float] = []
-        for problems, benchmark in train.values():
-            hits: Counter[str | None] = Counter()
-            for problem in problems:
-                start = time.process_time()
-                hits[match(problem)] += 1
-                times.append(time.process_time() - start)
-            found = len(problems) - hits[None]
-            other = f", {found - hits[benchmark]} other" if found != hits[benchmark] else ""
-            cells.append(f"{found} / {len(problems):,} ({found / len(problems):.1%}{other})")
-        p99 = statistics.quantiles(times, n=100)[98]
-        cells += [f"{statistics.mean(times) * 1e6:.0f}, {p99 * 1e6:.0f}", f"{built:.2f}"]
+        cells, recalls = _rule_cells(match, built, planted, train)
         print(f"| {name} | " + " | ".join(cells) + " |")
         if name == "new (default)":
             min_recall = min(recalls)

@@ -41,14 +41,19 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-CHILD = r"""
+# Both measuring processes start with this: the imports and their RSS reader (MB).
+_RSS_MB = r"""
 import json, sys, time
 def rss_mb(field="VmRSS:"):
     for line in open("/proc/self/status"):
         if line.startswith(field):
             return int(line.split()[1]) / 1024
     return 0.0
-from pipeline.config import load_run_config
+"""
+
+CHILD = (
+    _RSS_MB
+    + r"""from pipeline.config import load_run_config
 from pipeline.problems.sources import parse_source
 import pipeline.run.synthesis as run
 import pipeline.store.sink as sink_module
@@ -83,15 +88,11 @@ print(json.dumps({**samples, "end": rss_mb(), "peak": rss_mb("VmHWM:"),
                   "searched": summary.searched, "errors": summary.errors,
                   "problems": summary.problems, "wall_s": time.perf_counter() - t0}))
 """
+)
 
-SHUFFLE_CHILD = r"""
-import json, sys, time
-def rss_mb(field="VmRSS:"):
-    for line in open("/proc/self/status"):
-        if line.startswith(field):
-            return int(line.split()[1]) / 1024
-    return 0.0
-from pipeline.problems.sources import iter_records, parse_source
+SHUFFLE_CHILD = (
+    _RSS_MB
+    + r"""from pipeline.problems.sources import iter_records, parse_source
 base = rss_mb()
 cfg = parse_source({"kind": "jsonl", "path": sys.argv[1], "limit": int(sys.argv[2]),
                     "shuffle_seed": int(sys.argv[3]),
@@ -101,6 +102,7 @@ n = sum(1 for _ in iter_records(cfg))
 print(json.dumps({"records": n, "seconds": time.perf_counter() - t0,
                   "base": base, "peak": rss_mb("VmHWM:")}))
 """
+)
 
 
 def _source(path: Path, rows: int) -> None:

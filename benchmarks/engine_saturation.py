@@ -323,7 +323,7 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="only the quick setting (< 3 min)")
     parser.add_argument("--trees", type=_ints, default=[1, 4, 16, 64, 256])
@@ -373,14 +373,11 @@ def main() -> None:
         f"--slow-factor={args.slow_factor}",
         *(["--barrier"] if args.barrier else []),
     ]
-    if args.cell:
-        _run_one_cell(args)
-        return
-    if args.h100:
-        _h100(args)
-        return
+    return args
 
-    cores = os.cpu_count() or 2
+
+def _run_grid(args: argparse.Namespace, cores: int) -> list[Result]:
+    """Every setting (or the quick one), each in its own process; a row as each ends."""
     if args.quick:
         settings = [(QUICK["actors"], QUICK["trees"], QUICK["problems"])]
     else:
@@ -398,7 +395,10 @@ def main() -> None:
             result = run_cell(args, actors, trees, problems, Path(tmp))
             results.append(result)
             print(_row(result, cores), flush=True)
+    return results
 
+
+def _print_report(args: argparse.Namespace, results: list[Result], cores: int) -> None:
     print(
         f"\nLoad model: the cited H100 curve (step 7.4 ms + 0.051 ms per sequence, prefill "
         f"24,000 tokens/s, 400k-token prefix cache), max_seqs {args.max_seqs}, time_scale "
@@ -422,6 +422,20 @@ def main() -> None:
         print(_row(result, cores))
     if args.quick:
         print(f"ratio_to_ceiling={results[0].ratio if not results[0].timed_out_s else 0.0:.3f}")
+
+
+def main() -> None:
+    args = _parse_args()
+    if args.cell:
+        _run_one_cell(args)
+        return
+    if args.h100:
+        _h100(args)
+        return
+
+    cores = os.cpu_count() or 2
+    results = _run_grid(args, cores)
+    _print_report(args, results, cores)
 
 
 def _h100(args: argparse.Namespace) -> None:

@@ -53,7 +53,7 @@ from actors.engines.batching import EngineCurve
 from actors.engines.load_model import LoadModelEngine
 from actors.genprm import GenPRMScorer
 from actors.policy import EnginePolicy
-from search import parse_search_config, run_search
+from search import SearchConfig, parse_search_config, run_search
 
 H100 = EngineCurve(
     decode_base_s=0.0074, decode_per_seq_s=0.000051, prefill_tokens_per_s=24_000.0, max_seqs=256
@@ -155,46 +155,45 @@ def _snapshot(engines: tuple[LoadModelEngine, ...]) -> list[dict[str, Any]]:
     return [dict(e.stats()) for e in engines]
 
 
-async def _run(
-    setting: Setting, time_scale: float, warm_s: float, window_s: float, curve: EngineCurve
-) -> dict:
-    policy_engine, scorer_engine = _engines(time_scale, setting.shared, curve)
-    policy = EnginePolicy(policy_engine)
-    scorer = GenPRMScorer(scorer_engine, max_analysis_tokens=ANALYSIS[1])
-    config = parse_search_config(
-        {
-            "algorithm": "bg_mcts",
-            "k": K,
-            "step_max_tokens": STEP[1],
-            "max_inflight_expansions": setting.inflight,
-        }
-    )
-    start = admitted_trees(setting, policy_engine, scorer_engine)
-    controller = AdmissionController(start, setting.trees) if setting.admission else None
-    target = [start]
-    counter = itertools.count()
-    finished = [0]
-    engines = tuple({id(e): e for e in (policy_engine, scorer_engine)}.values())
-    active: set[asyncio.Future[Any]] = set()
-    stopping = [False]
+class _TreeStream:
+    """The tree slots: each search that ends makes room for a new problem, and a new
+    tree starts only while fewer than `target` are in flight (continuing trees never
+    wait)."""
 
-    def admit() -> None:
-        # Continuing trees never wait; a new tree starts only below the target.
-        while not stopping[0] and len(active) < target[0]:
-            i = next(counter)
+    def __init__(
+        self, target: int, config: SearchConfig, policy: EnginePolicy, scorer: GenPRMScorer
+    ) -> None:
+        self.target = target
+        self.active: set[asyncio.Future[Any]] = set()
+        self.finished = 0  # searches that ran to their end
+        self.seen: list[int] = []  # trees in flight, sampled over the window
+        self._stopping = False
+        self._counter = itertools.count()
+        self._search = (config, policy, scorer)
+
+    def admit(self) -> None:
+        config, policy, scorer = self._search
+        while not self._stopping and len(self.active) < self.target:
+            i = next(self._counter)
             task = asyncio.ensure_future(
                 run_search(_problem(i), config, policy, scorer, BUDGET, seed=i)
             )
-            active.add(task)
-            task.add_done_callback(ended)
+            self.active.add(task)
+            task.add_done_callback(self._ended)
 
-    def ended(task: asyncio.Future[Any]) -> None:
-        active.discard(task)
+    def _ended(self, task: asyncio.Future[Any]) -> None:
+        self.active.discard(task)
         if not task.cancelled():
-            finished[0] += 1
-        admit()
+            self.finished += 1
+        self.admit()
 
-    async def steer(interval: float) -> None:
+    async def steer(
+        self,
+        controller: AdmissionController | None,
+        engines: tuple[LoadModelEngine, ...],
+        interval: float,
+        time_scale: float,
+    ) -> None:
         """Admission on: every interval, the engine's batch and hit rate set the target."""
         last = _snapshot(engines)
         while controller is not None:
@@ -208,28 +207,66 @@ async def _run(
                 for a, b in zip(now, last, strict=True)
             )
             last = now
-            target[0] = controller.update(
+            self.target = controller.update(
                 running=sum(int(a["running"]) for a in now),
                 waiting=sum(int(a["waiting"]) for a in now),
                 max_seqs=sum(int(a["max_seqs"]) for a in now),
                 hit_rate=cached / prompt if prompt else None,
             )
-            admit()
+            self.admit()
 
-    admit()
-    steering = asyncio.ensure_future(steer(10.0))
-    trees_seen: list[int] = []
-
-    async def sample(every: float) -> None:
+    async def sample(self, every: float, time_scale: float) -> None:
         while True:
             await asyncio.sleep(every * time_scale)
-            trees_seen.append(len(active))
+            self.seen.append(len(self.active))
 
+    async def stop(self, steering: asyncio.Future[Any]) -> None:
+        self._stopping = True
+        steering.cancel()
+        for task in list(self.active):
+            task.cancel()
+        await asyncio.gather(*self.active, steering, return_exceptions=True)
+
+
+@dataclass
+class _Window:
+    """The engines' counters at the start and end of the measured window."""
+
+    before: list[dict[str, Any]]
+    after: list[dict[str, Any]]
+    seconds: float  # simulated seconds that really passed
+    cpu_s: float  # this process's CPU seconds over it
+    trees_done: int
+
+    def delta(self, key: str) -> float:
+        return sum(a[key] - b[key] for a, b in zip(self.after, self.before, strict=True))
+
+
+async def _run(
+    setting: Setting, time_scale: float, warm_s: float, window_s: float, curve: EngineCurve
+) -> dict[str, Any]:
+    policy_engine, scorer_engine = _engines(time_scale, setting.shared, curve)
+    policy = EnginePolicy(policy_engine)
+    scorer = GenPRMScorer(scorer_engine, max_analysis_tokens=ANALYSIS[1])
+    config = parse_search_config(
+        {
+            "algorithm": "bg_mcts",
+            "k": K,
+            "step_max_tokens": STEP[1],
+            "max_inflight_expansions": setting.inflight,
+        }
+    )
+    start = admitted_trees(setting, policy_engine, scorer_engine)
+    controller = AdmissionController(start, setting.trees) if setting.admission else None
+    engines = tuple({id(e): e for e in (policy_engine, scorer_engine)}.values())
+    stream = _TreeStream(start, config, policy, scorer)
+    stream.admit()
+    steering = asyncio.ensure_future(stream.steer(controller, engines, 10.0, time_scale))
     try:
         await asyncio.sleep(warm_s * time_scale)
-        sampler = asyncio.ensure_future(sample(5.0))
+        sampler = asyncio.ensure_future(stream.sample(5.0, time_scale))
         before = _snapshot(engines)
-        done_before = finished[0]
+        done_before = stream.finished
         loop = asyncio.get_running_loop()
         sim0, cpu0 = loop.time(), _cpu()
         await asyncio.sleep(window_s * time_scale)
@@ -237,43 +274,47 @@ async def _run(
         sim, cpu = loop.time() - sim0, _cpu() - cpu0
         sampler.cancel()
     finally:
-        stopping[0] = True
-        steering.cancel()
-        for task in list(active):
-            task.cancel()
-        await asyncio.gather(*active, steering, return_exceptions=True)
-    trees = round(sum(trees_seen) / max(len(trees_seen), 1))
-    window = sim / time_scale  # simulated seconds that really passed
+        await stream.stop(steering)
+    window = _Window(before, after, sim / time_scale, cpu, stream.finished - done_before)
+    trees = round(sum(stream.seen) / max(len(stream.seen), 1))
+    return _result(setting, trees, start, window, curve)
 
-    def delta(key: str) -> float:
-        return sum(a[key] - b[key] for a, b in zip(after, before, strict=True))
 
+def _result(
+    setting: Setting,
+    trees: int,
+    start: int,
+    window: _Window,
+    curve: EngineCurve,
+) -> dict[str, Any]:
+    """One setting's row from its window (see the module's docstring for each figure)."""
+    after, before, seconds = window.after, window.before, window.seconds
     ceiling = sum(a["decode_tokens_per_s"] for a in after)
-    decode = delta("decode_tokens")
-    prompt = delta("prompt_tokens")
+    decode = window.delta("decode_tokens")
+    prompt = window.delta("prompt_tokens")
     # With a context cost no batch reaches the empty-context ceiling; a full batch at
     # the context these sequences really held is the best this workload could get.
-    context = delta("context_tokens") / max(decode, 1)
-    ceiling_at_context = len(engines) * curve.ceiling_at(context)
+    context = window.delta("context_tokens") / max(decode, 1)
+    ceiling_at_context = len(after) * curve.ceiling_at(context)  # one snapshot per engine
     return {
         "trees": trees,
         "trees_start": start,
         "inflight": setting.inflight,
         "admission": setting.admission,
         "decode_util": [
-            (a["decode_tokens"] - b["decode_tokens"]) / (window * a["decode_tokens_per_s"])
+            (a["decode_tokens"] - b["decode_tokens"]) / (seconds * a["decode_tokens_per_s"])
             for a, b in zip(after, before, strict=True)
         ],
-        "hit": delta("cached_prompt_tokens") / max(prompt, 1),
-        "prefill_per_decode": delta("prefill_tokens") / max(decode, 1),
-        "goodput": decode / window / ceiling,
+        "hit": window.delta("cached_prompt_tokens") / max(prompt, 1),
+        "prefill_per_decode": window.delta("prefill_tokens") / max(decode, 1),
+        "goodput": decode / seconds / ceiling,
         "context": context,
-        "goodput_at_context": decode / window / ceiling_at_context,
-        "engine_util": delta("work_s") / (len(engines) * window),
-        "evicted_per_decode": delta("evicted_tokens") / max(decode, 1),
+        "goodput_at_context": decode / seconds / ceiling_at_context,
+        "engine_util": window.delta("work_s") / (len(after) * seconds),
+        "evicted_per_decode": window.delta("evicted_tokens") / max(decode, 1),
         "max_running": [int(a["max_running"]) for a in after],
-        "trees_done": finished[0] - done_before,
-        "our_cpu": cpu / window,  # CPU s per simulated engine second
+        "trees_done": window.trees_done,
+        "our_cpu": window.cpu_s / seconds,  # CPU s per simulated engine second
     }
 
 

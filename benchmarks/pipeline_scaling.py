@@ -350,6 +350,16 @@ def report(args: argparse.Namespace, results: list[Result], profile: Profile | N
         "actor start-up are excluded but batch barriers, grading and commits are not; "
         "ideal = trees_per_actor / (3 x latency x mean steps per tree).\n"
     )
+    _print_rates(args, results)
+    _print_cpu(results, cores)
+    if profile is not None:
+        _print_profile(profile)
+    if results:
+        _print_cpu_limit(args, results[-1], cores)
+
+
+def _print_rates(args: argparse.Namespace, results: list[Result]) -> None:
+    """Throughput per setting against the latency model's ideal."""
     base = results[0].rate if results else float("nan")
     print(
         "| trees_per_actor | problems | wall s (end to end) | wall s (searching) "
@@ -365,6 +375,10 @@ def report(args: argparse.Namespace, results: list[Result], profile: Profile | N
             f"| {ideal:.2f} | {r.rate / ideal:.2f} | {r.rate / base:.1f}x "
             f"| {r.iterations:.1f} | {r.tree_wall_s:.2f} ({tree_ideal:.2f}) |"
         )
+
+
+def _print_cpu(results: list[Result], cores: int | None) -> None:
+    """CPU seconds of the search window by process."""
     print(
         "\nWhere the CPU went during the search window (CPU seconds by process; % of cores = "
         "CPU seconds / (window x cores); 'machine' counts every process on the box, other "
@@ -382,42 +396,47 @@ def report(args: argparse.Namespace, results: list[Result], profile: Profile | N
         share = 100 * ours / (r.window_s * (cores or 1))
         machine = 100 * r.cpu.get("machine", 0.0) / (r.window_s * (cores or 1))
         print(f"| {r.trees} | " + " | ".join(cells) + f" | {share:.0f}% | {machine:.0f}% |")
-    if profile is not None:
-        requests = 3 * profile.steps  # one policy + two score requests per step
-        print(
-            f"\nSearch-actor work profiled in the driver: {profile.trees} searches at once "
-            f"(+ grading and records) through the same Serve handles, {profile.steps} steps, "
-            f"{requests} Serve requests, {profile.wall_s:.1f}s wall. CPU seconds by thread "
-            "(/proc), then the event-loop thread by component (cProfile tottime, inflated "
-            "by the profiler):\n"
-        )
-        print("| thread | CPU s | ms per Serve request |")
-        print("|---|---:|---:|")
-        for name, sec in sorted(profile.threads.items(), key=lambda kv: -kv[1]):
-            if sec >= 0.05:
-                print(f"| {name} | {sec:.2f} | {1000 * sec / requests:.2f} |")
-        print("\n| event-loop thread component | CPU s | share |")
-        print("|---|---:|---:|")
-        total = sum(profile.components.values()) or 1.0
-        for name, sec in sorted(profile.components.items(), key=lambda kv: -kv[1]):
-            print(f"| {name} | {sec:.2f} | {sec / total:.0%} |")
-    if results:
-        top = results[-1]
-        ours = sum(v for k, v in top.cpu.items() if k != "machine")
-        requests = 3 * top.iterations * top.problems  # one policy + two score requests a step
-        per_request = ours / requests
-        cap = (cores or 1) / per_request / (3 * top.iterations)
-        print(
-            f"\nAt trees_per_actor={top.trees} our processes spent {1000 * per_request:.1f} ms "
-            f"of CPU per Serve request (search actor, both replicas, Ray/Serve system, driver), "
-            f"so {cores} cores saturate at about {(cores or 1) / per_request:.0f} requests/s = "
-            f"{cap:.1f} problems/s of {top.iterations:.1f} steps, against the "
-            f"{top.trees / (3 * args.latency * top.iterations):.1f} the latency model allows. "
-            "Once the cores saturate, every request waits longer (tree wall s above its "
-            "ideal) and throughput stops scaling with trees_per_actor; the profile shows "
-            "where the actor's share goes (grading is negligible here: one distinct answer "
-            "per tree)."
-        )
+
+
+def _print_profile(profile: Profile) -> None:
+    """The driver-side profile: CPU by thread, then the event loop's by component."""
+    requests = 3 * profile.steps  # one policy + two score requests per step
+    print(
+        f"\nSearch-actor work profiled in the driver: {profile.trees} searches at once "
+        f"(+ grading and records) through the same Serve handles, {profile.steps} steps, "
+        f"{requests} Serve requests, {profile.wall_s:.1f}s wall. CPU seconds by thread "
+        "(/proc), then the event-loop thread by component (cProfile tottime, inflated "
+        "by the profiler):\n"
+    )
+    print("| thread | CPU s | ms per Serve request |")
+    print("|---|---:|---:|")
+    for name, sec in sorted(profile.threads.items(), key=lambda kv: -kv[1]):
+        if sec >= 0.05:
+            print(f"| {name} | {sec:.2f} | {1000 * sec / requests:.2f} |")
+    print("\n| event-loop thread component | CPU s | share |")
+    print("|---|---:|---:|")
+    total = sum(profile.components.values()) or 1.0
+    for name, sec in sorted(profile.components.items(), key=lambda kv: -kv[1]):
+        print(f"| {name} | {sec:.2f} | {sec / total:.0%} |")
+
+
+def _print_cpu_limit(args: argparse.Namespace, top: Result, cores: int | None) -> None:
+    """Where the cores saturate, from the largest setting's CPU per request."""
+    ours = sum(v for k, v in top.cpu.items() if k != "machine")
+    requests = 3 * top.iterations * top.problems  # one policy + two score requests a step
+    per_request = ours / requests
+    cap = (cores or 1) / per_request / (3 * top.iterations)
+    print(
+        f"\nAt trees_per_actor={top.trees} our processes spent {1000 * per_request:.1f} ms "
+        f"of CPU per Serve request (search actor, both replicas, Ray/Serve system, driver), "
+        f"so {cores} cores saturate at about {(cores or 1) / per_request:.0f} requests/s = "
+        f"{cap:.1f} problems/s of {top.iterations:.1f} steps, against the "
+        f"{top.trees / (3 * args.latency * top.iterations):.1f} the latency model allows. "
+        "Once the cores saturate, every request waits longer (tree wall s above its "
+        "ideal) and throughput stops scaling with trees_per_actor; the profile shows "
+        "where the actor's share goes (grading is negligible here: one distinct answer "
+        "per tree)."
+    )
 
 
 def main() -> None:

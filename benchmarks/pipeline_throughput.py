@@ -37,6 +37,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pipeline.run.search_actor as search_actor_module
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.run.search_actor import SearchActor
+from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
 from search.protocols import Generation, GenerationRequest, Score, ScoreRequest
 
@@ -192,7 +193,7 @@ def _config(args: argparse.Namespace, root: Path) -> RunConfig:
     )
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--problems", type=int, default=4)
     parser.add_argument("--budget", type=int, default=128, help="policy output tokens per problem")
@@ -203,8 +204,31 @@ def main() -> None:
     parser.add_argument(
         "--replay-scorer", action="store_true", help="also replay the score requests alone"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+@dataclass
+class Measured:
+    e2e_s: float  # the pipeline end to end
+    tree_tokens: int  # policy tokens in the trees
+    recorded_tokens: int  # policy tokens in the recorded requests
+    rows: list[Replay]  # the pipeline's search window, then each replay
+
+
+def _recorded_run(config: RunConfig, log_dir: str) -> tuple[RunSummary, float]:
+    """The pipeline with the recording search actor: its summary and wall seconds."""
+    RecordingSearchActor.log_dir = log_dir
+    # synthesize() imports SearchActor from this module when it runs.
+    search_actor_module.SearchActor = RecordingSearchActor  # type: ignore[misc]
+    try:
+        start = time.perf_counter()
+        summary = synthesize(config)
+        return summary, time.perf_counter() - start
+    finally:
+        search_actor_module.SearchActor = SearchActor  # type: ignore[misc]
+
+
+def measure(args: argparse.Namespace) -> Measured:
     import ray
     from ray import serve
 
@@ -215,15 +239,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="pipeline-throughput-") as tmp:
             config = _config(args, Path(tmp))
-            RecordingSearchActor.log_dir = tmp
-            # synthesize() imports SearchActor from this module when it runs.
-            search_actor_module.SearchActor = RecordingSearchActor  # type: ignore[misc]
-            try:
-                start = time.perf_counter()
-                summary = synthesize(config)
-                e2e = time.perf_counter() - start
-            finally:
-                search_actor_module.SearchActor = SearchActor  # type: ignore[misc]
+            summary, e2e = _recorded_run(config, tmp)
             if summary.errors:
                 raise SystemExit(f"{summary.errors} problems failed; see {summary.run_dir}")
             trees = pq.read_table(summary.run_dir / "trees").to_pylist()
@@ -245,7 +261,13 @@ def main() -> None:
     finally:
         serve.shutdown()
         ray.shutdown()
+    return Measured(e2e, tokens, recorded, rows)
 
+
+def _print_report(args: argparse.Namespace, measured: Measured) -> None:
+    e2e, tokens, recorded = measured.e2e_s, measured.tree_tokens, measured.recorded_tokens
+    rows = measured.rows
+    pipeline = rows[0]
     print(
         f"\nPipeline vs deployment throughput, llama.cpp SmolLM2-135M (model 'embedded'), "
         f"{args.threads} threads and {args.parallel} slots per engine, policy and GenPRM "
@@ -284,6 +306,11 @@ def main() -> None:
         "replays the score requests alone. Replayed prompts may hit llama.cpp's prefix "
         "cache that the pipeline run warmed."
     )
+
+
+def main() -> None:
+    args = _parse_args()
+    _print_report(args, measure(args))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from search.algorithms import make_algorithm
@@ -194,6 +194,8 @@ def time_fast(snapshot: bytes, size: int, reps: int, seed: int) -> Run:
                 t0 = perf()
                 expansions = algorithm.propose(tree, budget)
                 for expansion in expansions:
+                    # add_fast's add_child written out: the timed step pays only the
+                    # calls a driver makes, no helper call per child.
                     parent = tree[expansion.node_id]
                     for _ in range(expansion.n):
                         q, answered = draws[pos]
@@ -308,81 +310,80 @@ def cpu_description() -> str:
     )
 
 
+def _table(header: str, cells: Iterable[str]) -> str:
+    """A right-aligned markdown table: the header row, its rule, then the rows."""
+    columns = header.count("|") - 1
+    return "\n".join([header, "|" + "---:|" * columns, *cells])
+
+
 def markdown_table(rows: Sequence[Row]) -> str:
-    lines = [
-        "| nodes | fast median µs | fast p90 µs | fast reps "
-        "| naive median µs | naive p90 µs | naive reps | speedup (median) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    cells = []
     for row in rows:
         fm = statistics.median(row.fast.times_us)
         nm = statistics.median(row.naive.times_us)
-        lines.append(
+        cells.append(
             f"| {row.size:,} | {fm:,.1f} | {percentile(row.fast.times_us, 0.9):,.1f} "
             f"| {len(row.fast.times_us):,} | {nm:,.1f} "
             f"| {percentile(row.naive.times_us, 0.9):,.1f} | {len(row.naive.times_us):,} "
             f"| {nm / fm:,.1f}x |"
         )
-    return "\n".join(lines)
+    return _table(
+        "| nodes | fast median µs | fast p90 µs | fast reps "
+        "| naive median µs | naive p90 µs | naive reps | speedup (median) |",
+        cells,
+    )
 
 
 def shape_table(rows: Sequence[Row]) -> str:
-    lines = [
-        "| nodes | max depth | mean depth expanded | root children | answered nodes | d_ans "
-        "| children/step | steps cross-checked |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    cells = []
     for row in rows:
         per_step = row.fast.children_added / len(row.fast.times_us)
-        lines.append(
+        cells.append(
             f"| {row.size:,} | {row.max_depth} | {statistics.fmean(row.fast.depths):.1f} "
             f"| {row.root_children} | {row.answered:,} "
             f"| {row.d_ans:.2f} | {per_step:.2f} | {row.checked:,} |"
         )
-    return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="few repetitions (smoke run)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-
-    fast_reps = 500 if args.quick else 5_000
-    # NAIVE costs O(N) per step; cap its repetitions and its timed seconds per
-    # size so that the whole run stays under ~2 minutes.
-    naive_caps = (
-        {100: 300, 1_000: 100, 10_000: 20}
-        if args.quick
-        else {100: 5_000, 1_000: 1_500, 10_000: 200}
+    return _table(
+        "| nodes | max depth | mean depth expanded | root children | answered nodes | d_ans "
+        "| children/step | steps cross-checked |",
+        cells,
     )
-    naive_seconds = 3.0 if args.quick else 25.0
-    started = time.perf_counter()
 
-    # Cross-check while growing trees through three rho schedules: annealed to
-    # 0.5 and 0.0 (completion bias, exploration annealing) and kept at 1.0
-    # (where the generative child widens more often).
+
+def cross_check(seed: int) -> list[tuple[Choice, Choice]]:
+    """Grow trees in lock-step through three rho schedules and fail on the first
+    differing selection: annealed to 0.5 and 0.0 (completion bias, exploration
+    annealing) and kept at 1.0 (where the generative child widens more often)."""
     lockstep: list[tuple[Choice, Choice]] = []
     for rho_final in (0.5, 0.0, 1.0):
-        trace = lockstep_trace(300, args.seed + 5, rho_final)
+        trace = lockstep_trace(300, seed + 5, rho_final)
         mismatches = [(i, f, n) for i, (f, n) in enumerate(trace) if f != n]
         if mismatches:
             raise AssertionError(f"rho_final={rho_final}: selections differ: {mismatches[:5]}")
         lockstep.extend(trace)
-    widenings = sum(1 for fast, _ in lockstep if fast[2])
+    return lockstep
 
+
+def time_sizes(seed: int, quick: bool, naive_seconds: float) -> list[Row]:
+    """Time both versions at every size in SIZES (progress on stderr)."""
+    fast_reps = 500 if quick else 5_000
+    # NAIVE costs O(N) per step; cap its repetitions and its timed seconds per
+    # size so that the whole run stays under ~2 minutes.
+    naive_caps = (
+        {100: 300, 1_000: 100, 10_000: 20} if quick else {100: 5_000, 1_000: 1_500, 10_000: 200}
+    )
     settings = make_fast().s
     rows: list[Row] = []
     for size in SIZES:
         print(f"timing {size:,} nodes ...", file=sys.stderr, flush=True)
-        tree = build_tree(size, args.seed)
+        tree = build_tree(size, seed)
         snapshot = pickle.dumps(tree, protocol=pickle.HIGHEST_PROTOCOL)
-        fast = time_fast(snapshot, size, fast_reps, args.seed)
+        fast = time_fast(snapshot, size, fast_reps, seed)
         naive = time_naive(
             snapshot,
             size,
             min(fast_reps, naive_caps.get(size, 20)),
-            args.seed,
+            seed,
             settings,
             max_seconds=naive_seconds,
         )
@@ -398,8 +399,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 root_children=len(tree.root.children),
             )
         )
-    elapsed = time.perf_counter() - started
+    return rows
 
+
+def print_report(
+    args: argparse.Namespace,
+    rows: Sequence[Row],
+    lockstep: Sequence[tuple[Choice, Choice]],
+    naive_seconds: float,
+    elapsed: float,
+) -> None:
     config = BGMCTSConfig()
     print("# BG-MCTS select + backprop: per-node aggregates vs. subtree walks")
     print()
@@ -440,11 +449,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         "BG-MCTS's late deepening makes grow with N.  Naive also walks every subtree on "
         "the path, O(N)-O(N x depth)."
     )
+    widenings = sum(1 for fast, _ in lockstep if fast[2])
     print(
         "Lock-step cross-check while growing 300-node trees (rho annealed to 0.5, 0.0; "
         f"kept at 1.0): {len(lockstep)} selections agree, {widenings} of them widenings."
     )
     print(f"Total wall time: {elapsed:.1f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="few repetitions (smoke run)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    naive_seconds = 3.0 if args.quick else 25.0
+    started = time.perf_counter()
+    lockstep = cross_check(args.seed)
+    rows = time_sizes(args.seed, args.quick, naive_seconds)
+    elapsed = time.perf_counter() - started
+    print_report(args, rows, lockstep, naive_seconds, elapsed)
     return 0
 
 

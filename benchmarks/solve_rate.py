@@ -25,18 +25,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from actors.engines.llamacpp import LlamaCppEngine
 from actors.policy import EnginePolicy
 from actors.prompts import policy_messages
 from actors.rollout import answers_match
-from pipeline.problems.sources import parse_source
+from pipeline.problems.sources import ProblemRow, load_problems, parse_source
 from search.answers import AnswerExtraction, extract_answer, is_answered
-from search.protocols import FinishReason, GenerationRequest
+from search.protocols import FinishReason, Generation, GenerationRequest
 
 
-async def main(args: argparse.Namespace) -> None:
+def _problems(args: argparse.Namespace) -> list[ProblemRow]:
     if args.source == "arithmetic":
         source = parse_source(
             {
@@ -48,10 +49,12 @@ async def main(args: argparse.Namespace) -> None:
         )
     else:
         source = parse_source({"kind": "bundled", "dataset": args.source, "limit": args.problems})
-    from pipeline.problems.sources import load_problems
+    return load_problems(source).problems
 
-    problems = load_problems(source).problems
-    engine = LlamaCppEngine(args.model, threads=args.threads, parallel=args.parallel)
+
+def _policy(args: argparse.Namespace, engine: LlamaCppEngine) -> EnginePolicy:
+    """The search's policy client, its prompt replaced as `--prompt` or
+    `--instruction-file` ask."""
     policy = EnginePolicy(engine)
     if args.prompt == "plain":  # the problem alone as the user turn
 
@@ -69,12 +72,64 @@ async def main(args: argparse.Namespace) -> None:
             return await engine.render_chat(messages, continue_final=True)
 
         policy.render = render_with  # type: ignore[method-assign]
-    modes = list(AnswerExtraction)
-    samples = eos = tokens = 0
-    correct = dict.fromkeys(modes, 0)
-    answered = dict.fromkeys(modes, 0)
-    both = dict.fromkeys(modes, 0)
-    solved = dict.fromkeys(modes, 0)
+    return policy
+
+
+class _Tally:
+    """Counts over every sample, and per answer extraction mode."""
+
+    def __init__(self) -> None:
+        self.modes = list(AnswerExtraction)
+        self.samples = self.eos = self.tokens = 0
+        self.correct = dict.fromkeys(self.modes, 0)
+        self.answered = dict.fromkeys(self.modes, 0)
+        self.both = dict.fromkeys(self.modes, 0)
+        self.solved = dict.fromkeys(self.modes, 0)
+
+    async def add(self, problem: ProblemRow, generations: Sequence[Generation]) -> None:
+        """Grade one problem's samples under every mode."""
+        per_mode = {m: [] for m in self.modes}  # type: dict[AnswerExtraction, list[bool]]
+        for g in generations:
+            self.samples += 1
+            self.tokens += g.output_tokens
+            natural = g.finish is FinishReason.EOS
+            self.eos += natural
+            for m in self.modes:
+                answer = extract_answer(g.text, m) if is_answered(g.text, g.finish, m) else None
+                if answer is None:
+                    continue
+                ok = await answers_match(answer, str(problem["reference"]))
+                self.answered[m] += 1
+                self.correct[m] += ok
+                per_mode[m].append(ok)
+        for m in self.modes:
+            self.solved[m] += any(per_mode[m])
+            self.both[m] += any(per_mode[m]) and not all(per_mode[m])
+
+
+def _print_rates(args: argparse.Namespace, tally: _Tally, n: int, wall: float) -> None:
+    samples = tally.samples
+    print(
+        f"source={args.source} prompt={args.instruction_file or args.prompt} T={args.temperature} "
+        f"max_steps={args.max_steps} problems={n} samples/problem={args.samples} "
+        f"max_tokens={args.max_tokens} first_step={args.first_step} threads={args.threads}: "
+        f"{samples} samples, "
+        f"{tally.eos / samples:.2f} end naturally, {tally.tokens / wall:.1f} tok/s, {wall:.0f} s"
+    )
+    for m in tally.modes:
+        print(
+            f"  {m.value:12s} answer extracted {tally.answered[m] / samples:.2f} of samples | "
+            f"correct {tally.correct[m] / samples:.2f} of samples | problems solved by >= 1 "
+            f"sample {tally.solved[m] / n:.2f} | problems with a correct and an incorrect answer "
+            f"{tally.both[m] / n:.2f}"
+        )
+
+
+async def main(args: argparse.Namespace) -> None:
+    problems = _problems(args)
+    engine = LlamaCppEngine(args.model, threads=args.threads, parallel=args.parallel)
+    policy = _policy(args, engine)
+    tally = _Tally()
     start = time.perf_counter()
     for i, p in enumerate(problems):
         request = GenerationRequest(
@@ -87,45 +142,15 @@ async def main(args: argparse.Namespace) -> None:
             seed=args.seed * 1000 + i,
         )
         generations = await policy.generate(request)
-        per_mode = {m: [] for m in modes}  # type: dict[AnswerExtraction, list[bool]]
-        for g in generations:
-            samples += 1
-            tokens += g.output_tokens
-            natural = g.finish is FinishReason.EOS
-            eos += natural
-            for m in modes:
-                answer = extract_answer(g.text, m) if is_answered(g.text, g.finish, m) else None
-                if answer is None:
-                    continue
-                ok = await answers_match(answer, str(p["reference"]))
-                answered[m] += 1
-                correct[m] += ok
-                per_mode[m].append(ok)
-        for m in modes:
-            solved[m] += any(per_mode[m])
-            both[m] += any(per_mode[m]) and not all(per_mode[m])
+        await tally.add(p, generations)
         if args.show and generations:
             print(f"--- {p['problem']} (reference {p['reference']})\n{generations[0].text}")
     wall = time.perf_counter() - start
-    n = len(problems)
-    print(
-        f"source={args.source} prompt={args.instruction_file or args.prompt} T={args.temperature} "
-        f"max_steps={args.max_steps} problems={n} samples/problem={args.samples} "
-        f"max_tokens={args.max_tokens} first_step={args.first_step} threads={args.threads}: "
-        f"{samples} samples, "
-        f"{eos / samples:.2f} end naturally, {tokens / wall:.1f} tok/s, {wall:.0f} s"
-    )
-    for m in modes:
-        print(
-            f"  {m.value:12s} answer extracted {answered[m] / samples:.2f} of samples | "
-            f"correct {correct[m] / samples:.2f} of samples | problems solved by >= 1 sample "
-            f"{solved[m] / n:.2f} | problems with a correct and an incorrect answer "
-            f"{both[m] / n:.2f}"
-        )
+    _print_rates(args, tally, len(problems), wall)
     await engine.close()
 
 
-if __name__ == "__main__":
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", choices=("arithmetic", "gsm8k"), default="arithmetic")
     parser.add_argument("--problems", type=int, default=20)
@@ -148,4 +173,8 @@ if __name__ == "__main__":
         help='stop at "\\nStep" like the search\'s first node (else: full solutions)',
     )
     parser.add_argument("--show", action="store_true", help="print one sample per problem")
-    asyncio.run(main(parser.parse_args()))
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(_parse_args()))
