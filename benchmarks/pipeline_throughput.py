@@ -82,8 +82,8 @@ class RecordingSearchActor(SearchActor):
 
     log_dir = ""  # set before the pipeline starts; pickled with the class
 
-    def __init__(self, run: dict[str, Any]) -> None:
-        super().__init__(run)
+    def __init__(self, run: dict[str, Any], board: str | None = None) -> None:
+        super().__init__(run, board)
         # plain tuples: a class defined in this script cannot be unpickled by name elsewhere
         self.calls: list[tuple[Any, ...]] = []
         self.policy = _Recorder(self.policy, self.calls)  # type: ignore[assignment]
