@@ -117,6 +117,17 @@ class _Plan:
     max_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Draft:
+    """One generated child before it is scored and added to the tree."""
+
+    index: int  # its plan's index in the step
+    generation: Generation
+    answered: bool
+    answer: str | None
+    scored: bool  # False for a failed generation: it gets no score request
+
+
 def derive_seed(seed: int, *parts: object) -> int:
     """A stable 31-bit seed from a base seed and any labels (no Python hash salt)."""
     digest = hashlib.blake2b(repr((seed, *parts)).encode(), digest_size=8).digest()
@@ -308,9 +319,42 @@ class _Search:
         observe: bool = True,
         pending: _Pending | None = None,
     ) -> tuple[list[Node], int]:
-        budget, tree, tally = self.budget, self.tree, self.tally
-        c_before = budget.used
+        """One expansion step: generate every plan's children, charge them, score them,
+        charge the scores, then add the children to the tree (in plan order)."""
+        c_before = self.budget.used
         results = await self._policy_calls.gather([self._generate(p) for p in plans])
+        self._charge_generations(plans, results, pending)
+        drafts = self._drafts(results)
+        full = [plan.expansion.unit is NodeUnit.FULL for plan in plans]
+        scores = await self._scorer_calls.gather(
+            [
+                self._score(
+                    plans[d.index].parent,
+                    plans[d.index].inserted_text + d.generation.text,
+                    d.answered,
+                    d.answer,
+                    full[d.index],
+                )
+                if d.scored
+                else _no_score()
+                for d in drafts
+            ]
+        )
+        self._charge_scores(scores, pending)
+        added, children = self._add_children(iteration, plans, drafts, scores, full, c_before)
+        if observe:
+            for plan, nodes in zip(plans, children, strict=True):
+                self.algorithm.observe(self.tree, plan.expansion, nodes)
+        generative = sum(p.expansion.from_generative for p in plans)
+        return added, generative
+
+    def _charge_generations(
+        self, plans: list[_Plan], results: list[list[Generation]], pending: _Pending | None
+    ) -> None:
+        """Charge each request's real cost.  In flight, the request's share of the
+        reservation is released just before its charge, so C_used + reserved never
+        passes B, and what the charge added is booked as the expansion's spend."""
+        budget = self.budget
         for plan, generations in zip(plans, results, strict=True):
             if pending is not None:  # release what this request held, then charge it
                 pending.reservation.release(self._max_generation_cost(plan))
@@ -322,42 +366,51 @@ class _Search:
             )
             if pending is not None:
                 pending.spent += budget.used
-        # (plan index, generation, answered, answer, scored) per child, in plan order
-        drafts: list[tuple[int, Generation, bool, str | None, bool]] = []
+
+    def _drafts(self, results: list[list[Generation]]) -> list[_Draft]:
+        """One draft per generated child, in plan order: whether it is answered (and what
+        the answer is) and whether it gets scored at all (failed generations do not)."""
+        extraction = self.config.answer_extraction
+        drafts: list[_Draft] = []
         for index, generations in enumerate(results):
             for g in generations:
                 scored = g.finish not in _UNSCORED
-                answered = scored and is_answered(g.text, g.finish, self.config.answer_extraction)
-                answer = extract_answer(g.text, self.config.answer_extraction) if answered else None
-                drafts.append((index, g, answered, answer, scored))
-        full = [plan.expansion.unit is NodeUnit.FULL for plan in plans]
-        scores = await self._scorer_calls.gather(
-            [
-                self._score(
-                    plans[index].parent,
-                    plans[index].inserted_text + g.text,
-                    answered,
-                    answer,
-                    full[index],
-                )
-                if scored
-                else _no_score()
-                for index, g, answered, answer, scored in drafts
-            ]
-        )
+                answered = scored and is_answered(g.text, g.finish, extraction)
+                answer = extract_answer(g.text, extraction) if answered else None
+                drafts.append(_Draft(index, g, answered, answer, scored))
+        return drafts
+
+    def _charge_scores(self, scores: list[Score], pending: _Pending | None) -> None:
+        """Charge the real score costs.  In flight, the rest of the reservation (the score
+        reserve) is closed first and the virtual loss dropped, since the real children
+        are about to replace the virtual visits."""
+        budget = self.budget
         if pending is not None:  # the score reserve, then the real score costs
             pending.reservation.close()
-            pending.drop_virtual(tree)  # the real children replace the virtual visits
+            pending.drop_virtual(self.tree)  # the real children replace the virtual visits
             pending.spent -= budget.used
         for score in scores:
             budget.charge_score(input_tokens=score.input_tokens, output_tokens=score.output_tokens)
         if pending is not None:
             pending.spent += budget.used
+
+    def _add_children(
+        self,
+        iteration: int,
+        plans: list[_Plan],
+        drafts: list[_Draft],
+        scores: list[Score],
+        full: list[bool],
+        c_before: float,
+    ) -> tuple[list[Node], list[list[Node]]]:
+        """Add the scored children to the tree (backprop) and the answer tally; a child
+        whose generation or score failed is kept, marked with its error and unanswered.
+        Returns the added nodes, all together and per plan."""
+        tree, counts = self.tree, self.budget.tokens
         added: list[Node] = []
         children: list[list[Node]] = [[] for _ in plans]
-        counts = budget.tokens
-        for (index, g, answered, answer, _), score in zip(drafts, scores, strict=True):
-            plan = plans[index]
+        for draft, score in zip(drafts, scores, strict=True):
+            plan, g = plans[draft.index], draft.generation
             error = g.error or score.error
             if g.finish is FinishReason.ERROR or error:
                 counts.failed_generations += g.finish is FinishReason.ERROR
@@ -366,27 +419,23 @@ class _Search:
                 plan.parent,
                 text=g.text,
                 q=score.value,
-                answered=answered and error is None,
-                answer=answer if error is None else None,
+                answered=draft.answered and error is None,
+                answer=draft.answer if error is None else None,
                 finish=g.finish,
                 output_tokens=g.output_tokens,
                 inserted_text=plan.inserted_text,
                 inserted_tokens=plan.inserted_tokens,
-                full_generation=full[index],
+                full_generation=full[draft.index],
                 from_generative=plan.expansion.from_generative,
                 iteration=iteration,
                 c_used=c_before,
                 error=error,
                 score_context=score.context,
             )
-            tally.add(node)
+            self.tally.add(node)
             added.append(node)
-            children[index].append(node)
-        if observe:
-            for plan, nodes in zip(plans, children, strict=True):
-                self.algorithm.observe(tree, plan.expansion, nodes)
-        generative = sum(p.expansion.from_generative for p in plans)
-        return added, generative
+            children[draft.index].append(node)
+        return added, children
 
     async def run(self) -> SearchResult:
         start = time.perf_counter()

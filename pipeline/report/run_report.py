@@ -275,16 +275,27 @@ def run_yield(trees: Any) -> Any | None:
     return yield_table(frame) if has_yield(frame) else None
 
 
-def report_markdown(
-    run_id: str,
-    numbers: ReportNumbers,
-    figures: list[Path],
-    trees: Any,
-    percentiles: str,
-    training: str | None = None,
-    yields: str | None = None,
-) -> str:
-    n = numbers
+_TREE_HEADER = [
+    "problem",
+    "wall s",
+    "nodes",
+    "answered",
+    "correct",
+    "depth",
+    "width",
+    "C_used",
+    "chosen correct",
+]
+_YIELD_INTRO = (
+    "Distinct correct trajectories, DPO pairs and step-level pairs that pass the "
+    "quality gates, PRM steps with a known value, summed over the run's trees; in "
+    "brackets per 1,000 policy output tokens and per 1,000 total tokens (policy "
+    "output + PRM input + PRM output), as in the evaluation report."
+)
+
+
+def _totals_rows(n: ReportNumbers) -> list[list[str]]:
+    """The Totals table: counts, correctness, tokens and cost (money only with prices)."""
     rows = [
         ["trees searched", str(n.trees)],
         [
@@ -311,24 +322,36 @@ def report_markdown(
             [f"money spent ({n.currency})", _num(n.money, 4)],
             [f"money per correct answered node ({n.currency})", _num(n.money_per_correct_node, 4)],
         ]
+    return rows
+
+
+def _optional_sections(training: str | None, yields: str | None) -> list[str]:
+    """The training-rows and data-yield sections, each left out when it has no table."""
+    parts = ["## Training rows", training] if training else []
+    if yields:
+        parts += ["## Data yield (training data per 1,000 tokens)", _YIELD_INTRO, yields]
+    return parts
+
+
+def report_markdown(
+    run_id: str,
+    numbers: ReportNumbers,
+    figures: list[Path],
+    trees: Any,
+    percentiles: str,
+    training: str | None = None,
+    yields: str | None = None,
+) -> str:
+    """The whole `report.md`: sections joined by blank lines, in reading order."""
+    n = numbers
+    totals = _totals_rows(n)
     longest, shortest = _extremes(trees)
-    header = [
-        "problem",
-        "wall s",
-        "nodes",
-        "answered",
-        "correct",
-        "depth",
-        "width",
-        "C_used",
-        "chosen correct",
-    ]
     parts = [
         f"# Run report: `{run_id}`",
         "Recomputed from the run's committed Parquet (`trees`, `nodes`); "
         "`bgmcts report <run folder>` rewrites it.",
         "## Totals",
-        _md_table(["what", "value"], rows),
+        _md_table(["what", "value"], totals),
         "## PRM scores",
         f"Percentiles of Q over {n.scored_nodes} scored nodes (root and failed nodes excluded).",
         percentiles,
@@ -337,23 +360,11 @@ def report_markdown(
         "Each tree read at growing budgets (its state after the last step within the budget), "
         "averaged over trees, plotted at the mean consumed tokens.",
         *(f"![{f.stem.replace('_', ' ')}]({f.name})" for f in figures),
-        *(["## Training rows", training] if training else []),
-        *(
-            [
-                "## Data yield (training data per 1,000 tokens)",
-                "Distinct correct trajectories, DPO pairs and step-level pairs that pass the "
-                "quality gates, PRM steps with a known value, summed over the run's trees; in "
-                "brackets per 1,000 policy output tokens and per 1,000 total tokens (policy "
-                "output + PRM input + PRM output), as in the evaluation report.",
-                yields,
-            ]
-            if yields
-            else []
-        ),
+        *_optional_sections(training, yields),
         "## The five longest trees (wall time)",
-        _md_table(header, _tree_rows(longest)),
+        _md_table(_TREE_HEADER, _tree_rows(longest)),
         "## The five shortest trees (wall time)",
-        _md_table(header, _tree_rows(shortest)),
+        _md_table(_TREE_HEADER, _tree_rows(shortest)),
     ]
     return "\n\n".join(parts) + "\n"
 

@@ -224,6 +224,8 @@ def _synthesize(
     progress_every_s: float,
     verbose: bool,
 ) -> RunSummary:
+    """The run under its lease: start Ray and the engines, search the selection and
+    commit each tree as it lands, then sweep the request logs and write the report."""
     import ray
 
     from actors.progress import BOARD_NAME, ProgressBoard
@@ -255,47 +257,78 @@ def _synthesize(
         )
         problems = problem_stream(config.source, config.output_root, run_id)
         dataset = search_stage(problems, config, SearchActor, board_name)
-        live = None
-        if progress is not None:
-            live = LiveProgress(
-                lambda: dict(ray.get(board.snapshot.remote(), timeout=10)),
-                total=selection,
-                budget=config.budget,
-                file=sys.stderr if progress == "stderr" else progress,
-                every_s=progress_every_s,
-            )
-            live.begin()
+        live = _live_progress(board, config, selection, progress, progress_every_s)
         try:
-            # prefetch_batches=0: with Ray Data's default prefetch, the iterator holds each
-            # finished tree until the next one arrives (measured: a fast tree waited for a
-            # slow one), so a tree would be committed one tree late.
-            batches = dataset.iter_batches(
-                batch_size=None, batch_format="pyarrow", prefetch_batches=0
-            )
-            for batch in batches:
-                for result in results_of(batch):
-                    if result.kind == "problem":
-                        sink.write_batch(result.records)
-                        summary.account(result.records)
-                        # committed: its request log is no longer needed (a failed
-                        # search's is kept, so the next attempt replays it)
-                        committed = {t["problem_id"] for t in result.records.get("trees", [])}
-                        if logged:
-                            request_log.clean(folder.store, committed)
-                        continue
-                    # A tally: source errors to commit once, problems done earlier.
-                    errors = result.records.get("errors", [])
-                    if errors:
-                        sink.write_batch(result.records)
-                    summary.errors += len(errors)
-                    summary.skipped += result.skipped
-                    if live is not None:
-                        live.set_total(live.total - len(errors) - result.skipped)
+            _commit_stream(dataset, sink, summary, folder, logged, live)
             _record_board(summary, board)
         finally:
             if live is not None:
                 live.stop()
             ray.kill(board)
+    _finish_run(config, folder, summary, start)
+    return summary
+
+
+def _live_progress(
+    board: Any,
+    config: RunConfig,
+    selection: int,
+    progress: ProgressTarget,
+    progress_every_s: float,
+) -> LiveProgress | None:
+    """The live display, already begun, reading the board's counters; None when silent."""
+    import ray
+
+    if progress is None:
+        return None
+    live = LiveProgress(
+        lambda: dict(ray.get(board.snapshot.remote(), timeout=10)),
+        total=selection,
+        budget=config.budget,
+        file=sys.stderr if progress == "stderr" else progress,
+        every_s=progress_every_s,
+    )
+    live.begin()
+    return live
+
+
+def _commit_stream(
+    dataset: Any,
+    sink: ParquetSink,
+    summary: RunSummary,
+    folder: RunFolder,
+    logged: bool,
+    live: LiveProgress | None,
+) -> None:
+    """Commit each finished tree the moment the stream hands it over, and count the
+    tallies (source errors, problems done earlier) into the summary and the display."""
+    # prefetch_batches=0: with Ray Data's default prefetch, the iterator holds each
+    # finished tree until the next one arrives (measured: a fast tree waited for a
+    # slow one), so a tree would be committed one tree late.
+    batches = dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0)
+    for batch in batches:
+        for result in results_of(batch):
+            if result.kind == "problem":
+                sink.write_batch(result.records)
+                summary.account(result.records)
+                # committed: its request log is no longer needed (a failed
+                # search's is kept, so the next attempt replays it)
+                committed = {t["problem_id"] for t in result.records.get("trees", [])}
+                if logged:
+                    request_log.clean(folder.store, committed)
+                continue
+            # A tally: source errors to commit once, problems done earlier.
+            errors = result.records.get("errors", [])
+            if errors:
+                sink.write_batch(result.records)
+            summary.errors += len(errors)
+            summary.skipped += result.skipped
+            if live is not None:
+                live.set_total(live.total - len(errors) - result.skipped)
+
+
+def _finish_run(config: RunConfig, folder: RunFolder, summary: RunSummary, start: float) -> None:
+    """Sweep the request logs, count the rows, and write the final run.json and report."""
     # A retried attempt of a tree that another attempt had already committed (Ray Data
     # redoes a lost actor's tasks) logs after that tree's clean: sweep once at the end.
     request_log.clean_done(folder.store, folder.searched_problem_ids)
@@ -308,7 +341,6 @@ def _synthesize(
             write_run_report(run_dir, config.prices)
     except Exception as exc:  # the data is written; a report failure must not lose the run
         print(f"warning: the run report could not be written: {redact_text(exc)}", file=sys.stderr)
-    return summary
 
 
 def _record_board(summary: RunSummary, board: Any) -> None:
