@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
@@ -52,10 +52,11 @@ from pipeline.publish.hub import (
     retry_command,
 )
 from pipeline.records.splits import SPLITS
-from pipeline.report.run_report import REPORT_FILES, REPORT_MD
-from pipeline.run.summary import RunSummary, refresh_run_report
 from pipeline.store.filesystem import is_remote, open_store
 from pipeline.store.run_folder import RunFolder, local_run_dir
+
+if TYPE_CHECKING:
+    from pipeline.run.summary import RunSummary
 
 __all__ = ["card_info", "publish_configured", "publish_run", "publish_run_dir"]
 
@@ -77,6 +78,10 @@ _SPLIT_FIELD = pa.field(
 
 def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path] = ()) -> CardInfo:
     """What the dataset card states, from a (redacted) config dump and the run's totals."""
+    # The report package (and its matplotlib) is imported only by the functions that read a
+    # whole run folder: `publish_run` alone runs where only the data libraries are installed
+    # (TRL's venv publishes a run to the test Hub with it).
+    from pipeline.report.run_report import REPORT_MD
 
     def model(service: str) -> str | None:
         engine = (config.get(service) or {}).get("engine") or {}
@@ -118,6 +123,9 @@ def publish_run_dir(
     `run_dir` may be a bucket's run (s3://.../run=<id>): its committed parts are read
     through a local copy, and the fresh report is written back next to them.
     """
+    from pipeline.report.run_report import REPORT_FILES
+    from pipeline.run.summary import refresh_run_report
+
     source = run_dir if is_remote(str(run_dir)) else None
     with local_run_dir(run_dir, write_back=REPORT_FILES) as local:
         summary, config, report = refresh_run_report(local)

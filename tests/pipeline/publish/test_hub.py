@@ -630,3 +630,18 @@ async def test_report_command_totals_a_run_folder(
     assert summary.contaminated == {"math500": 1}
     assert "decontaminated problems     │ math500 1 (no training rows)" in out
     assert main(["report", str(tmp_path / "nope")]) == 2
+
+
+def test_publish_run_imports_without_the_report_packages() -> None:
+    """TRL's venv (`make test-trl`) publishes a run with `publish_run` and has no matplotlib:
+    the module must not import the report package (and its plots) at import time."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from pipeline.publish.publish_run import publish_run\n"
+        "assert 'pipeline.report' not in sys.modules, 'the report package was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
