@@ -44,12 +44,7 @@ from rapidfuzz.distance import Levenshtein
 from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
 from pipeline.records.pools import preference_pools
-from pipeline.records.schema import (
-    MESSAGES_TYPE,
-    doc_field,
-    record_schema,
-    shared_fields,
-)
+from pipeline.records.schema import MESSAGES_TYPE, doc_field, record_schema, shared_fields
 from pipeline.records.trajectories import (
     answers_in_path,
     assistant_turn,

@@ -6,12 +6,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from pipeline.records.context import BuildContext
 from pipeline.records.grading import GradedTree
-from pipeline.records.schema import (
-    Row,
-    doc_field,
-    record_schema,
-    shared_fields,
-)
+from pipeline.records.schema import Row, doc_field, record_schema, shared_fields
 
 NODES_SCHEMA = record_schema(
     "nodes",

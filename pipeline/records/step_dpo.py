@@ -29,12 +29,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
 from pipeline.records.pools import preference_pools
-from pipeline.records.schema import (
-    Row,
-    doc_field,
-    record_schema,
-    shared_fields,
-)
+from pipeline.records.schema import Row, doc_field, record_schema, shared_fields
 from pipeline.records.training_text import line_owners
 from pipeline.records.trajectories import common_prefix
 from pipeline.records.tree_paths import subtree_answers

@@ -7,12 +7,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from actors.redact import redact_text
 from pipeline.records.context import BuildContext
 from pipeline.records.grading import GradedTree
-from pipeline.records.schema import (
-    Row,
-    doc_field,
-    record_schema,
-    shared_fields,
-)
+from pipeline.records.schema import Row, doc_field, record_schema, shared_fields
 
 TREE_NODES_SCHEMA = record_schema(
     "tree_nodes",
