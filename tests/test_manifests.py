@@ -127,28 +127,20 @@ def credentials(container: dict[str, Any]) -> set[str]:
     return found
 
 
-def groups_touching_output(config: RunConfig, cluster: list[Group]) -> list[Group]:
-    """The groups whose processes read or write `output_root`.
-
-    The head runs the driver (run folder, lease, commit markers, nightly ledger). The
-    search actors write the request logs: they go to the groups that advertise their
-    `actor_resources` (any group when it is empty). The resume filter reads the committed
-    problems in a Ray Data actor that asks for no CPU and no custom resource
-    (pipeline/run/stream.py), so Ray may place it on any group: every group touches the
-    output root, whatever the placement of the search actors.
-    """
-    return list(cluster)
-
-
 def credential_problems(config: RunConfig, cluster: list[Group]) -> list[str]:
     if not str(config.output_root).startswith(REMOTE):
         return []  # a mounted volume: no credentials to carry
     head = credentials(cluster[0].ray)
     if not head:
         return ["group head: no bucket credentials (envFrom a Secret, or AWS_* from one)"]
+    # Which groups touch the output root: the head runs the driver (run folder, lease,
+    # commit markers, nightly ledger); the search actors write the request logs on the
+    # groups that advertise their `actor_resources`; and the resume filter reads the
+    # committed problems in a Ray Data actor that asks for no CPU and no custom resource
+    # (pipeline/run/stream.py), so Ray may place it on any group.  So: every group.
     return [
         f"group {g.name}: touches {config.output_root} but lacks the head's credentials"
-        for g in groups_touching_output(config, cluster)
+        for g in cluster
         if not head <= credentials(g.ray)
     ]
 
