@@ -313,7 +313,7 @@ def test_the_rerun_job_reruns_the_nightly_job() -> None:
     assert rerun["rayClusterSpec"] == nightly["rayClusterSpec"]
 
 
-# The rules fail on broken copies: each break below is one the issue found in the manifests.
+# The rules fail on broken copies: most breaks below are ones the manifests once had.
 
 
 def _rayjob() -> tuple[dict[str, Any], RunConfig]:
