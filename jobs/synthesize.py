@@ -1,12 +1,13 @@
 """Synthesis job: `python -m jobs.synthesize --config configs/local.yaml`.
 
 Also the entrypoint of `ray job submit --working-dir . -- python -m jobs.synthesize
---config configs/...`: on a cluster it joins the cluster from RAY_ADDRESS.
+--config configs/... --output-root s3://...`: on a cluster it joins the cluster from
+RAY_ADDRESS; a relative output root is refused there (`check_submitted_output_root`).
 Exit status (`jobs.exits`): 0 when every problem was searched (and published, if
 configured), 1 when some problems failed (their errors are in errors/; failed
 searches are retried by the next run) or publishing failed (the local Parquet
 stays; the message says how to retry), 2 for a bad config, source, run id or
-output location, an empty selection, a run folder in use, or a lease taken over
+output location (a relative one under `ray job submit`), an empty selection, a run folder in use, or a lease taken over
 by another writer while this run stalled: one line, no traceback unless --verbose.
 """
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import math
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -387,5 +388,41 @@ def parse_run_config(data: Any, source: str = "config") -> RunConfig:
 
 
 def load_run_config(path: str | Path, **overrides: Any) -> RunConfig:
-    """Read a YAML run config; `overrides` (e.g. output_root from the CLI) win over the file."""
-    return load_config(path, RunConfig, **overrides)
+    """Read a YAML run config; `overrides` (e.g. output_root from the CLI) win over the file.
+
+    Under `ray job submit` a relative output root is refused (`check_submitted_output_root`).
+    """
+    config = load_config(path, RunConfig, **overrides)
+    check_submitted_output_root(config.output_root, str(path))
+    return config
+
+
+# Ray's job supervisor sets this variable in the driver of every `ray job submit` job
+# (ray/dashboard/modules/job/job_supervisor.py; Ray's worker reads it as "only set at ray
+# job manager level"), and in no other process.
+RAY_JOB_DRIVER_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def submitted_as_ray_job() -> bool:
+    """True in the driver of a `ray job submit` job (KubeRay's RayJob submits one too)."""
+    return RAY_JOB_DRIVER_ENV in os.environ
+
+
+def check_submitted_output_root(output_root: Path | str, source: str = "config") -> None:
+    """Refuse a relative output root under `ray job submit`, one line naming the field.
+
+    A submitted job's driver runs in Ray's unpacked copy of `--working-dir`, a temporary
+    folder on the head node: `out` would resolve there and the run would be lost with the
+    cluster (or the next job's cleanup).  Refusing beats resolving it with a warning, which
+    nobody reads before the cluster is gone.  A local run (`make synth`) keeps `out`.
+    """
+    if not submitted_as_ray_job() or isinstance(output_root, str):  # str: a bucket URI
+        return
+    if output_root.expanduser().is_absolute():
+        return
+    raise ConfigError(
+        f"{source}: output_root '{output_root}' is relative: under ray job submit it would "
+        "land in the job's temporary working directory on the head and be lost with the "
+        "cluster; give an absolute path or a bucket URI (s3://, gs://), in the config or "
+        "with --output-root"
+    )

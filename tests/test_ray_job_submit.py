@@ -114,6 +114,20 @@ def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
             if "No available agent to submit job" not in submit.stdout + submit.stderr:
                 break
             time.sleep(2)
+        # a relative output root would land in Ray's temporary copy of --working-dir on the
+        # head: the submitted job refuses it, one line naming the field, exit 2
+        relative = tmp_path / "relative.yaml"
+        relative.write_text(
+            yaml.safe_dump({**yaml.safe_load(config.read_text()), "output_root": "out"})
+        )
+        refused = subprocess.run(
+            [*command[: command.index("--config") + 1], str(relative)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:
@@ -123,6 +137,10 @@ def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
             head.wait()
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
+    assert refused.returncode != 0, refused.stdout[-3000:]
+    assert f"error: {relative}: output_root 'out' is relative: under ray job submit" in (
+        refused.stdout
+    ), refused.stdout[-3000:] + refused.stderr[-3000:]
     assert "succeeded" in submit.stdout
     trees = pq.read_table(tmp_path / "out" / "run=submitted" / "trees").to_pylist()
     assert sorted(t["problem_id"] for t in trees) == ["a", "b"]

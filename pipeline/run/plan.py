@@ -29,6 +29,7 @@ from actors.engines.factory import check_engine, missing_packages
 from pipeline.config import RunConfig
 from pipeline.errors import InputError
 from pipeline.problems.sources import load_problems
+from pipeline.run.token_estimate import Committed, TokenEstimate, estimate_tokens, token_rows
 from pipeline.store.resume import pending
 from pipeline.store.run_folder import RunFolder
 
@@ -49,10 +50,12 @@ class RunPlan:
     sample: tuple[str, ...]  # the first problems to do, shortened
     cluster_needs: tuple[str, ...] = ()  # engine packages missing here, with their pip hint
     warnings: tuple[str, ...] = ()  # model folders not here, each naming its field
+    tokens: TokenEstimate | None = None  # policy and scorer tokens of the problems to do
 
     @property
     def budget_total(self) -> int:
-        """Worst-case cost units of this invocation: problems x B (searches never exceed B)."""
+        """Worst-case cost units of this invocation: problems x B (a search spends at most B;
+        the scorer's tokens are outside it unless search.cost charges them: `tokens`)."""
         return self.todo * self.budget
 
 
@@ -113,6 +116,7 @@ def plan_run(config: RunConfig, sample: int = 5) -> RunPlan:
         sample=tuple(_short(p["problem"]) for p in todo[:sample]),
         cluster_needs=cluster_needs,
         warnings=warnings,
+        tokens=estimate_tokens(config, len(todo), Committed.read(folder)),
     )
 
 
@@ -133,6 +137,9 @@ def render_plan(plan: RunPlan, file: TextIO | None = None) -> None:
         "budget total",
         f"{plan.budget_total:,} cost units at most ({plan.todo} problems x B={plan.budget:,})",
     )
+    if plan.tokens is not None:
+        for what, value in token_rows(plan.tokens, plan.todo, plan.budget):
+            table.add_row(what, value)
     table.add_row("search", plan.algorithm)
     table.add_row("policy engine", plan.policy)
     table.add_row("scorer engine", plan.scorer)

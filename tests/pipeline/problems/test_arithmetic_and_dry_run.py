@@ -117,6 +117,16 @@ def test_dry_run_prints_the_plan_after_resume_without_ray(
     assert re.search(r"problems to search\s+│?\s*4", out), out
     assert re.search(r"already done.*1", out), out
     assert "1,200 cost units at most (4 problems x B=300)" in out
+    # a resumed run estimates the scorer's tokens from its own committed tree
+    tree = records["trees"][0]
+    scorer = tree["prm_input_tokens"] + tree["prm_output_tokens"]
+    assert scorer > 0 and tree["policy_input_tokens"] > 0
+    flat = " ".join(re.sub(r"[│┌┐└┘├┤─]", " ", out).split())
+    assert (
+        f"scorer tokens (PRM in + out) ~ {4 * scorer:,}, outside B (from this run's 1 "
+        f"committed trees: {scorer:,} per problem)"
+    ) in flat, flat
+    assert f"policy prompt tokens ~ {4 * tree['policy_input_tokens']:,} (same trees)" in flat
     assert "llamacpp:embedded" in out and "run=dry" in out
     assert not (tmp_path / "out" / "run=dry" / "run.json").exists()  # wrote nothing
 

@@ -1,0 +1,46 @@
+"""The dry run's token estimate: what B caps, and where the scorer's estimate comes from."""
+
+from __future__ import annotations
+
+from pipeline.config import RunConfig, parse_run_config
+from pipeline.run.token_estimate import (
+    SCORER_TOKENS_PER_POLICY_TOKEN,
+    Committed,
+    estimate_tokens,
+    token_rows,
+)
+
+
+def _config(**cost: float) -> RunConfig:
+    return parse_run_config(
+        {
+            "budget": 1_000,
+            "source": {"kind": "arithmetic", "count": 3},
+            "search": {"algorithm": "bg_mcts", "cost": cost},
+        }
+    )
+
+
+def test_a_new_run_bounds_policy_output_by_b_and_puts_the_scorer_outside_it() -> None:
+    estimate = estimate_tokens(_config(), 10, Committed())
+    ratio, _ = SCORER_TOKENS_PER_POLICY_TOKEN["genprm"]
+    assert estimate.policy_output_max == 10_000
+    assert estimate.scorer == round(10_000 * ratio) and not estimate.scorer_in_budget
+    assert estimate.policy_input is None  # no measured ratio: not guessed
+
+
+def test_charged_prm_tokens_are_inside_b_and_output_weight_scales_the_bound() -> None:
+    estimate = estimate_tokens(_config(policy_output=2, prm_input=0.1), 10, Committed())
+    assert estimate.policy_output_max == 5_000 and estimate.scorer_in_budget
+    rows = dict(token_rows(estimate, 10, 1_000))
+    assert "inside B (search.cost charges them)" in rows["scorer tokens (PRM in + out)"]
+    free = estimate_tokens(_config(policy_output=0, prm_output=1), 10, Committed())
+    assert free.policy_output_max is None and free.scorer is None
+    assert "not capped by B" in dict(token_rows(free, 10, 1_000))["policy output tokens"]
+
+
+def test_a_resumed_run_uses_its_own_trees_per_problem() -> None:
+    totals = {"policy_input_tokens": 900, "prm_input_tokens": 5_000, "prm_output_tokens": 1_000}
+    estimate = estimate_tokens(_config(), 4, Committed(trees=3, totals=totals))
+    assert estimate.scorer == 8_000 and estimate.policy_input == 1_200
+    assert estimate.rests_on == "from this run's 3 committed trees: 2,000 per problem"
