@@ -119,8 +119,8 @@ class VLLMConfig(_Engine):
         None,
         ge=1,
         description="vLLM's `max_num_seqs`: sequences decoded in one step (the batch); the "
-        "rest wait in vLLM's queue. None: vLLM's default (128 for this engine in vLLM 0.32; "
-        "docs/sizing.md)",
+        "rest wait in vLLM's queue. null: vLLM's default, 128 for this engine in vLLM 0.32 "
+        "(docs/sizing.md)",
     )
     seed: int = Field(0, description="vLLM's engine seed (each request also has its own)")
 
