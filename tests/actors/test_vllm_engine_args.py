@@ -1,0 +1,93 @@
+"""What a `kind: vllm` config hands vLLM, checked without vLLM installed.
+
+`VLLMEngine.from_config` builds `AsyncEngineArgs` from the config's fields; here vLLM's
+module is a recorder, so the test sees exactly the keyword arguments vLLM would get.
+(tests/vllm/test_vllm_engine.py checks with the real vLLM that `max_num_seqs` becomes
+the engine's batch.)
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from actors.config import VLLMConfig
+from actors.engines import vllm_engine
+from actors.engines.base import EngineError
+from actors.engines.vllm_engine import VLLMEngine, vllm_engine_args
+
+
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The keyword arguments of every `AsyncEngineArgs` built while the test runs."""
+    calls: list[dict[str, Any]] = []
+
+    def engine_args(**kwargs: Any) -> dict[str, Any]:
+        calls.append(kwargs)
+        return kwargs
+
+    fake = SimpleNamespace(
+        AsyncEngineArgs=engine_args,
+        AsyncLLMEngine=SimpleNamespace(from_engine_args=lambda args: SimpleNamespace()),
+        SamplingParams=object,
+    )
+    monkeypatch.setattr(vllm_engine, "_import_vllm", lambda: fake)
+    return calls
+
+
+def test_config_fields_reach_vllms_engine_args(seen: list[dict[str, Any]]) -> None:
+    config = VLLMConfig(
+        model="org/model",
+        max_model_len=16384,
+        gpu_memory_utilization=0.85,
+        max_num_seqs=256,
+        seed=7,
+    )
+    engine = VLLMEngine.from_config(config)
+    assert engine.name == "model" and engine.context_length == 16384
+    assert seen == [
+        {
+            "model": "org/model",
+            "tensor_parallel_size": 1,
+            "gpu_memory_utilization": 0.85,
+            "max_model_len": 16384,
+            "enable_prefix_caching": True,
+            "seed": 7,
+            "max_num_seqs": 256,
+        }
+    ]
+
+
+def test_no_max_num_seqs_leaves_vllms_default(seen: list[dict[str, Any]]) -> None:
+    VLLMEngine.from_config(VLLMConfig(model="org/model"))
+    assert "max_num_seqs" not in seen[0]
+    VLLMEngine("org/model", engine_args={"max_num_seqs": 16, "dtype": "float32"})
+    assert (seen[1]["max_num_seqs"], seen[1]["dtype"]) == (16, "float32")
+
+
+def test_a_key_set_twice_is_refused(seen: list[dict[str, Any]]) -> None:
+    with pytest.raises(EngineError) as info:
+        VLLMEngine("org/model", max_num_seqs=64, engine_args={"max_num_seqs": 128})
+    assert str(info.value) == (
+        "engine_args: max_num_seqs already has an argument of its own; set it in one place"
+    )
+    assert seen == []  # refused before vLLM is asked for anything
+    with pytest.raises(EngineError, match="max_model_len, seed already"):
+        vllm_engine_args(
+            "m",
+            context_length=4096,
+            tensor_parallel_size=1,
+            gpu_memory_utilization=0.9,
+            seed=0,
+            enable_prefix_caching=True,
+            max_num_seqs=None,
+            engine_args={"seed": 1, "max_model_len": 2048},
+        )
+
+
+def test_the_config_refuses_an_empty_batch() -> None:
+    with pytest.raises(ValidationError, match="max_num_seqs"):
+        VLLMConfig(model="m", max_num_seqs=0)
