@@ -7,8 +7,9 @@ Exit status (`jobs.exits`): 0 when every problem was searched (and published, if
 configured), 1 when some problems failed (their errors are in errors/; failed
 searches are retried by the next run) or publishing failed (the local Parquet
 stays; the message says how to retry), 2 for a bad config, source, run id or
-output location (a relative one under `ray job submit`), an empty selection, a run folder in use, or a lease taken over
-by another writer while this run stalled: one line, no traceback unless --verbose.
+output location (a relative one under `ray job submit`), an empty selection, a run
+folder in use, or a lease taken over by another writer while this run stalled: one line,
+no traceback unless --verbose.
 """
 
 from __future__ import annotations
