@@ -45,10 +45,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipeline.config import load_config
+    from pipeline.config import check_submitted_output_root, load_config
     from pipeline.evaluation.config import EvalConfig
 
     config = load_config(args.config, EvalConfig, output_dir=args.output_dir, name=args.name)
+    check_submitted_output_root(config.output_dir, str(args.config), field="output_dir")
     from pipeline.evaluation.runner import run_evaluation
 
     label = f"searches ({config.environment.kind})"

@@ -408,8 +408,11 @@ def submitted_as_ray_job() -> bool:
     return RAY_JOB_DRIVER_ENV in os.environ
 
 
-def check_submitted_output_root(output_root: Path | str, source: str = "config") -> None:
-    """Refuse a relative output root under `ray job submit`, one line naming the field.
+def check_submitted_output_root(
+    output_root: Path | str, source: str = "config", field: str = "output_root"
+) -> None:
+    """Refuse a relative output root under `ray job submit`, one line naming the field
+    (`output_root` of a run, `output_dir` of an evaluation).
 
     A submitted job's driver runs in Ray's unpacked copy of `--working-dir`, a temporary
     folder on the head node: `out` would resolve there and the run would be lost with the
@@ -421,8 +424,8 @@ def check_submitted_output_root(output_root: Path | str, source: str = "config")
     if output_root.expanduser().is_absolute():
         return
     raise ConfigError(
-        f"{source}: output_root '{output_root}' is relative: under ray job submit it would "
+        f"{source}: {field} '{output_root}' is relative: under ray job submit it would "
         "land in the job's temporary working directory on the head and be lost with the "
         "cluster; give an absolute path or a bucket URI (s3://, gs://), in the config or "
-        "with --output-root"
+        f"with --{field.replace('_', '-')}"
     )

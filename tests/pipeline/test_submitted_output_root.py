@@ -3,7 +3,7 @@
 A submitted job's driver runs in Ray's unpacked copy of `--working-dir` on the head node,
 so `out` would land in a temporary folder that goes with the cluster.  Ray's job supervisor
 marks that driver with `RAY_JOB_CONFIG_JSON_ENV_VAR`; these tests set it on the real
-command line (`python -m jobs.synthesize`, `python -m jobs.nightly`), as the supervisor
+command line (`python -m jobs.synthesize`, `jobs.nightly`, `jobs.evaluate`), as the supervisor
 does, and check that a local run (no variable) still takes a relative root.
 """
 
@@ -80,3 +80,16 @@ def test_a_submitted_job_takes_an_absolute_root_and_a_local_run_a_relative_one(
     done = _job(tmp_path, *dry, submitted=False)  # `make synth`: relative `out` as before
     assert done.returncode == 0, done.stderr
     assert "out/run=rel" in done.stdout
+
+
+def test_a_submitted_evaluation_refuses_a_relative_output_dir(tmp_path: Path) -> None:
+    config = REPO / "configs" / "eval-sim.yaml"  # output_dir: out/eval
+    done = _job(tmp_path, "jobs.evaluate", "--config", str(config), submitted=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"error: {config}: output_dir 'out/eval' is relative: under ray job submit it would "
+        "land in the job's temporary working directory on the head and be lost with the "
+        "cluster; give an absolute path or a bucket URI (s3://, gs://), in the config or "
+        "with --output-dir\n"
+    )
+    assert not (tmp_path / "out").exists()
