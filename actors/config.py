@@ -368,10 +368,61 @@ class GenPRMSettings(_Strict):
     )
 
 
+# Qwen2.5-Math-PRM's system turn (its model card): the prompt it was trained to read.
+QWEN_PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+class OnePassSettings(_Strict):
+    """A one-pass (discriminative) PRM: one forward pass scores every step of a path.
+
+    The path is laid out as the model was trained (`actors.engines.step_layout`): the
+    prompt, then each step followed by `step_separator`; a step's value is the
+    positive class's probability at its separator, and a node's Q is `node_value` of its
+    steps' values.  Prefill tokens are PRM input tokens; nothing is decoded.
+    """
+
+    step_separator: str = Field(
+        "\n",
+        description="the text after each step, exactly one token of the PRM's vocabulary; "
+        "its value is read there (TRL's default \\n; Qwen2.5-Math-PRM: <extra_0>)",
+    )
+    steps: Literal["lines", "step_labels"] = Field(
+        "lines",
+        description="how a path becomes steps: lines = the lines of its text, blank lines "
+        "dropped (the prm records' steps, what a PRM trained by `bgmcts train-prm` saw); "
+        "step_labels = one step per 'Step N:' paragraph (as GenPRM reads a path)",
+    )
+    prompt_format: Literal["plain", "chat"] = Field(
+        "plain",
+        description="plain = the problem text (the prm records' prompt); chat = the model's "
+        "chat template with `system_prompt` and the problem as the user turn, then the "
+        "assistant's steps (Qwen2.5-Math-PRM)",
+    )
+    system_prompt: str = Field(
+        QWEN_PRM_SYSTEM, description="the system turn of prompt_format: chat"
+    )
+    node_value: Literal["last", "min", "mean", "product"] = Field(
+        "last",
+        description="a node's Q from its path's step values: last = its own last step "
+        "(Qwen2.5-Math-PRM's use); min / product = the weakest link / every step right; "
+        "mean of all",
+    )
+    cut_after_answer: bool = Field(
+        True,
+        description="an answered node's text ends after its answer statement, as the "
+        "training rows do (SmolLM2 goes on writing a new problem after its answer)",
+    )
+
+
 class ScorerConfig(ServiceConfig):
     """The scorer's Serve deployment: a service config plus the scoring protocol's settings."""
 
-    kind: Literal["genprm"] = Field(
-        "genprm", description="the scoring protocol: GenPRM, a generative PRM (Sec. 4.1)"
+    kind: Literal["genprm", "one_pass"] = Field(
+        "genprm",
+        description="the scoring protocol: genprm = GenPRM, a generative PRM (Sec. 4.1, the "
+        "paper's); one_pass = a discriminative PRM that scores a path in one forward pass",
     )
     genprm: GenPRMSettings = Field(default_factory=GenPRMSettings, description="GenPRM's sampling")
+    one_pass: OnePassSettings = Field(
+        default_factory=OnePassSettings, description="the one-pass PRM's step layout and Q"
+    )

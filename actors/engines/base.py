@@ -141,3 +141,49 @@ class Engine(Protocol):
     async def tokenize(self, text: str) -> list[int]: ...
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepValues:
+    """What a step-scoring engine returns for one path, from one forward pass.
+
+    * `values`: per step, the probability of the positive ("good step") class at the
+      token that closes the step (its step separator), in step order;
+    * `input_tokens`: the tokens of the whole sequence (prompt and every step);
+    * `cached_tokens`: of those, the ones served from the engine's prefix cache (0: none
+      or unknown), reported apart from the tokens computed;
+    * `error`: set when nothing was scored (then `values` is empty); a path longer than
+      the engine's context is such an error, never an exception.
+    """
+
+    values: tuple[float, ...]
+    input_tokens: int
+    cached_tokens: int = 0
+    error: str | None = None
+
+
+@runtime_checkable
+class StepScoringEngine(Protocol):
+    """A one-pass process reward model: one forward pass scores every step of a path.
+
+    The sequence an engine scores is laid out by `actors.engines.step_layout` (the token
+    layout TRL's stepwise PRM trainer used): the prompt's tokens, then each step's tokens
+    followed by the step separator's token, the step's value read at that separator.
+    """
+
+    name: str
+    context_length: int
+
+    async def score_steps(self, prompt: str, steps: Sequence[str]) -> StepValues:
+        """Every step's value; never raises for a bad request (an error `StepValues`)."""
+        ...
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        """The model's chat template applied to `messages` (as `Engine.render_chat`)."""
+        ...
+
+    async def tokenize(self, text: str) -> list[int]: ...
+
+    async def close(self) -> None: ...
