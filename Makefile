@@ -15,7 +15,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml requirements-nodeps.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,abmcts]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,abmcts,prm]'
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	touch $(STAMP)
 

@@ -59,6 +59,10 @@ class _Engine(_Strict):
 
     builds: ClassVar[str]
     packages: ClassVar[tuple[Package, ...]] = ()
+    # True: the engine is a one-pass PRM (`actors.engines.base.StepScoringEngine`: it scores
+    # a path's steps and decodes nothing); False: it generates text (`Engine`).  A scorer of
+    # kind one_pass needs the first, the policy and GenPRM the second.
+    scores_steps: ClassVar[bool] = False
 
     def check_model(self) -> str | None:
         """Look for the model files the engine loads here (none by default).
@@ -66,6 +70,11 @@ class _Engine(_Strict):
         Raises EngineError for one that must be on this machine; returns a warning, naming
         the field under `engine.`, for one that may live only on the nodes that run it.
         """
+        return None
+
+    def check_step_separator(self, separator: str) -> None:
+        """Raise ValueError when the model's vocabulary does not hold `separator` as exactly
+        one token (where the model is here to look at; a remote one cannot be checked)."""
         return None
 
 
