@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from actors.engines.base import EngineError
 from actors.prompts import PromptConfig
 
 CONTEXT_OVERFLOW = (
@@ -245,6 +247,90 @@ class LoadModelConfig(_Engine):
         return self
 
 
+class TransformersPRMConfig(_Engine):
+    """A one-pass PRM on CPU: a token-classification checkpoint (what `bgmcts train-prm`
+    writes) run with transformers; concurrent paths share one padded forward."""
+
+    builds: ClassVar[str] = "actors.engines.transformers_prm:TransformersPRMEngine"
+    packages: ClassVar[tuple[Package, ...]] = (
+        Package("torch", "'.[prm]'"),
+        Package("transformers", "'.[prm]'"),
+    )
+    scores_steps: ClassVar[bool] = True
+
+    kind: Literal["transformers_prm"] = Field(
+        "transformers_prm", description="a one-pass PRM checkpoint on CPU (transformers)"
+    )
+    model: str = Field(
+        description="the checkpoint folder (config.json, weights and tokenizer files, as "
+        "`bgmcts train-prm` saves them)"
+    )
+    threads: int = Field(1, ge=1, description="CPU threads torch computes with")
+    max_batch: int = Field(16, ge=1, description="most paths in one padded forward")
+    batch_window_s: float = Field(
+        0.002, ge=0, le=1, description="how long a path waits for others to share its forward"
+    )
+    context_length: int | None = Field(
+        None,
+        ge=16,
+        description="tokens of one path (prompt and steps); a longer one comes back as a "
+        "context overflow. null: the model's max_position_embeddings",
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="the weights' and activations' type (bfloat16: half the memory)"
+    )
+
+    def check_model(self) -> str | None:
+        """The checkpoint must be here (the CPU engine runs where the config is) and be a
+        two-class token classifier; read from config.json alone (no torch import)."""
+        folder = Path(self.model).expanduser()
+        if not folder.is_dir():
+            raise EngineError(f"engine.model: {folder} is not a folder here")
+        path = folder / "config.json"
+        if not path.is_file():
+            raise EngineError(f"engine.model: {folder} has no config.json (not a checkpoint)")
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"engine.model: {path} is not readable JSON ({exc})") from exc
+        architectures = config.get("architectures") or []
+        if not any(a.endswith(PRM_ARCHITECTURES) for a in architectures):
+            kind = "/".join(architectures) or "model of no stated architecture"
+            raise EngineError(
+                f"engine.model: {folder} is a {kind}, not a token classifier "
+                "(*ForTokenClassification or *ForProcessRewardModel)"
+            )
+        # transformers writes id2label only when num_labels is not its default of 2
+        labels = len(config["id2label"]) if "id2label" in config else config.get("num_labels", 2)
+        if labels != 2:
+            raise EngineError(
+                f"engine.model: {folder} has {labels} labels; a PRM has 2 (bad step, good step)"
+            )
+        return None
+
+    def check_step_separator(self, separator: str) -> None:
+        """Tokenize the separator with the checkpoint's own tokenizer (only the tokenizer is
+        loaded); nothing to check when the folder is not here (check_model says so)."""
+        if not Path(self.model).expanduser().is_dir():
+            return
+        from transformers import AutoTokenizer
+
+        from actors.engines.step_layout import SeparatorError, separator_id
+
+        tokenizer = AutoTokenizer.from_pretrained(str(Path(self.model).expanduser()))
+        try:
+            separator_id(
+                lambda t: list(tokenizer(t, add_special_tokens=False)["input_ids"]), separator
+            )
+        except SeparatorError as exc:
+            raise ValueError(f"one_pass.step_separator: {exc}") from exc
+
+
+# The architectures a one-pass PRM checkpoint can have: a class per token (transformers'
+# token classification heads) or Qwen2.5-Math-PRM's own head.
+PRM_ARCHITECTURES = ("ForTokenClassification", "ForProcessRewardModel")
+
+
 def _folder_warning(field: str, folder: str) -> str | None:
     """A warning naming `field` when `folder` is written as a path (not a hub id) and is
     not a folder here."""
@@ -256,7 +342,12 @@ def _folder_warning(field: str, folder: str) -> str | None:
 
 
 EngineConfig = Annotated[
-    LlamaCppConfig | VLLMConfig | OpenAIConfig | SleepConfig | LoadModelConfig,
+    LlamaCppConfig
+    | VLLMConfig
+    | OpenAIConfig
+    | SleepConfig
+    | LoadModelConfig
+    | TransformersPRMConfig,
     Field(discriminator="kind"),
 ]
 

@@ -1,0 +1,273 @@
+"""A one-pass PRM on CPU: a token-classification checkpoint run with transformers and torch.
+
+The embedded default's trained scorer: SmolLM2-135M with a two-class head on every token,
+as `bgmcts train-prm` saves it (`save_pretrained`: config.json, weights, tokenizer files).
+A path is laid out by `actors.engines.step_layout` (the layout the trainer used) and one
+forward pass gives every step's value: the softmax probability of class 1 ("good step") at
+the separator closing the step.
+
+Concurrent `score_steps` calls are gathered into one padded forward: the first waiting
+call opens a window of `batch_window_s`, and whatever arrived by then (at most `max_batch`
+paths) is laid out, right-padded with an attention mask and run at once.  Right padding
+keeps every real token at the position it has alone (the causal mask never lets a token
+see the padding after it), so a path's values in a batch equal its values alone up to
+float rounding (tests/actors/engines/test_transformers_prm.py bounds the difference).
+The forward runs in one worker thread, so the event loop keeps serving while torch
+computes, and forwards never overlap (they share torch's `threads`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from actors.engines.base import EngineCapacity, EngineError, EngineLoad, StepValues
+from actors.engines.step_layout import StepLayout, layout, separator_id
+
+if TYPE_CHECKING:
+    from actors.config import TransformersPRMConfig
+
+POSITIVE_CLASS = 1  # the trainer's label of a good step (TRL's stepwise labels: 1 good, 0 bad)
+
+
+@dataclass
+class _Request:
+    prompt: str
+    steps: tuple[str, ...]
+    future: asyncio.Future[StepValues]
+    arrived: float = field(default_factory=time.monotonic)
+
+
+class TransformersPRMEngine:
+    """A token-classification PRM served by transformers in this process (CPU).
+
+    `cache_stats()` counts the prompt tokens computed; none are ever cached.  There is
+    no prefix cache here: every path is computed from its first token, although in a tree
+    most of a child's path is its parent's (the part a prefix cache would save; measured
+    in `benchmarks/one_pass_engine.py`).  That is acceptable for the embedded default
+    because the model is small and the paths short: a whole path costs a few
+    milliseconds of forward per hundred tokens on one core, well below the policy's
+    decoding time for the step that made it.  It is not acceptable for a 7B PRM on a GPU,
+    which is what vLLM's pooling runner (with its prefix cache) is for.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        threads: int = 1,
+        max_batch: int = 16,
+        batch_window_s: float = 0.002,
+        context_length: int | None = None,
+        dtype: str = "float32",
+        step_separator: str = "\n",
+        name: str | None = None,
+    ) -> None:
+        try:
+            import torch
+            from transformers import AutoModelForTokenClassification, AutoTokenizer
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise EngineError("the transformers_prm engine needs: pip install '.[prm]'") from exc
+        folder = Path(model).expanduser()
+        torch.set_num_threads(threads)
+        self._torch = torch
+        self._tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self._model = AutoModelForTokenClassification.from_pretrained(
+            str(folder), dtype=getattr(torch, dtype)
+        ).eval()
+        self.name = name or folder.name
+        self.context_length = int(context_length or self._model.config.max_position_embeddings)
+        self.max_batch = max_batch
+        self.batch_window_s = batch_window_s
+        self.threads = threads
+        # The trainer's rule: a BOS first when the tokenizer has one (SmolLM2 does;
+        # Qwen2.5's tokenizer has none).
+        self.bos: int | None = self._tokenizer.bos_token_id
+        self.separator = separator_id(self._encode, step_separator)
+        pad = self._tokenizer.pad_token_id
+        # Any id serves as padding: right of every real token, masked, never read.
+        self._pad = int(pad if pad is not None else self._tokenizer.eos_token_id or 0)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prm-forward")
+        self._pending: deque[_Request] = deque()
+        self._full = asyncio.Event()
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._running = 0  # paths in the forward now
+        self._closed = False
+        self.forwards = 0  # padded forwards run
+        self.sequences = 0  # paths they scored
+        self.prompt_tokens_evaluated = 0  # real (unpadded) tokens of those paths
+        self.padded_tokens = 0  # padding computed alongside them
+
+    @classmethod
+    def from_config(
+        cls, config: TransformersPRMConfig, *, step_separator: str = "\n"
+    ) -> TransformersPRMEngine:
+        """From the `engine:` block of a service config (`kind: transformers_prm`); the
+        separator is the scorer's `one_pass.step_separator` (not an engine field)."""
+        return cls(
+            config.model,
+            **config.model_dump(exclude={"kind", "model"}),
+            step_separator=step_separator,
+        )
+
+    # -- what admission and the replica's stats read ------------------------------------
+
+    def capacity(self) -> EngineCapacity:
+        """One padded forward of `max_batch` paths; no KV cache is kept between calls, so
+        the tokens held at once are a batch's worth, and the hit rate is 0 once anything
+        was scored (no prefix cache)."""
+        return EngineCapacity(
+            max_seqs=self.max_batch,
+            kv_tokens=self.max_batch * self.context_length,
+            context_length=self.context_length,
+            prefix_hit_rate=0.0 if self.prompt_tokens_evaluated else None,
+        )
+
+    def load(self) -> EngineLoad:
+        return EngineLoad(
+            max_seqs=self.max_batch,
+            running=self._running,
+            waiting=len(self._pending),
+            prompt_tokens=self.prompt_tokens_evaluated,
+            cached_prompt_tokens=0,
+        )
+
+    def cache_stats(self) -> dict[str, int]:
+        """Prompt tokens computed (every token of every path: see the class docstring)."""
+        return {
+            "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
+            "prompt_tokens_cached": 0,
+            "tokens_generated": 0,
+            "forwards": self.forwards,
+            "sequences": self.sequences,
+            "padded_tokens": self.padded_tokens,
+        }
+
+    # -- the engine contract ------------------------------------------------------------
+
+    async def score_steps(self, prompt: str, steps: Sequence[str]) -> StepValues:
+        if self._closed:
+            return StepValues((), 0, error="the transformers_prm engine is closed")
+        loop = asyncio.get_running_loop()
+        request = _Request(prompt, tuple(steps), loop.create_future())
+        self._pending.append(request)
+        if self._dispatcher is None or self._dispatcher.done():
+            self._full = asyncio.Event()  # a fresh one for this event loop
+            self._dispatcher = loop.create_task(self._dispatch())
+        if len(self._pending) >= self.max_batch:
+            self._full.set()
+        return await request.future
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        if not self._tokenizer.chat_template:
+            raise EngineError(
+                f"the PRM checkpoint {self.name!r} has no chat template in its tokenizer: "
+                "use one_pass.prompt_format: plain"
+            )
+        text = self._tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tokenize=False,
+            add_generation_prompt=not continue_final,
+            continue_final_message=continue_final,
+        )
+        return str(text)
+
+    async def tokenize(self, text: str) -> list[int]:
+        return self._encode(text)
+
+    async def close(self) -> None:
+        self._closed = True
+        while self._pending:
+            request = self._pending.popleft()
+            if not request.future.done():
+                request.future.set_result(StepValues((), 0, error="engine closed"))
+        await asyncio.to_thread(self._executor.shutdown, wait=True)
+
+    # -- batching -----------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        """Run padded forwards while calls wait: each waits for its window (or a full
+        batch), then takes up to `max_batch` of the oldest calls."""
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            wait = self._pending[0].arrived + self.batch_window_s - time.monotonic()
+            if wait > 0 and len(self._pending) < self.max_batch:
+                self._full.clear()
+                with contextlib.suppress(TimeoutError):  # the window closed first
+                    await asyncio.wait_for(self._full.wait(), wait)
+            batch = [
+                self._pending.popleft() for _ in range(min(self.max_batch, len(self._pending)))
+            ]
+            batch = [r for r in batch if not r.future.done()]  # a cancelled caller's
+            if not batch:
+                continue
+            self._running = len(batch)
+            try:
+                work = [(r.prompt, r.steps) for r in batch]
+                results = await loop.run_in_executor(self._executor, self._score_batch, work)
+            except Exception as exc:  # a model failure answers every caller, never hangs one
+                error = f"transformers_prm forward failed: {type(exc).__name__}: {exc}"
+                results = [StepValues((), 0, error=error) for _ in batch]
+            finally:
+                self._running = 0
+            for request, result in zip(batch, results, strict=True):
+                if not request.future.done():
+                    request.future.set_result(result)
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _score_batch(self, work: Sequence[tuple[str, tuple[str, ...]]]) -> list[StepValues]:
+        """Lay out every path and score those that fit in one padded forward (worker thread)."""
+        layouts = [layout(self._encode, p, s, self.separator, self.bos) for p, s in work]
+        results: list[StepValues | None] = [None] * len(layouts)
+        scored: list[int] = []
+        for i, path in enumerate(layouts):
+            n = len(path.input_ids)
+            if n > self.context_length:
+                results[i] = StepValues(
+                    (),
+                    n,
+                    error=f"context overflow: {n} tokens, the PRM's context_length is "
+                    f"{self.context_length}",
+                )
+            elif not path.positions:
+                results[i] = StepValues((), n)  # no step to score: no forward needed
+            else:
+                scored.append(i)
+        if scored:
+            values = self.forward([layouts[i] for i in scored])
+            for i, path_values in zip(scored, values, strict=True):
+                results[i] = StepValues(path_values, len(layouts[i].input_ids))
+        return [r for r in results if r is not None]
+
+    def forward(self, paths: Sequence[StepLayout]) -> list[tuple[float, ...]]:
+        """One right-padded forward over `paths`: each path's values at its separators."""
+        torch = self._torch
+        longest = max(len(p.input_ids) for p in paths)
+        ids = torch.full((len(paths), longest), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(paths), longest), dtype=torch.long)
+        for row, path in enumerate(paths):
+            ids[row, : len(path.input_ids)] = torch.tensor(path.input_ids, dtype=torch.long)
+            mask[row, : len(path.input_ids)] = 1
+        with torch.inference_mode():
+            logits = self._model(input_ids=ids, attention_mask=mask).logits
+        good = logits.float().softmax(dim=-1)[..., POSITIVE_CLASS]
+        real = sum(len(p.input_ids) for p in paths)
+        self.forwards += 1
+        self.sequences += len(paths)
+        self.prompt_tokens_evaluated += real
+        self.padded_tokens += len(paths) * longest - real
+        return [tuple(good[row, p.positions].tolist()) for row, p in enumerate(paths)]
+
+
+__all__ = ["POSITIVE_CLASS", "TransformersPRMEngine"]
