@@ -226,9 +226,13 @@ class TransformersPRMEngine:
     def _encode(self, text: str) -> list[int]:
         return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def path_layout(self, prompt: str, steps: Sequence[str]) -> StepLayout:
+        """The ids this engine scores for a path, and where each step's value is read."""
+        return layout(self._encode, prompt, steps, self.separator, self.bos)
+
     def _score_batch(self, work: Sequence[tuple[str, tuple[str, ...]]]) -> list[StepValues]:
         """Lay out every path and score those that fit in one padded forward (worker thread)."""
-        layouts = [layout(self._encode, p, s, self.separator, self.bos) for p, s in work]
+        layouts = [self.path_layout(p, s) for p, s in work]
         results: list[StepValues | None] = [None] * len(layouts)
         scored: list[int] = []
         for i, path in enumerate(layouts):
