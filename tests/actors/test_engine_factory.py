@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_every_engine_config_names_a_class_that_builds_from_it() -> None:
     configs = get_args(get_args(EngineConfig)[0])
-    assert len(configs) == 5
+    assert len(configs) == 6
     for config in configs:
         module, _, name = config.builds.partition(":")
         engine_class = getattr(importlib.import_module(module), name)
@@ -107,7 +107,7 @@ def test_building_an_engine_imports_no_other_engine() -> None:
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout)
     assert "actors.engines.sleep" in loaded and "search.algorithms.puct" in loaded
-    for other in ("vllm_engine", "llamacpp", "openai_compat", "load_model"):
+    for other in ("vllm_engine", "llamacpp", "openai_compat", "load_model", "transformers_prm"):
         assert f"actors.engines.{other}" not in loaded
     assert "search.algorithms.ab_mcts" not in loaded and "treequest" not in loaded
     assert not any(m == "vllm" or m.startswith("vllm.") for m in loaded)
