@@ -6,7 +6,7 @@ weights do.  The folder has what vLLM loads for Qwen2.5-Math-PRM-7B's architectu
 `config.json` naming `Qwen2ForProcessRewardModel` (2 labels), safetensors weights of a
 2-layer Qwen2 body (`model.*`) and the reward head (`score.0` Linear, ReLU, `score.2`
 Linear, as vLLM's qwen2_rm.py and Qwen's own modeling file build it), and a character
-tokenizer (as `tiny_model.py`'s) with the separator `<extra_0>` as one special token and a
+tokenizer (as `tiny_model.py`'s) with the separator `<extra_0>` as one added token and a
 ChatML template.
 
 `reference_step_values` is the plain transformers/torch forward of the same tensors: the
@@ -28,18 +28,22 @@ def build_tiny_prm(folder: Path, seed: int = 0) -> Path:
     """Write config, weights and tokenizer of a tiny random PRM into `folder`."""
     import torch
     from safetensors.torch import save_file
-    from tokenizers import Tokenizer, decoders, models
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2Model
 
     folder.mkdir(parents=True, exist_ok=True)
+    # transformers loads a folder whose config says qwen2 with Qwen2Tokenizer, which
+    # byte-level encodes the text first (" " is "Ġ"), as Qwen's real tokenizer does: the
+    # vocabulary is the printable characters in that byte-level alphabet.
     chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
-    vocab = {token: i for i, token in enumerate([EOS, START, SEPARATOR, *chars])}
+    byte_level = [_byte_char(c) for c in chars]
+    vocab = {token: i for i, token in enumerate([EOS, START, SEPARATOR, *byte_level])}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.decoder = decoders.Fuse()
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOS, pad_token=EOS)
-    # Special, as in Qwen's tokenizer: "<extra_0>" in a text is always its one token.
-    tokenizer.add_special_tokens({"additional_special_tokens": [SEPARATOR]})
-    tokenizer.add_tokens([START], special_tokens=False)
+    # Added tokens: "<extra_0>" in a text is always its one token, as in Qwen's tokenizer.
+    tokenizer.add_tokens([START, SEPARATOR], special_tokens=False)
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(folder)
 
@@ -76,6 +80,13 @@ def build_tiny_prm(folder: Path, seed: int = 0) -> Path:
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(folder)
     return folder
+
+
+def _byte_char(char: str) -> str:
+    """`char` (one byte in UTF-8) in the byte-level alphabet of GPT-2 style tokenizers."""
+    from tokenizers import pre_tokenizers
+
+    return str(pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str(char)[0][0])
 
 
 def reference_step_values(folder: Path, input_ids: Sequence[int], positions: Sequence[int]) -> list[float]:
