@@ -1,13 +1,16 @@
 """A one-pass PRM behind a vLLM server's `/pooling` endpoint (`--runner pooling`).
 
-`python -m vllm.entrypoints.openai.api_server --runner pooling --model PRM ...` serves a
-process reward model; `POST /pooling` with `{"model", "input": [token ids], "task":
-"token_classify", "use_activation": false}` answers `data[0].data`, one row of raw class
-logits per input token.  The engine sends the path as token ids built by
+`python -m vllm.entrypoints.openai.api_server --runner pooling --pooler-config
+'{"tok_pooling_type": "ALL"}' --model PRM ...` serves a process reward model (`vllm serve`
+takes the same flags).  ALL pooling is needed: `Qwen2ForProcessRewardModel`'s default is
+STEP pooling, which vLLM 0.32 answers with the rows of token 151651 only (Qwen's
+`<extra_0>`, whatever the model's vocabulary).  `POST /pooling` with `{"model", "input":
+[token ids], "task": "token_classify", "use_activation": false}` answers `data[0].data`,
+one row of raw class logits per input token.  The engine sends the path as token ids built by
 `actors.engines.step_layout.layout`, so the server scores exactly the training layout, and
 reads each step's value at its separator itself (`actors.engines.pooling_values`); a
-server whose pooler leaves tokens out (STEP pooling with a `step_tag_id`) is told apart
-by its row count and answered with an error.
+server whose pooler leaves tokens out (STEP) is told apart by its row count and answered
+with an error naming the flag.
 
 Tokenizing: through the server's own `POST /tokenize` (`add_special_tokens: false`),
 not a local tokenizer.  Why: the ids must be the served model's, and the search nodes
@@ -150,8 +153,10 @@ class OpenAIPoolingEngine:
             return StepValues((), input_tokens, error=str(exc))
         if status in (404, 405, 501) or (status >= 400 and "support" in str(data).lower()):
             return StepValues(
-                (), input_tokens, error=f"{redact_text(self.server_url)} {_NOT_POOLING}: "
-                f"/pooling answered {status} {redact_text(str(data))[:200]}"
+                (),
+                input_tokens,
+                error=f"{redact_text(self.server_url)} {_NOT_POOLING}: "
+                f"/pooling answered {status} {redact_text(str(data))[:200]}",
             )
         rows = _rows(data) if status == 200 else None
         if rows is None:

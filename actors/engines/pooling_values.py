@@ -43,7 +43,8 @@ def values_at(
             input_tokens,
             cached_tokens,
             error=f"{source} returned {len(rows)} rows for {input_tokens} tokens; a one-pass "
-            "PRM needs one per token (token_classify with ALL pooling, no step_tag_id)",
+            "PRM needs one per token: vLLM's pooler must be ALL, not STEP (start the server "
+            'with --pooler-config \'{"tok_pooling_type": "ALL"}\')',
         )
     if rows and not len(rows[0]):
         return StepValues((), input_tokens, cached_tokens, error=f"{source} returned no labels")

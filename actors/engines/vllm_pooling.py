@@ -10,8 +10,9 @@ was trained on), and each step's value is read here at its separator
 
 Why not vLLM's STEP pooling, which reads the separators itself: it is what
 `Qwen2ForProcessRewardModel` defaults to, but it has had bugs in vLLM's V1 engine and was
-silently ignored for some heads, and with it vLLM turns off prefix caching and chunked
-prefill.  The engine starts vLLM with ALL pooling (every token's row) and asks for raw
+silently ignored for some heads, vLLM 0.32 fixes its token to 151651 (Qwen's `<extra_0>`)
+for that architecture whatever the vocabulary, and with it vLLM turns off prefix caching
+and chunked prefill.  The engine starts vLLM with ALL pooling (every token's row) and asks for raw
 logits (`use_activation=False`; why: `pooling_values`).
 
 Prefix caching: on by default, as for the policy, but vLLM 0.32 does not read the

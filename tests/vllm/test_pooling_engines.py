@@ -60,8 +60,7 @@ def prm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(prm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """vLLM's OpenAI-compatible server with `--runner pooling` and nothing else: the
-    model's default pooler (STEP, no step tag: every token's row)."""
+    """vLLM's OpenAI-compatible server with `--runner pooling`, as the engine needs it."""
     if not HAS_VLLM:
         pytest.skip("needs vllm (scripts/test-vllm-cpu.sh)")
     with socket.socket() as s:
@@ -75,6 +74,10 @@ def server(prm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "vllm.entrypoints.openai.api_server",
         "--runner",
         "pooling",
+        # every token's row: the model's default STEP pooler returns only those of the
+        # token vLLM assumes is Qwen's separator (id 151651, not in this vocabulary)
+        "--pooler-config",
+        '{"tok_pooling_type": "ALL"}',
         "--model",
         str(prm_dir),
         "--served-model-name",
@@ -255,3 +258,23 @@ async def test_config_refuses_a_separator_of_several_tokens(prm_dir: Path) -> No
     with pytest.raises(ValueError, match="exactly one"):
         config.check_step_separator("\n\n")
     VLLMPoolingConfig(model="Qwen/Qwen2.5-Math-PRM-7B").check_step_separator("\n\n")  # remote
+
+
+async def test_a_step_pooling_server_is_a_clear_error() -> None:
+    """A stdlib server answering as vLLM 0.32 does when started without ALL pooling: for
+    Qwen2ForProcessRewardModel it returns only the rows of token 151651 (none here)."""
+
+    def respond(path: str, body: object, headers: object) -> tuple[int, object]:
+        if path == "/tokenize":
+            text = body["prompt"]  # type: ignore[index]
+            return 200, {"tokens": [ord(c) for c in text] if text != "<sep>" else [7]}
+        return 200, {"data": [{"index": 0, "object": "pooling", "data": []}]}
+
+    server = FakeServer(respond)
+    engine = OpenAIPoolingEngine(server.url, "m", step_separator="<sep>", api_key_env=None)
+    try:
+        answer = await engine.score_steps("prompt", ["step one"])
+    finally:
+        await engine.close()
+        server.close()
+    assert answer.values == () and "tok_pooling_type" in (answer.error or "")

@@ -89,7 +89,9 @@ def _byte_char(char: str) -> str:
     return str(pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str(char)[0][0])
 
 
-def reference_step_values(folder: Path, input_ids: Sequence[int], positions: Sequence[int]) -> list[float]:
+def reference_step_values(
+    folder: Path, input_ids: Sequence[int], positions: Sequence[int]
+) -> list[float]:
     """The positive class's probability at `positions`, from transformers' `Qwen2Model` and
     the head computed by hand from the checkpoint's tensors (softmax over the 2 labels)."""
     import torch
