@@ -214,8 +214,9 @@ class VLLMPoolingConfig(_Engine):
 
 
 class OpenAIPoolingConfig(_Engine):
-    """A one-pass PRM behind vLLM's OpenAI-compatible server started with `--runner pooling`
-    (its `/pooling` endpoint); the key is read from `api_key_env`, never stored."""
+    """A one-pass PRM behind vLLM's OpenAI-compatible server (its `/pooling` endpoint), started
+    with `--runner pooling --pooler-config '{"tok_pooling_type": "ALL"}'`; the key is read
+    from `api_key_env`, never stored."""
 
     builds: ClassVar[str] = "actors.engines.openai_pooling:OpenAIPoolingEngine"
     scores_steps: ClassVar[bool] = True
