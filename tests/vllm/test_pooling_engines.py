@@ -109,7 +109,7 @@ def server(prm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 def wait_for(url: str, log_hint: str = "") -> None:
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600  # a start took over 5 minutes on a busy 2-core machine
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
