@@ -173,6 +173,96 @@ class OpenAIConfig(_Engine):
         return _folder_warning("engine.chat_template", self.chat_template)
 
 
+class VLLMPoolingConfig(_Engine):
+    """A one-pass PRM on vLLM's pooling runner in the replica (GPU production)."""
+
+    builds: ClassVar[str] = "actors.engines.vllm_pooling:VLLMPoolingEngine"
+    packages: ClassVar[tuple[Package, ...]] = (Package("vllm", "'.[gpu]'"),)
+    scores_steps: ClassVar[bool] = True
+
+    kind: Literal["vllm_pooling"] = Field(
+        "vllm_pooling", description="a process reward model on vLLM's pooling runner (GPU)"
+    )
+    model: str = Field(description="Hugging Face model id or local folder of the PRM")
+    dtype: str = Field("auto", description="vLLM's dtype: auto (the checkpoint's), bfloat16, ...")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one model is sharded over")
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="share of GPU memory vLLM may take (weights and KV cache)"
+    )
+    max_model_len: int = Field(
+        8192, ge=256, description="tokens of one scored path (prompt and every step)"
+    )
+    enable_prefix_caching: bool = Field(
+        True,
+        description="vLLM's prefix cache (vLLM 0.32 still computes every token of a "
+        "token-classification request)",
+    )
+    max_num_seqs: int | None = Field(
+        None, ge=1, description="paths scored in one batch; null: vLLM's default"
+    )
+    seed: int = Field(0, description="vLLM's engine seed")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="further vLLM AsyncEngineArgs fields (e.g. enforce_eager); one set by a "
+        "field here is refused",
+    )
+
+    def check_model(self) -> str | None:
+        """As `VLLMConfig`: a folder not here may be on the GPU nodes (a warning)."""
+        return _folder_warning("engine.model", self.model)
+
+    def check_step_separator(self, separator: str) -> None:
+        _check_local_separator(self.model, separator, "engine.model")
+
+
+class OpenAIPoolingConfig(_Engine):
+    """A one-pass PRM behind vLLM's OpenAI-compatible server (its `/pooling` endpoint), started
+    with `--runner pooling --pooler-config '{"tok_pooling_type": "ALL"}'`; the key is read
+    from `api_key_env`, never stored."""
+
+    builds: ClassVar[str] = "actors.engines.openai_pooling:OpenAIPoolingEngine"
+    scores_steps: ClassVar[bool] = True
+
+    kind: Literal["openai_pooling"] = Field(
+        "openai_pooling", description="the /pooling endpoint of a vLLM server (--runner pooling)"
+    )
+    base_url: str = Field(
+        description="the server's URL, e.g. http://localhost:8000 (a trailing /v1 is dropped: "
+        "vLLM serves /pooling and /tokenize at its root)"
+    )
+    model: str = Field(description="the served model name sent with every request")
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY",
+        description="environment variable holding the API key (required unless the URL is "
+        "loopback); None: no key",
+    )
+    context_length: int = Field(
+        8192, ge=256, description="tokens of one scored path (the server's --max-model-len)"
+    )
+    request_timeout_s: float = Field(
+        120.0, gt=0, description="seconds one HTTP request may take before it fails"
+    )
+
+
+def _check_local_separator(model: str, separator: str, field: str) -> None:
+    """Refuse a separator that is not one token of a model folder that is here (a hub id or
+    a folder on other nodes cannot be looked at; neither can a model without transformers)."""
+    folder = Path(model).expanduser()
+    if not (folder / "tokenizer_config.json").is_file():
+        return
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return
+    from actors.engines.step_layout import separator_id
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    try:
+        separator_id(lambda text: tokenizer.encode(text, add_special_tokens=False), separator)
+    except ValueError as exc:
+        raise ValueError(f"{field} {model}: {exc}") from exc
+
+
 class SleepConfig(_Engine):
     """No model: each call sleeps `latency_s` and returns `output_tokens` tokens (load tests)."""
 
@@ -344,7 +434,9 @@ def _folder_warning(field: str, folder: str) -> str | None:
 EngineConfig = Annotated[
     LlamaCppConfig
     | VLLMConfig
+    | VLLMPoolingConfig
     | OpenAIConfig
+    | OpenAIPoolingConfig
     | SleepConfig
     | LoadModelConfig
     | TransformersPRMConfig,

@@ -1,0 +1,261 @@
+"""A one-pass PRM behind a vLLM server's `/pooling` endpoint (`--runner pooling`).
+
+`python -m vllm.entrypoints.openai.api_server --runner pooling --pooler-config
+'{"tok_pooling_type": "ALL"}' --model PRM ...` serves a process reward model (`vllm serve`
+takes the same flags).  ALL pooling is needed: `Qwen2ForProcessRewardModel`'s default is
+STEP pooling, which vLLM 0.32 answers with the rows of token 151651 only (Qwen's
+`<extra_0>`, whatever the model's vocabulary).  `POST /pooling` with `{"model", "input":
+[token ids], "task": "token_classify", "use_activation": false}` answers `data[0].data`,
+one row of raw class logits per input token.  The engine sends the path as token ids built by
+`actors.engines.step_layout.layout`, so the server scores exactly the training layout, and
+reads each step's value at its separator itself (`actors.engines.pooling_values`); a
+server whose pooler leaves tokens out (STEP) is told apart by its row count and answered
+with an error naming the flag.
+
+Tokenizing: through the server's own `POST /tokenize` (`add_special_tokens: false`),
+not a local tokenizer.  Why: the ids must be the served model's, and the search nodes
+then need neither the model's files nor `transformers` (not in the base install).  The
+pieces of a tree's paths repeat (every child repeats its parent's prompt and steps), so
+each text's ids are kept (a bounded LRU) and a new node costs one `/tokenize` of its new
+step.  The BOS rule of `layout` ("the tokenizer's BOS, if it has one") is read as what
+the server's tokenizer puts before a text with special tokens on: `/tokenize` of "" with
+`add_special_tokens: true` (Qwen2.5: nothing; Llama 3: its BOS).  `render_chat` is
+vLLM's chat renderer (`/tokenize` with `messages`, then `/detokenize`).
+
+A server that is not a pooling server (no `/pooling`, or a model without token
+classification) gives an error StepValues naming the flag to start it with; a path longer
+than `context_length` is an error StepValues before any request: `score_steps` never
+raises.  The API key is read from `api_key_env` when the engine is built, sent as a
+Bearer token and kept out of errors and `repr`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from actors.engines.base import EngineError, StepValues
+from actors.engines.openai_compat import _is_loopback, _server_root
+from actors.engines.pooling_values import values_at
+from actors.engines.step_layout import layout, separator_id
+from actors.redact import redact_text
+
+if TYPE_CHECKING:
+    from actors.config import OpenAIPoolingConfig
+
+TOKEN_CACHE = 4096  # texts whose ids are kept (prompts and steps of recent paths)
+_NOT_POOLING = (
+    "is not a pooling server (start vLLM with --runner pooling and a model with token "
+    "classification, e.g. Qwen2ForProcessRewardModel)"
+)
+
+
+class OpenAIPoolingEngine:
+    """A process reward model behind a vLLM server (see the module docstring)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        step_separator: str = "\n",
+        api_key_env: str | None = "OPENAI_API_KEY",
+        api_key_required: bool | None = None,
+        context_length: int = 8192,
+        request_timeout_s: float = 120.0,
+        name: str | None = None,
+    ) -> None:
+        key = (os.environ.get(api_key_env) or None) if api_key_env else None
+        required = not _is_loopback(base_url) if api_key_required is None else api_key_required
+        if key is None and required:
+            where = f"set the environment variable {api_key_env}" if api_key_env else "set one"
+            raise EngineError(
+                f"no API key for {redact_text(base_url)}: {where}, or api_key_env: null for "
+                "a server without authentication"
+            )
+        self.server_url = _server_root(base_url.rstrip("/")).rstrip("/")
+        self.model = model
+        self.name = name or model.rstrip("/").rsplit("/", 1)[-1]
+        self.context_length = context_length
+        self.step_separator = step_separator
+        self.api_key_env = api_key_env
+        self._has_key = key is not None
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = httpx.AsyncClient(
+            base_url=self.server_url, headers=headers, timeout=request_timeout_s
+        )
+        self._ids: OrderedDict[str, list[int]] = OrderedDict()
+        self._separator: int | None = None
+        self._bos: list[int] | None = None  # [] or [bos], once asked
+
+    @classmethod
+    def from_config(
+        cls, config: OpenAIPoolingConfig, *, step_separator: str = "\n"
+    ) -> OpenAIPoolingEngine:
+        """From the `engine:` block of a scorer config (`kind: openai_pooling`) and the
+        scorer's `one_pass.step_separator`; `api_key_env: null` means no key."""
+        return cls(
+            config.base_url,
+            config.model,
+            step_separator=step_separator,
+            api_key_env=config.api_key_env,
+            api_key_required=False if config.api_key_env is None else None,
+            context_length=config.context_length,
+            request_timeout_s=config.request_timeout_s,
+        )
+
+    def __repr__(self) -> str:
+        key = f"${self.api_key_env}" if self._has_key else "none"
+        return (
+            f"OpenAIPoolingEngine(name={self.name!r}, server={redact_text(self.server_url)!r}, "
+            f"model={self.model!r}, api_key={key})"
+        )
+
+    __str__ = __repr__
+
+    async def score_steps(self, prompt: str, steps: Sequence[str]) -> StepValues:
+        input_tokens = 0
+        try:
+            if self._separator is None:
+                separator = (await self._token_ids([self.step_separator]))[self.step_separator]
+                self._separator = separator_id(lambda _: separator, self.step_separator)
+            if self._bos is None:
+                self._bos = await self._special_prefix()
+            known = await self._token_ids([prompt, *steps])
+            bos = self._bos[0] if self._bos else None
+            path = layout(known.__getitem__, prompt, steps, self._separator, bos)
+        except (EngineError, ValueError) as exc:  # a dead server, a separator of 2 tokens
+            return StepValues((), 0, error=str(exc))
+        input_tokens = len(path.input_ids)
+        if input_tokens > self.context_length:
+            return StepValues(
+                (),
+                input_tokens,
+                error=f"context overflow: {input_tokens} tokens, the context holds "
+                f"{self.context_length}",
+            )
+        if not path.positions:
+            return StepValues((), input_tokens)
+        body = {
+            "model": self.model,
+            "input": path.input_ids,
+            "task": "token_classify",
+            "use_activation": False,
+        }
+        try:
+            status, data = await self._post("/pooling", body)
+        except EngineError as exc:
+            return StepValues((), input_tokens, error=str(exc))
+        if status in (404, 405, 501) or (status >= 400 and "support" in str(data).lower()):
+            return StepValues(
+                (),
+                input_tokens,
+                error=f"{redact_text(self.server_url)} {_NOT_POOLING}: "
+                f"/pooling answered {status} {redact_text(str(data))[:200]}",
+            )
+        rows = _rows(data) if status == 200 else None
+        if rows is None:
+            return StepValues(
+                (), input_tokens, error=f"/pooling: {status} {redact_text(str(data))[:300]}"
+            )
+        return values_at(rows, path.positions, input_tokens, _cached(data), source="/pooling")
+
+    async def _token_ids(self, texts: Sequence[str]) -> dict[str, list[int]]:
+        """The ids of each text, from the cache or the server (all missing ones at once)."""
+        missing = list(dict.fromkeys(t for t in texts if t not in self._ids))
+        answers = await asyncio.gather(*(self._tokenize(t, special=False) for t in missing))
+        for text, ids in zip(missing, answers, strict=True):
+            self._ids[text] = ids
+        found = {}
+        for text in texts:
+            self._ids.move_to_end(text)
+            found[text] = self._ids[text]
+        while len(self._ids) > TOKEN_CACHE:
+            self._ids.popitem(last=False)
+        return found
+
+    async def _special_prefix(self) -> list[int]:
+        ids = await self._tokenize("", special=True)
+        if len(ids) > 1:
+            raise EngineError(
+                f"{self.name}: the tokenizer puts {len(ids)} special tokens ({ids}) before a "
+                "text; the step layout takes one BOS at most"
+            )
+        return ids
+
+    async def _tokenize(self, text: str, *, special: bool) -> list[int]:
+        body = {"model": self.model, "prompt": text, "add_special_tokens": special}
+        status, data = await self._post("/tokenize", body)
+        tokens = data.get("tokens") if status == 200 and isinstance(data, Mapping) else None
+        if not isinstance(tokens, list):
+            raise EngineError(
+                f"{redact_text(self.server_url)}/tokenize: {status} "
+                f"{redact_text(str(data))[:200]} (a vLLM server has it)"
+            )
+        return [int(t) for t in tokens]
+
+    async def _post(self, path: str, body: Mapping[str, Any]) -> tuple[int, Any]:
+        try:
+            response = await self._client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise EngineError(
+                f"{redact_text(self.server_url)}{path}: {type(exc).__name__} "
+                f"{redact_text(str(exc))[:200]}"
+            ) from exc
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, response.text[:300]
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        body = {
+            "model": self.model,
+            "messages": [dict(m) for m in messages],
+            "add_generation_prompt": not continue_final,
+            "continue_final_message": continue_final,
+            "add_special_tokens": False,
+        }
+        status, data = await self._post("/tokenize", body)
+        if status != 200 or not isinstance(data, Mapping) or "tokens" not in data:
+            raise EngineError(
+                f"{self.name}: could not render the chat on {redact_text(self.server_url)}: "
+                f"/tokenize with messages: {status} {redact_text(str(data))[:200]}"
+            )
+        body = {"model": self.model, "tokens": list(data["tokens"])}
+        status, text = await self._post("/detokenize", body)
+        if status != 200 or not isinstance(text, Mapping) or "prompt" not in text:
+            raise EngineError(f"{self.name}: /detokenize: {status} {str(text)[:200]}")
+        return str(text["prompt"])
+
+    async def tokenize(self, text: str) -> list[int]:
+        return (await self._token_ids([text]))[text]
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def _rows(data: Any) -> list[list[float]] | None:
+    """`data[0].data` of a /pooling answer, when it is one list of numbers per token."""
+    try:
+        rows = data["data"][0]["data"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        return None
+    return [[float(x) for x in row] for row in rows]
+
+
+def _cached(data: Any) -> int:
+    """The answer's cached prompt tokens, where the server reports them (else 0)."""
+    try:
+        cached = data["usage"]["prompt_tokens_details"]["cached_tokens"]
+    except (KeyError, TypeError):
+        return 0
+    return cached if isinstance(cached, int) and cached > 0 else 0

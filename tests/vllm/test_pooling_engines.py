@@ -1,0 +1,280 @@
+"""The one-pass PRM engines on vLLM's pooling runner, against a plain torch forward.
+
+`VLLMPoolingEngine` (vLLM in-process) and `OpenAIPoolingEngine` (a real vLLM server's
+`/pooling` endpoint, started here with `--runner pooling`) score paths of a tiny random
+`Qwen2ForProcessRewardModel` written by the test (`tiny_prm.py`); each step's value must
+equal transformers' `Qwen2Model` plus the reward head computed by hand from the same
+tensors, read at the same separators, within `TOLERANCE` (float32 everywhere; measured
+differences are ~1e-7).  vLLM tests are skipped unless `vllm` is importable
+(scripts/test-vllm-cpu.sh); the server is started first so that it loads while the
+in-process engine does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from actors.engines.openai_pooling import OpenAIPoolingEngine
+from actors.engines.step_layout import layout
+from tests.openai_server import FakeServer
+from tests.vllm.tiny_prm import SEPARATOR
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+HAS_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "safetensors"))
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vllm (scripts/test-vllm-cpu.sh)")
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+CONTEXT = 512
+TOLERANCE = 1e-4  # absolute, on probabilities
+MESSAGES = [
+    {"role": "system", "content": "Reason step by step."},
+    {"role": "user", "content": "What is 12 times 3?"},
+]
+PATHS = [
+    ["Step 1: 12*3 = 36.", "Step 2: The answer is $\\boxed{36}$."],
+    ["Step 1: 12*3 = 35."],
+    ["Step 1: 10*3 = 30.", "Step 2: 2*3 = 6.", "Step 3: 30+6 = 36, so \\boxed{36}."],
+]
+
+
+@pytest.fixture(scope="module")
+def prm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not HAS_TORCH:
+        pytest.skip("needs torch, transformers and safetensors")
+    from tests.vllm.tiny_prm import build_tiny_prm
+
+    return build_tiny_prm(tmp_path_factory.mktemp("tiny-prm"))
+
+
+@pytest.fixture(scope="module")
+def server(prm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """vLLM's OpenAI-compatible server with `--runner pooling`, as the engine needs it."""
+    if not HAS_VLLM:
+        pytest.skip("needs vllm (scripts/test-vllm-cpu.sh)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("vllm-pooling-serve") / "server.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--runner",
+        "pooling",
+        # every token's row: the model's default STEP pooler returns only those of the
+        # token vLLM assumes is Qwen's separator (id 151651, not in this vocabulary)
+        "--pooler-config",
+        '{"tok_pooling_type": "ALL"}',
+        "--model",
+        str(prm_dir),
+        "--served-model-name",
+        "prm",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(CONTEXT),
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--max-num-seqs",
+        "8",
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_for(url: str, log_hint: str = "") -> None:
+    deadline = time.monotonic() + 600  # a start took over 5 minutes on a busy 2-core machine
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"vLLM's server at {url} did not start {log_hint}")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def in_process(prm_dir: Path, server: str) -> AsyncIterator[object]:
+    """The in-process engine, built while the server (already launched) loads."""
+    from actors.engines.vllm_pooling import VLLMPoolingEngine
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    engine = VLLMPoolingEngine(
+        str(prm_dir),
+        step_separator=SEPARATOR,
+        context_length=CONTEXT,
+        dtype="float32",
+        gpu_memory_utilization=0.3,
+        max_num_seqs=8,
+        engine_args={"enforce_eager": True},
+    )
+    yield engine
+    await engine.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def over_http(server: str) -> AsyncIterator[OpenAIPoolingEngine]:
+    await asyncio.to_thread(wait_for, server)
+    engine = OpenAIPoolingEngine(
+        f"{server}/v1", "prm", step_separator=SEPARATOR, api_key_env=None, context_length=CONTEXT
+    )
+    yield engine
+    await engine.close()
+
+
+def expected(prm_dir: Path, prompt: str, steps: list[str]) -> tuple[list[float], int]:
+    """The reference values and the sequence length, from the local tokenizer."""
+    from transformers import AutoTokenizer
+
+    from tests.vllm.tiny_prm import reference_step_values
+
+    tokenizer = AutoTokenizer.from_pretrained(prm_dir)
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    assert tokenizer.bos_token_id is None  # as Qwen2.5's: nothing before the prompt
+    path = layout(encode, prompt, steps, encode(SEPARATOR)[0])
+    return reference_step_values(prm_dir, path.input_ids, path.positions), len(path.input_ids)
+
+
+async def check_engine(engine: object, prm_dir: Path) -> None:
+    prompt = await engine.render_chat(MESSAGES, continue_final=False)  # type: ignore[attr-defined]
+    assert prompt.endswith("<|im_start|>assistant\n")
+    # concurrently, as the scorer sends them: each answer is its own path's
+    results = await asyncio.gather(*(engine.score_steps(prompt, p) for p in PATHS))  # type: ignore[attr-defined]
+    for steps, got in zip(PATHS, results, strict=True):
+        want, length = expected(prm_dir, prompt, steps)
+        assert got.error is None, got.error
+        assert got.input_tokens == length
+        assert len(got.values) == len(steps)
+        assert got.values == pytest.approx(want, abs=TOLERANCE)
+    # the values differ between steps (a value read at one fixed token would not)
+    assert len({round(v, 4) for r in results for v in r.values}) > 3
+
+
+@needs_vllm
+async def test_in_process_values_equal_a_torch_forward(in_process: object, prm_dir: Path) -> None:
+    await check_engine(in_process, prm_dir)
+
+
+@needs_vllm
+async def test_pooling_endpoint_values_equal_a_torch_forward(
+    over_http: OpenAIPoolingEngine, prm_dir: Path
+) -> None:
+    await check_engine(over_http, prm_dir)
+    from transformers import AutoTokenizer
+
+    local = AutoTokenizer.from_pretrained(prm_dir)
+    text = "Step 2: 36<extra_0>"
+    assert await over_http.tokenize(text) == local.encode(text, add_special_tokens=False)
+
+
+@needs_vllm
+@pytest.mark.parametrize("which", ["in_process", "over_http"])
+async def test_overflow_is_an_error_and_the_full_context_is_scored(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    engine = request.getfixturevalue(which)
+    # one character per token: the path is the prompt + 10 + 1 (separator) tokens
+    fits = await engine.score_steps("x" * (CONTEXT - 11), ["y" * 10])
+    assert fits.error is None and fits.input_tokens == CONTEXT and len(fits.values) == 1
+    over = await engine.score_steps("x" * (CONTEXT - 10), ["y" * 10])
+    assert over.values == () and over.input_tokens == CONTEXT + 1
+    assert "context overflow" in (over.error or "")
+    empty = await engine.score_steps("just a prompt", [])
+    assert empty.values == () and empty.error is None
+
+
+@needs_vllm
+@pytest.mark.parametrize("which", ["in_process", "over_http"])
+async def test_a_separator_of_two_tokens_is_an_error(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    engine = request.getfixturevalue(which)
+    engine.step_separator, engine._separator = "ab", None
+    try:
+        bad = await engine.score_steps("prompt", ["step"])
+    finally:
+        engine.step_separator, engine._separator = SEPARATOR, None
+    assert bad.values == () and "exactly one" in (bad.error or "")
+
+
+async def test_a_server_without_pooling_is_a_clear_error() -> None:
+    """A stdlib server (no vLLM can run in the base suite) answering as vLLM's generation
+    server does: /tokenize works, /pooling is not there."""
+
+    def respond(path: str, body: object, headers: object) -> tuple[int, object]:
+        if path == "/tokenize":
+            text = body["prompt"]  # type: ignore[index]
+            return 200, {"tokens": [ord(c) for c in text] if text != "<sep>" else [7]}
+        return 404, {"detail": "Not Found"}
+
+    server = FakeServer(respond)
+    engine = OpenAIPoolingEngine(server.url, "m", step_separator="<sep>", api_key_env=None)
+    try:
+        answer = await engine.score_steps("prompt", ["step one"])
+    finally:
+        await engine.close()
+        server.close()
+    assert answer.values == () and "--runner pooling" in (answer.error or "")
+    assert answer.input_tokens == len("prompt") + len("step one") + 1
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch, transformers and safetensors")
+async def test_config_refuses_a_separator_of_several_tokens(prm_dir: Path) -> None:
+    from actors.config import OpenAIPoolingConfig, VLLMPoolingConfig
+
+    config = VLLMPoolingConfig(model=str(prm_dir))
+    assert config.scores_steps and OpenAIPoolingConfig.scores_steps
+    config.check_step_separator(SEPARATOR)
+    with pytest.raises(ValueError, match="exactly one"):
+        config.check_step_separator("\n\n")
+    VLLMPoolingConfig(model="Qwen/Qwen2.5-Math-PRM-7B").check_step_separator("\n\n")  # remote
+
+
+async def test_a_step_pooling_server_is_a_clear_error() -> None:
+    """A stdlib server answering as vLLM 0.32 does when started without ALL pooling: for
+    Qwen2ForProcessRewardModel it returns only the rows of token 151651 (none here)."""
+
+    def respond(path: str, body: object, headers: object) -> tuple[int, object]:
+        if path == "/tokenize":
+            text = body["prompt"]  # type: ignore[index]
+            return 200, {"tokens": [ord(c) for c in text] if text != "<sep>" else [7]}
+        return 200, {"data": [{"index": 0, "object": "pooling", "data": []}]}
+
+    server = FakeServer(respond)
+    engine = OpenAIPoolingEngine(server.url, "m", step_separator="<sep>", api_key_env=None)
+    try:
+        answer = await engine.score_steps("prompt", ["step one"])
+    finally:
+        await engine.close()
+        server.close()
+    assert answer.values == () and "tok_pooling_type" in (answer.error or "")
