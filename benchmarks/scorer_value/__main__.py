@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # 2. rows per simulated GPU-hour at the H100 shape
     settings = QUICK_SETTINGS if args.quick else SETTINGS
-    warm = args.warm_s if args.warm_s is not None else (200.0 if args.quick else 300.0)
-    window = args.window_s if args.window_s is not None else (300.0 if args.quick else 600.0)
+    warm = args.warm_s if args.warm_s is not None else (150.0 if args.quick else 300.0)
+    window = args.window_s if args.window_s is not None else (150.0 if args.quick else 600.0)
     results = [
         run_gpu_hour(scorer, setting, warm, window) for setting in settings for scorer in grid.COSTS
     ]
