@@ -421,6 +421,49 @@ class TransformersPRMConfig(_Engine):
 PRM_ARCHITECTURES = ("ForTokenClassification", "ForProcessRewardModel")
 
 
+class LoadModelPRMConfig(_Engine):
+    """No model: a one-pass PRM's timing on a continuous-batching engine (load_model_prm.py).
+
+    A scoring request prefills the uncached tokens of its path (the prefix cache
+    serves the parent's) and runs one forward step; nothing is decoded (vLLM's pooling
+    runner).  The curve's defaults are `load_model`'s: a 7-8B model on one H100 80GB.
+    """
+
+    builds: ClassVar[str] = "actors.engines.load_model_prm:LoadModelPRMEngine"
+    scores_steps: ClassVar[bool] = True
+
+    kind: Literal["load_model_prm"] = Field(
+        "load_model_prm", description="no model: a one-pass PRM's continuous-batching timing"
+    )
+    model: str = Field("load-model-prm", description="the name the engine reports")
+    decode_base_ms: float = Field(7.4, ge=0, description="forward step time with no sequences")
+    decode_per_seq_ms: float = Field(
+        0.051, ge=0, description="extra forward step time per sequence in the batch"
+    )
+    decode_per_context_token_ns: float = Field(
+        0.0, ge=0, description="extra step time per context token the batch holds"
+    )
+    prefill_tokens_per_s: float = Field(24_000.0, gt=0, description="uncached prompt tokens/s")
+    max_seqs: int = Field(256, ge=1, description="sequences in the batch at most; others queue")
+    cache_tokens: int = Field(400_000, ge=0, description="LRU prefix cache size in tokens")
+    block_tokens: int = Field(16, ge=1, description="prefix cache block size in tokens")
+    time_scale: float = Field(
+        1.0, gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"
+    )
+    context_length: int = Field(
+        4096, ge=256, description="the longest path scored; a longer one is an error value"
+    )
+    seed: int = Field(0, description="seeds the step values (a hash of the path)")
+
+    def check_step_separator(self, separator: str) -> None:
+        """Its tokens are whitespace words, a whitespace-only text one token of its own."""
+        if not separator or len(separator.split()) > 1:
+            raise ValueError(
+                f"scorer.one_pass.step_separator {separator!r} is not one token of the "
+                "load_model_prm engine (one word, or whitespace only)"
+            )
+
+
 def _folder_warning(field: str, folder: str) -> str | None:
     """A warning naming `field` when `folder` is written as a path (not a hub id) and is
     not a folder here."""
@@ -439,7 +482,8 @@ EngineConfig = Annotated[
     | OpenAIPoolingConfig
     | SleepConfig
     | LoadModelConfig
-    | TransformersPRMConfig,
+    | TransformersPRMConfig
+    | LoadModelPRMConfig,
     Field(discriminator="kind"),
 ]
 

@@ -81,7 +81,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from search.config import CostWeights
 from search.protocols import FinishReason, Generation, GenerationRequest, Score, ScoreRequest
@@ -147,6 +147,14 @@ class SimParams:
     prm_low_log10: tuple[float, float] = (-5.0, -1.0)  # low = 10**U(lo, hi)
     prm_prompt_tokens: int = 400  # GenPRM system prompt + problem
     prm_critique_tokens: int = 320  # one step's analysis + judgement (PRM output)
+    # How the PRM is charged (see `SimScorer`): genprm = a generative PRM that writes a
+    # critique per step and re-reads its growing conversation (the paper's GenPRM);
+    # one_pass = a discriminative PRM that reads prompt + path in one forward pass and
+    # writes nothing (Qwen2.5-Math-PRM; `scorer.kind: one_pass`).  Scores are the same.
+    prm_cost: Literal["genprm", "one_pass"] = "genprm"
+    # one_pass: its prompt, [bos] + chat template + system turn + a MATH problem (about
+    # 120 tokens for Qwen2.5-Math-PRM); not GenPRM's long system prompt
+    prm_one_pass_prompt_tokens: int = 120
     # Per-score caps (a context window, a bounded analysis): the driver's default
     # per-score reserve, so charging PRM tokens never makes a score overspend it.
     prm_max_input_tokens: int = _DEFAULT_COST.prm_reserve_input_tokens  # 4096
@@ -173,6 +181,10 @@ class SimParams:
             lo, hi = getattr(self, name)
             if not lo <= hi <= 0:
                 raise ValueError(f"{name} must be a range (lo, hi) with lo <= hi <= 0")
+        if self.prm_cost not in ("genprm", "one_pass"):
+            raise ValueError(f"prm_cost must be 'genprm' or 'one_pass', got {self.prm_cost!r}")
+        if self.prm_one_pass_prompt_tokens < 0:
+            raise ValueError("prm_one_pass_prompt_tokens must be >= 0")
 
     @property
     def answer_hazard(self) -> float:
@@ -424,15 +436,23 @@ class SimScorer:
     parent's context and its own text instead of the whole path (O(1) in the
     depth, the way GenPRM reuses its ancestors' critiques).
 
-    Token counts (never charged in the paper's output-token budget): input =
-    `prm_prompt_tokens` + every token generated on the path + one critique per
-    ancestor step (GenPRM's growing conversation); output =
-    `prm_critique_tokens` per step of the node (a full-generation node holds
-    several steps, each scored, App. E), each capped at
-    `prm_max_input_tokens` / `prm_max_output_tokens` (the driver's default
-    per-score reserve).  `max_cost` itself is not read, as with the real
-    GenPRM scorer: a run that charges PRM tokens with a smaller reserve
-    must lower the caps too.
+    Token counts (never charged in the paper's output-token budget), by
+    `params.prm_cost`:
+
+    * genprm (the default): input = `prm_prompt_tokens` + every token generated
+      on the path + one critique per ancestor step (GenPRM's growing
+      conversation); output = `prm_critique_tokens` per step of the node (a
+      full-generation node holds several steps, each scored, App. E);
+    * one_pass: input = `prm_one_pass_prompt_tokens` + every token generated on
+      the path (the real one-pass scorer's [bos] + prompt + each step + its
+      separator: each step's closing token, the boundary or end of sequence,
+      stands for its separator), re-read whole for every node; output 0.
+
+    Each is capped at `prm_max_input_tokens` / `prm_max_output_tokens` (the
+    driver's default per-score reserve).  `max_cost` itself is not read, as
+    with the real GenPRM scorer: a run that charges PRM tokens with a smaller
+    reserve must lower the caps too.  `cached_input_tokens` says how much of
+    a score's input a prefix cache would serve.
     """
 
     params: SimParams = field(default_factory=SimParams)
@@ -453,14 +473,37 @@ class SimScorer:
         lo, hi = p.prm_high_log10 if high else p.prm_low_log10
         tail = 10.0 ** (lo + (hi - lo) * (u_tail / _TWO_TO_64))
         own_steps = node_text.count(_TAG_OPEN)
-        critiques = p.prm_critique_tokens * (state.step - own_steps)  # ancestor steps
+        if p.prm_cost == "one_pass":
+            input_tokens, output_tokens = p.prm_one_pass_prompt_tokens + state.path_tokens, 0
+        else:
+            critiques = p.prm_critique_tokens * (state.step - own_steps)  # ancestor steps
+            input_tokens = p.prm_prompt_tokens + state.path_tokens + critiques
+            output_tokens = p.prm_critique_tokens * max(1, own_steps)
         return Score(
             value=min(1.0, max(0.0, 1.0 - tail if high else tail)),
             context=digest,
-            input_tokens=min(
-                p.prm_max_input_tokens, p.prm_prompt_tokens + state.path_tokens + critiques
-            ),
-            output_tokens=min(p.prm_max_output_tokens, p.prm_critique_tokens * max(1, own_steps)),
+            input_tokens=min(p.prm_max_input_tokens, input_tokens),
+            output_tokens=min(p.prm_max_output_tokens, output_tokens),
+        )
+
+    def cached_input_tokens(self, request: ScoreRequest, score: Score) -> int:
+        """Of `score.input_tokens`, the ones a prefix cache serves: the parent's sequence.
+
+        Both cost models append to the parent's sequence (one_pass: prompt + parent
+        path; genprm: the parent's conversation, its own critique included), so all
+        but the node's own generated tokens were computed when the parent was scored.
+        A child of the root finds its prompt cached (a sibling or an earlier search of
+        the problem computed it; the very first score of a problem would not).
+        """
+        node_text = request.path[-1] if request.path else ""
+        own = _path_state(node_text if _TAG_OPEN in node_text else "".join(request.path))
+        parent = _START
+        for segment in reversed(request.path[:-1]):
+            if _TAG_OPEN in segment:
+                parent = _path_state(segment)
+                break
+        return max(
+            0, min(score.input_tokens, score.input_tokens - (own.path_tokens - parent.path_tokens))
         )
 
     def _key(self, problem: str, segments: tuple[str, ...]) -> bytes:

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_every_engine_config_names_a_class_that_builds_from_it() -> None:
     configs = get_args(get_args(EngineConfig)[0])
-    assert len(configs) == 8
+    assert len(configs) == 9
     for config in configs:
         module, _, name = config.builds.partition(":")
         engine_class = getattr(importlib.import_module(module), name)

@@ -21,7 +21,7 @@ from search import parse_search_config, run_search
 from search.answers import extract_boxed, is_answered
 from search.config import CONTINUATION_PROMPT
 from search.driver import SearchResult
-from search.protocols import FinishReason, Generation, GenerationRequest, ScoreRequest
+from search.protocols import FinishReason, Generation, GenerationRequest, Score, ScoreRequest
 from search.simulated import (
     SimParams,
     SimPolicy,
@@ -379,3 +379,70 @@ def test_params_are_a_frozen_value() -> None:
     yaml_values: dict[str, Any] = {"distractor_weights": [0.5, 0.3, 0.2], "prm_low_log10": [-4, -2]}
     from_yaml = SimParams(**yaml_values)  # lists, as YAML gives them
     assert from_yaml.distractor_weights == (0.5, 0.3, 0.2) and hash(from_yaml)
+
+
+# ------------------------------------------------------------------ PRM cost models
+def score_with(params: SimParams, path: tuple[str, ...]) -> tuple[Score, int]:
+    scorer = SimScorer(params)
+    problem = simulated_problems(1, seed=0)[0].problem
+    request = ScoreRequest(problem, path, None, False, None, False, 0.0)
+    score = asyncio.run(scorer.score(request))
+    return score, scorer.cached_input_tokens(request, score)
+
+
+# three sequential steps of 150, 90 and 200 tokens, each with its boundary token
+PATH = (" [s1 ok 150 151]", "\nStep 2: [s2 ok 90 242]", "\nStep 3: [s3 ok 200 443]")
+
+
+def test_genprm_cost_rereads_its_conversation_and_writes_a_critique_per_step() -> None:
+    params = SimParams()
+    score, cached = score_with(params, PATH)
+    # prompt + path + the critiques of the two ancestor steps; one critique out
+    assert score.input_tokens == 400 + 443 + 2 * 320
+    assert score.output_tokens == 320
+    assert cached == score.input_tokens - 201  # all but the node's own step (and boundary)
+
+
+def test_one_pass_cost_rereads_prompt_and_path_and_writes_nothing() -> None:
+    params = SimParams(prm_cost="one_pass")
+    score, cached = score_with(params, PATH)
+    assert score.input_tokens == params.prm_one_pass_prompt_tokens + 443
+    assert score.output_tokens == 0
+    assert cached == params.prm_one_pass_prompt_tokens + 242  # the parent's sequence
+    first, first_cached = score_with(params, PATH[:1])
+    assert (first.input_tokens, first_cached) == (120 + 151, 120)  # only the prompt is shared
+
+
+def test_one_pass_cost_is_the_step_layout_length() -> None:
+    """The real one-pass scorer charges len(layout(...)): [bos] + prompt + each step + its
+    separator (actors/engines/step_layout.py).  With a tokenizer that gives each simulated
+    step its tag's token count, the simulated charge is that length."""
+    from actors.engines.step_layout import layout
+
+    params = SimParams(prm_cost="one_pass")
+
+    def tokenize(text: str) -> list[int]:
+        if text == "prompt":  # bos comes apart: the prompt is the rest of the 120 tokens
+            return [7] * (params.prm_one_pass_prompt_tokens - 1)
+        tokens = int(text.split()[2])  # "[s<j> ok <step tokens> <path tokens>]"
+        return [5] * tokens
+
+    steps = [segment.split("[", 1)[1] for segment in PATH]
+    ids = layout(tokenize, "prompt", [f"[{s}" for s in steps], separator=9, bos=1).input_ids
+    score, _ = score_with(params, PATH)
+    assert score.input_tokens == len(ids)
+
+
+def test_the_cost_model_changes_tokens_only_never_a_search() -> None:
+    problem = simulated_problems(2, seed=4)[1]
+    genprm = search(problem, "bg_mcts", 5000)
+    one_pass = search(problem, "bg_mcts", 5000, params=SimParams(prm_cost="one_pass"))
+    assert [n.q for n in genprm.tree.nodes] == [n.q for n in one_pass.tree.nodes]
+    assert genprm.chosen_answer == one_pass.chosen_answer
+    assert one_pass.tokens.prm_output == 0 < genprm.tokens.prm_output
+    assert one_pass.tokens.prm_input < genprm.tokens.prm_input
+
+
+def test_an_unknown_cost_model_is_refused() -> None:
+    with pytest.raises(ValueError, match="prm_cost"):
+        SimParams(prm_cost="two_pass")  # type: ignore[arg-type]

@@ -1,0 +1,144 @@
+"""A one-pass PRM's timing without a model: the load model's batcher, scoring instead of decoding.
+
+`LoadModelPRMEngine` is a `StepScoringEngine` (actors/engines/base.py) whose requests
+wait as long as they would inside a continuous-batching engine's pooling runner (vLLM's
+``--runner pooling``): the path is laid out as every one-pass engine lays it out
+(`actors.engines.step_layout`: [bos] + prompt + each step + its separator), its tokens
+the prefix cache does not hold are prefilled at `prefill_tokens_per_s`, and one forward
+step reads the values at the separators; nothing is decoded.  The batcher
+(`actors.engines.batching.ContinuousBatcher`) is the load model's: the same curve, LRU
+prefix cache and `max_seqs`, so a child whose parent was scored pays only for its own
+step, as on vLLM with automatic prefix caching.  Passing the batcher of a
+`LoadModelEngine` puts a policy and its PRM on one simulated GPU.
+
+Tokens are whitespace words (as the sleep and load-model engines count them), each
+distinct word one id; a whitespace-only text such as the default separator "\\n" is a
+single token of its own.  Values are a stable hash of the path up to each step (in
+(0, 1)), so the same path always gets the same values; they mean nothing, timing is
+what this engine is for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from actors.engines.base import StepValues
+from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
+from actors.engines.step_layout import layout
+
+if TYPE_CHECKING:
+    from actors.config import LoadModelPRMConfig
+
+_CURVE_FIELDS = {
+    "decode_base_ms",
+    "decode_per_seq_ms",
+    "decode_per_context_token_ns",
+    "prefill_tokens_per_s",
+    "max_seqs",
+}
+BOS = "<bos>"
+
+
+class LoadModelPRMEngine:
+    """A model-free one-pass PRM whose service time follows a continuous-batching engine."""
+
+    def __init__(
+        self,
+        *,
+        curve: EngineCurve | None = None,
+        batcher: ContinuousBatcher | None = None,
+        cache_tokens: int = 400_000,
+        block_tokens: int = 16,
+        time_scale: float = 1.0,
+        context_length: int = 4096,
+        separator: str = "\n",
+        seed: int = 0,
+        name: str = "load-model-prm",
+    ) -> None:
+        if batcher is None:
+            if curve is None:
+                raise ValueError("LoadModelPRMEngine needs a curve or a batcher to share")
+            batcher = ContinuousBatcher(curve, PrefixCache(cache_tokens, block_tokens), time_scale)
+        self.batcher = batcher
+        self.context_length = context_length
+        self.separator = separator
+        self.seed = seed
+        self.name = name
+        self._vocabulary: dict[str, int] = {}
+
+    @classmethod
+    def from_config(cls, config: LoadModelPRMConfig) -> LoadModelPRMEngine:
+        """From the `engine:` block of a scorer's config (`kind: load_model_prm`)."""
+        curve = EngineCurve(
+            decode_base_s=config.decode_base_ms / 1000,
+            decode_per_seq_s=config.decode_per_seq_ms / 1000,
+            decode_per_context_token_s=config.decode_per_context_token_ns / 1e9,
+            prefill_tokens_per_s=config.prefill_tokens_per_s,
+            max_seqs=config.max_seqs,
+        )
+        rest = config.model_dump(exclude={"kind", "model", *_CURVE_FIELDS})
+        return cls(curve=curve, name=config.model, **rest)
+
+    def _ids(self, text: str) -> list[int]:
+        words = text.split() or ([text] if text else [])
+        vocabulary = self._vocabulary
+        return [vocabulary.setdefault(w, len(vocabulary)) for w in words]
+
+    async def score_steps(self, prompt: str, steps: Sequence[str]) -> StepValues:
+        bos = self._ids(BOS)[0]
+        separator = self._ids(self.separator)
+        if len(separator) != 1:  # an empty separator: nothing to read a value at
+            return StepValues((), 0, error=f"step separator {self.separator!r} is no token")
+        ids = layout(self._ids, prompt, steps, separator[0], bos).input_ids
+        if len(ids) > self.context_length:
+            return StepValues(
+                (),
+                len(ids),
+                error=f"context_overflow: {len(ids)} tokens > context {self.context_length}",
+            )
+        tokens = [str(i) for i in ids]
+        cache = self.batcher.cache
+        # Looked up on arrival (the batcher looks again on admission, which a sibling
+        # prefilled meanwhile can only raise); a fully cached path still computes a token.
+        hit = cache.cached_blocks(cache.keys(tokens)) * cache.block_tokens
+        await self.batcher.run(tokens, (), 1)  # prefill what is not cached, one forward step
+        return StepValues(self._values(prompt, steps), len(ids), min(hit, len(ids) - 1))
+
+    def _values(self, prompt: str, steps: Sequence[str]) -> tuple[float, ...]:
+        """Each step's value: a hash of the path up to it, strictly inside (0, 1)."""
+        key = hashlib.blake2b(f"{self.seed}\x1f{prompt}".encode(), digest_size=16).digest()
+        values = []
+        for step in steps:
+            key = hashlib.blake2b(key + step.encode(), digest_size=16).digest()
+            values.append((int.from_bytes(key[:8], "big") + 0.5) / 2**64)
+        return tuple(values)
+
+    def stats(self) -> dict[str, float]:
+        """The batcher's counters since start (shared with a policy engine on one batcher)."""
+        stats = self.batcher.stats
+        return {
+            "requests": stats.requests,
+            "prompt_tokens": stats.prompt_tokens,
+            "cached_prompt_tokens": stats.cached_prompt_tokens,
+            "prefill_tokens": stats.prefill_tokens,
+            "work_s": stats.work_s,
+        }
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        lines = [f"{m['role']}: {m['content']}" for m in messages]
+        if not continue_final:
+            lines.append("assistant: ")
+        return "\n".join(lines)
+
+    async def tokenize(self, text: str) -> list[int]:
+        return self._ids(text)
+
+    async def close(self) -> None:
+        return None
+
+
+__all__ = ["LoadModelPRMEngine"]
