@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,18 +92,19 @@ def class_weights(positives: int, negatives: int, choice: str) -> tuple[float, f
     return (total / (2 * negatives), total / (2 * positives))
 
 
-def collate(features: Sequence[Encoded], pad_id: int) -> dict[str, Any]:
-    """A padded batch (right padding; padded positions masked and ignored by the loss)."""
+def collate(features: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]:
+    """A padded batch of `Encoded` rows as dicts (right padding; padded positions masked
+    and ignored by the loss)."""
     import torch
 
-    width = max(len(item.input_ids) for item in features)
+    width = max(len(item["input_ids"]) for item in features)
     ids, mask, labels, targets = [], [], [], []
     for item in features:
-        pad = width - len(item.input_ids)
-        ids.append(item.input_ids + [pad_id] * pad)
-        mask.append([1] * len(item.input_ids) + [0] * pad)
-        labels.append(item.labels + [IGNORE] * pad)
-        targets.append(item.targets + [0.0] * pad)
+        pad = width - len(item["input_ids"])
+        ids.append(item["input_ids"] + [pad_id] * pad)
+        mask.append([1] * len(item["input_ids"]) + [0] * pad)
+        labels.append(item["labels"] + [IGNORE] * pad)
+        targets.append(item["targets"] + [0.0] * pad)
     return {
         "input_ids": torch.tensor(ids),
         "attention_mask": torch.tensor(mask),
@@ -173,6 +174,11 @@ def train(
     started = time.monotonic()
 
     class Progress(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            if state.global_step == state.max_steps:  # the last step's loss is always shown
+                control.should_log = True
+            return control
+
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
             if logs and "loss" in logs:
                 losses.append((state.global_step, float(logs["loss"])))
@@ -200,6 +206,9 @@ def train(
         seed=seed,
         data_seed=seed,
         use_cpu=not torch.cuda.is_available(),
+        # rows of like length share a batch: paths run from a few dozen tokens to
+        # max_length, and padding a batch to its longest row cost several times the work
+        train_sampling_strategy="group_by_length",
         # the batches carry `targets`, which the model's forward does not take: keep it
         remove_unused_columns=False,
         dataloader_num_workers=0,
@@ -207,7 +216,8 @@ def train(
     trainer = StepLossTrainer(
         model=model,
         args=arguments,
-        train_dataset=list(encoded),
+        # dicts, so the length sampler finds each row's input_ids
+        train_dataset=[asdict(item) for item in encoded],
         data_collator=lambda batch: collate(batch, pad_id),
         callbacks=[Progress()],
     )
