@@ -143,7 +143,8 @@ def _train(args: argparse.Namespace) -> int:
     _check_arguments(args)
     from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()  # bars for loading and saving: noise in a log
+    # progress bars for loading and saving are noise in a job's log
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     exclude = prm_data.read_problem_ids(args.exclude_problems) if args.exclude_problems else set()
     runs = _read_runs(args.runs)
     selection = prm_data.select_rows(
@@ -227,6 +228,7 @@ def _train(args: argparse.Namespace) -> int:
     print(
         f"trained: {result.steps} steps, {result.epochs:g} epochs, {result.seconds:.0f}s "
         f"({result.seconds / max(result.steps, 1):.1f} s/step, "
+        f"{result.cpu_seconds / max(result.steps, 1):.1f} CPU s/step, "
         f"{len(encoded) * result.epochs / max(result.seconds, 1e-9):.2f} rows/s)  "
         f"final loss {final}"
     )
@@ -294,6 +296,7 @@ def _metadata(
         "mean_loss": result.mean_loss,
         "losses": [[step, loss] for step, loss in result.losses],
         "train_seconds": round(result.seconds, 1),
+        "train_cpu_seconds": round(result.cpu_seconds, 1),
         "seconds": round(time.monotonic() - started, 1),
         "versions": {
             "python": platform.python_version(),
