@@ -198,6 +198,9 @@ def _train(args: argparse.Namespace) -> int:
         flush=True,
     )
 
+    from transformers import set_seed
+
+    set_seed(args.seed)  # the new head's initial weights too, not only the batches
     model = prm_trainer.load_model(args.base, tokenizer.pad_token_id)
     print(f"base: {args.base or prm_trainer.SMOLLM2} ({_parameters(model)} parameters)")
     with tempfile.TemporaryDirectory(prefix="bgmcts-train-prm-") as work:
