@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONFIG ?= configs/local.yaml
 OUTPUT_ROOT ?=
 
-.PHONY: synth test test-vllm-cpu test-trl lint typecheck unit docs bench clean
+.PHONY: synth prm test test-vllm-cpu test-trl lint typecheck unit docs bench clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -22,6 +22,14 @@ $(STAMP): pyproject.toml requirements-nodeps.txt | $(BIN)/python
 synth: $(STAMP)
 	RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m jobs.synthesize \
 		--config $(CONFIG) $(if $(OUTPUT_ROOT),--output-root $(OUTPUT_ROOT))
+
+# A one-pass PRM checkpoint from runs' own trees (`bgmcts train-prm`; docs/training-data.md):
+#   make prm RUNS="out/run=local" PRM_OUT=checkpoints/local-prm PRM_ARGS="--max-rows 200"
+RUNS ?= out/run=local
+PRM_OUT ?= checkpoints/local-prm
+PRM_ARGS ?=
+prm: $(STAMP)
+	$(BIN)/python -m jobs.train_prm $(RUNS) --output $(PRM_OUT) $(PRM_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

