@@ -68,11 +68,12 @@ def _engines(config: RunConfig) -> dict[str, EngineConfig]:
 
 
 def _named(role: str, exc: EngineError) -> InputError:
-    """The engine's one-line error under its service: a message that opens with the field
-    ("engine.model: ...", "one_pass.step_separator=...") names it in full
-    ("scorer.engine.model: ..."), as the dry run's warnings do."""
+    """The engine's one-line error under its service: a message that opens with the model
+    field or a one-pass setting ("engine.model: ...", "one_pass.step_separator=...") names
+    it in full ("scorer.engine.model: ..."), as the dry run's warnings do; any other
+    (a missing package) keeps "policy: ..." as before."""
     text = str(exc)
-    if text.startswith(("engine.", "one_pass.")):
+    if text.startswith(("engine.model", "one_pass.")):
         return InputError(f"{role}.{text}")
     return InputError(f"{role}: {text}")
 
