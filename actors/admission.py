@@ -238,11 +238,12 @@ def admitted_per_actor(
             choices=choices,
             inflight=inflight,
         ),
-        # GenPRM's conversation holds the path and one analysis per step
+        # GenPRM's conversation holds the path and one analysis per step; a one-pass PRM
+        # (analysis_tokens 0) reads the path and each child's own new step
         "scorer": search_tree_shape(
             prompt_tokens=prompt_tokens,
             path_tokens=path * (1 + analysis_tokens / max(search.step_max_tokens, 1)),
-            step_tokens=analysis_tokens / 2,
+            step_tokens=analysis_tokens / 2 if analysis_tokens else step,
             choices=choices,
             inflight=inflight,
         ),

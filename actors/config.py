@@ -662,3 +662,26 @@ class ScorerConfig(ServiceConfig):
     one_pass: OnePassSettings = Field(
         default_factory=OnePassSettings, description="the one-pass PRM's step layout and Q"
     )
+
+    @model_validator(mode="after")
+    def _engine_fits_kind(self) -> ScorerConfig:
+        """A one-pass scorer needs an engine that scores steps, GenPRM one that generates."""
+        wanted = self.kind == "one_pass"
+        if self.engine.scores_steps != wanted:
+            does = "scores steps (a one-pass PRM)" if self.engine.scores_steps else "generates text"
+            needs = "a one-pass PRM engine" if wanted else "an engine that generates text"
+            raise ValueError(
+                f"scorer.engine.kind={self.engine.kind!r} {does}; scorer.kind "
+                f"{self.kind!r} needs {needs}"
+            )
+        return self
+
+
+def check_generating_engine(service: ServiceConfig, field: str) -> ServiceConfig:
+    """Refuse a one-pass PRM engine where text is generated (the policy), naming `field`."""
+    if service.engine.scores_steps:
+        raise ValueError(
+            f"{field}.engine.kind={service.engine.kind!r} scores steps (a one-pass PRM) and "
+            "generates no text; the policy needs an engine that generates text"
+        )
+    return service

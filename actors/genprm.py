@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -56,6 +55,7 @@ from actors.prompts import (
 )
 from search import derive_seed
 from search.protocols import FinishReason, Score, ScoreRequest
+from search.step_text import split_steps
 
 Message = dict[str, str]
 Conversation = tuple[Message, ...]
@@ -89,32 +89,6 @@ def judgement_score(top: TopLogprobs) -> float:
     no = no if has_no else floor
     total = yes + no
     return 0.5 if total <= 0.0 else yes / total
-
-
-def split_steps(
-    segment: str, *, first: bool, boundary: str = "\nStep", first_label: str = "Step 1:"
-) -> list[str]:
-    """The user turns (one per step) of one node's segment.
-
-    The segment is cut before every `boundary` ("\\nStep"); each piece loses the
-    leading newline so it reads "Step N: ...".  The first segment of a path
-    follows the search's prefilled `first_label` ("Step 1:"), which is put back.
-    A later segment may open with inserted text (the continuation prompt "But
-    wait, ...") before its first boundary: that text stays with the step that
-    follows it, as it does for a sequential node.  A sequential segment never
-    contains the boundary past its start (generation stops there), so it is
-    always exactly one step; a full-generation segment gives one step per
-    "Step N:" paragraph.
-    """
-    pieces = re.split(f"(?={re.escape(boundary)})", segment)
-    if first:
-        pieces[0] = first_label + pieces[0]  # never blank: the label is part of the step
-    elif len(pieces) > 1 and not pieces[0].startswith(boundary):
-        head = pieces.pop(0)
-        if head.strip():
-            pieces[0] = head + pieces[0]
-    steps = [piece.strip() for piece in pieces if piece.strip()]
-    return steps or [segment.strip()]  # an empty node is still one (empty) step
 
 
 class _Failed(Exception):

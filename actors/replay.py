@@ -77,12 +77,21 @@ def _canonical(value: Any) -> Any:
 
 def service_salt(service: Any) -> str:
     """What else decides a service's answers: its engine (model, settings), prompts and
-    scoring settings, as the config's JSON (a pydantic model)."""
-    return _key("service", (service.model_dump(mode="json", include=ANSWER_FIELDS),))
+    scoring settings, as the config's JSON (a pydantic model).
+
+    A scorer's settings count only for its own kind: a GenPRM run's salt leaves the
+    one-pass settings out (so it is what it was before there were any), and a one-pass
+    run's leaves GenPRM's out (they change nothing it scores)."""
+    fields = set(ANSWER_FIELDS)
+    kind = getattr(service, "kind", None)
+    fields -= {settings for other, settings in KIND_SETTINGS.items() if other != kind}
+    return _key("service", (service.model_dump(mode="json", include=fields),))
 
 
 # the service config fields that change answers (not replicas, timeouts, routing)
-ANSWER_FIELDS = {"engine", "prompts", "genprm", "kind"}
+ANSWER_FIELDS = {"engine", "prompts", "genprm", "one_pass", "kind"}
+# scorer kind -> the field of its settings (`actors.config.ScorerConfig`)
+KIND_SETTINGS = {"genprm": "genprm", "one_pass": "one_pass"}
 
 
 def _key(kind: str, fields: Sequence[Any]) -> str:
@@ -109,21 +118,24 @@ def generation_key(request: GenerationRequest, salt: str = "") -> str:
 
 
 def score_key(request: ScoreRequest, salt: str = "") -> str:
-    """Problem, path, the parent's context (GenPRM's conversation so far) and the limits."""
-    return _key(
-        "s",
-        (
-            salt,
-            request.problem,
-            request.path,
-            request.parent_context,
-            request.answered,
-            request.answer,
-            request.full_generation,
-            request.max_cost,
-            request.parent_answered,
-        ),
-    )
+    """Problem, path, the parent's context (GenPRM's conversation so far) and the limits.
+
+    `answer_end` (where a one-pass PRM cuts an answered node's text) joins the key only
+    when set, so the key of a request without it is what it was before the field."""
+    fields = [
+        salt,
+        request.problem,
+        request.path,
+        request.parent_context,
+        request.answered,
+        request.answer,
+        request.full_generation,
+        request.max_cost,
+        request.parent_answered,
+    ]
+    if request.answer_end is not None:
+        fields.append(request.answer_end)
+    return _key("s", fields)
 
 
 def encode_generations(generations: Sequence[Generation]) -> list[list[Any]]:

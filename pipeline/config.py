@@ -22,7 +22,12 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from actors.config import ScorerConfig, ServiceConfig, check_custom_resources
+from actors.config import (
+    ScorerConfig,
+    ServiceConfig,
+    check_custom_resources,
+    check_generating_engine,
+)
 from pipeline.errors import InputError
 from pipeline.problems.sources import SourceConfig
 from pipeline.records import RecordsConfig
@@ -191,6 +196,11 @@ class RunConfig(BaseModel):
     @classmethod
     def _actor_resources(cls, resources: dict[str, float]) -> dict[str, float]:
         return check_custom_resources(resources, "actor_num_cpus")
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_generates(cls, policy: ServiceConfig) -> ServiceConfig:
+        return check_generating_engine(policy, "policy")
 
     @property
     def resolved_run_id(self) -> str:

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from search.algorithms import make_algorithm
 from search.algorithms.base import Expansion, SearchAlgorithm
 from search.answer_choice import AnswerTally, normalize_answer
-from search.answers import extract_answer, is_answered
+from search.answers import answer_span, extract_answer, is_answered
 from search.budget import Budget, BudgetViolation, Reservation
 from search.config import NodeUnit, SearchConfig
 from search.protocols import (
@@ -126,6 +126,7 @@ class _Draft:
     answered: bool
     answer: str | None
     scored: bool  # False for a failed generation: it gets no score request
+    answer_end: int | None = None  # where its text's answer statement ends (answered only)
 
 
 def derive_seed(seed: int, *parts: object) -> int:
@@ -260,7 +261,13 @@ class _Search:
         return generations
 
     async def _score(
-        self, parent: Node, segment: str, answered: bool, answer: str | None, full: bool
+        self,
+        parent: Node,
+        segment: str,
+        answered: bool,
+        answer: str | None,
+        full: bool,
+        answer_end: int | None = None,
     ) -> Score:
         reserve = self._reserve
         request = ScoreRequest(
@@ -272,6 +279,7 @@ class _Search:
             full_generation=full,
             max_cost=reserve,
             parent_answered=parent.answered,
+            answer_end=answer_end,
         )
         self.budget.tokens.scorer_requests += 1
         try:
@@ -334,6 +342,9 @@ class _Search:
                     d.answered,
                     d.answer,
                     full[d.index],
+                    None
+                    if d.answer_end is None
+                    else len(plans[d.index].inserted_text) + d.answer_end,
                 )
                 if d.scored
                 else _no_score()
@@ -377,7 +388,9 @@ class _Search:
                 scored = g.finish not in _UNSCORED
                 answered = scored and is_answered(g.text, g.finish, extraction)
                 answer = extract_answer(g.text, extraction) if answered else None
-                drafts.append(_Draft(index, g, answered, answer, scored))
+                span = answer_span(g.text, extraction) if answered else None
+                end = None if span is None else span.end
+                drafts.append(_Draft(index, g, answered, answer, scored, end))
         return drafts
 
     def _charge_scores(self, scores: list[Score], pending: _Pending | None) -> None:

@@ -64,6 +64,11 @@ class ScoreRequest:
     the node to score (each with the fixed text the search inserted before it),
     `parent_context` is what the scorer returned for the parent, so a scorer
     such as GenPRM can reuse the critiques of ancestor steps.
+
+    `answer_end`: for an answered node whose text states its answer, where that
+    statement ends in `path[-1]` (`search.answers.answer_span` under the run's answer
+    extraction, offset by the inserted text), so a scorer can score the text a training
+    row holds (cut after the answer); None otherwise.
     """
 
     problem: str
@@ -74,6 +79,7 @@ class ScoreRequest:
     full_generation: bool
     max_cost: float  # the most this call may charge to the budget (cost units)
     parent_answered: bool = False  # the node continues an answer (GenPRM may restart)
+    answer_end: int | None = None  # answered: where path[-1]'s answer statement ends
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from actors.config import EngineConfig, Package
+from actors.config import EngineConfig, Package, ScorerConfig
 from actors.engines.base import Engine, EngineError
 
 
@@ -27,6 +27,24 @@ def check_engine(config: EngineConfig) -> None:
             f"engine.kind={config.kind!r} needs the {module!r} package: pip install {install}"
         )
     config.check_model()  # raises for a model file that must be here; a warning is no error
+
+
+def check_step_separator(config: ScorerConfig) -> None:
+    """A one-pass scorer's `step_separator` must be one token of its model's vocabulary
+    (the engine config looks where the model is here); one line naming the field."""
+    if config.kind != "one_pass":
+        return
+    separator = config.one_pass.step_separator
+    try:
+        config.engine.check_step_separator(separator)
+    except ValueError as exc:
+        raise EngineError(f"one_pass.step_separator={separator!r}: {exc}") from None
+
+
+def check_scorer_engine(config: ScorerConfig) -> None:
+    """`check_engine`, and a one-pass scorer's step separator (`check_step_separator`)."""
+    check_engine(config.engine)
+    check_step_separator(config)
 
 
 def build_engine(config: EngineConfig) -> Engine:

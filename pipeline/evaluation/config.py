@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from actors.config import ScorerConfig, ServiceConfig
+from actors.config import ScorerConfig, ServiceConfig, check_generating_engine
 from pipeline.problems.sources import SourceConfig
 from pipeline.records import RecordsConfig
 from search.config import SearchConfig
@@ -58,6 +58,11 @@ class ServicesEnvironment(_Strict):
     ray_num_cpus: int | None = Field(
         None, ge=1, description="local cluster size when starting one; unset: Ray's default"
     )
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_generates(cls, policy: ServiceConfig) -> ServiceConfig:
+        return check_generating_engine(policy, "environment.policy")
 
 
 Environment = Annotated[SimulatedEnvironment | ServicesEnvironment, Field(discriminator="kind")]

@@ -18,14 +18,12 @@ empty (TRL's PRM trainer labels a step's last token).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from search.answers import AnswerExtraction, answer_span, answer_statements
 from search.protocols import FinishReason
+from search.step_text import tidy
 from search.tree import Node, Tree
-
-_BLANK_LINES = re.compile(r"\n[ \t]*(?=\n)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +60,6 @@ def training_text(
     truncated = not closed and node.finish is FinishReason.LENGTH
     dropped = len(raw.rstrip()) - len(cut.rstrip())
     return TrainingText(text, dropped, truncated, len(answer_statements(text)))
-
-
-def tidy(text: str, fold_blank_lines: bool = True) -> str:
-    """A training text's form: trailing white space dropped, blank lines folded."""
-    text = text.rstrip()
-    return _BLANK_LINES.sub("", text) if fold_blank_lines else text
 
 
 def line_owners(tree: Tree, node: Node, text: str) -> list[Node]:

@@ -294,9 +294,26 @@ _YIELD_INTRO = (
 )
 
 
-def _totals_rows(n: ReportNumbers) -> list[list[str]]:
-    """The Totals table: counts, correctness, tokens and cost (money only with prices)."""
+# What each scorer kind is, for the report's Totals (`scorer.kind`).
+SCORER_KINDS = {
+    "genprm": "GenPRM, a generative PRM: writes an analysis and a judgement per step",
+    "one_pass": "a one-pass PRM: reads each path once, decodes nothing",
+}
+
+
+def _prm_tokens(n: ReportNumbers, scorer: str | None) -> str:
+    tokens = f"{n.prm_input_tokens:,} / {n.prm_output_tokens:,}"
+    if scorer == "one_pass" and n.prm_output_tokens == 0:
+        return f"{tokens} (a one-pass PRM decodes nothing)"
+    return tokens
+
+
+def _totals_rows(n: ReportNumbers, scorer: str | None = None) -> list[list[str]]:
+    """The Totals table: counts, correctness, tokens and cost (money only with prices);
+    `scorer` is the run's `scorer.kind` (None: unknown, no row)."""
+    head = [] if scorer is None else [["scorer", f"{scorer} ({SCORER_KINDS.get(scorer, '?')})"]]
     rows = [
+        *head,
         ["trees searched", str(n.trees)],
         [
             "answered-tree rate (trees with an answered node)",
@@ -313,7 +330,7 @@ def _totals_rows(n: ReportNumbers) -> list[list[str]]:
         [CHOSEN_CORRECT, f"{n.chosen_correct} of {n.chosen_graded} graded"],
         ["cost units spent (sum of C_used)", _num(n.cost_units, 0)],
         ["policy output / input tokens", f"{n.policy_output_tokens:,} / {_policy_input(n)}"],
-        ["PRM input / output tokens", f"{n.prm_input_tokens:,} / {n.prm_output_tokens:,}"],
+        ["PRM input / output tokens", _prm_tokens(n, scorer)],
         ["cost units per correct answered node", _num(n.cost_per_correct_node)],
         ["policy output tokens per correct answered node", _num(n.output_tokens_per_correct_node)],
     ]
@@ -325,11 +342,17 @@ def _totals_rows(n: ReportNumbers) -> list[list[str]]:
     return rows
 
 
-def _optional_sections(training: str | None, yields: str | None) -> list[str]:
+def _optional_sections(
+    training: str | None, yields: str | None, scorer: str | None = None
+) -> list[str]:
     """The training-rows and data-yield sections, each left out when it has no table."""
     parts = ["## Training rows", training] if training else []
     if yields:
-        parts += ["## Data yield (training data per 1,000 tokens)", _YIELD_INTRO, yields]
+        intro = _YIELD_INTRO
+        if scorer == "one_pass":
+            intro += " The scorer is a one-pass PRM: its output is 0, the total is policy "
+            intro += "output + PRM input."
+        parts += ["## Data yield (training data per 1,000 tokens)", intro, yields]
     return parts
 
 
@@ -341,10 +364,12 @@ def report_markdown(
     percentiles: str,
     training: str | None = None,
     yields: str | None = None,
+    scorer: str | None = None,
 ) -> str:
-    """The whole `report.md`: sections joined by blank lines, in reading order."""
+    """The whole `report.md`: sections joined by blank lines, in reading order; `scorer`
+    is the run's `scorer.kind` (None: unknown, as for a folder without a manifest)."""
     n = numbers
-    totals = _totals_rows(n)
+    totals = _totals_rows(n, scorer)
     longest, shortest = _extremes(trees)
     parts = [
         f"# Run report: `{run_id}`",
@@ -360,7 +385,7 @@ def report_markdown(
         "Each tree read at growing budgets (its state after the last step within the budget), "
         "averaged over trees, plotted at the mean consumed tokens.",
         *(f"![{f.stem.replace('_', ' ')}]({f.name})" for f in figures),
-        *_optional_sections(training, yields),
+        *_optional_sections(training, yields, scorer),
         "## The five longest trees (wall time)",
         _md_table(_TREE_HEADER, _tree_rows(longest)),
         "## The five shortest trees (wall time)",
@@ -369,8 +394,11 @@ def report_markdown(
     return "\n\n".join(parts) + "\n"
 
 
-def write_run_report(run_dir: str | Path, prices: PricesConfig | None = None) -> list[Path]:
-    """Write report.md, report.json and the PNGs into `run_dir`; returns the files written."""
+def write_run_report(
+    run_dir: str | Path, prices: PricesConfig | None = None, scorer: str | None = None
+) -> list[Path]:
+    """Write report.md, report.json and the PNGs into `run_dir`; returns the files written.
+    `scorer`: the run's `scorer.kind`, named in the Totals (None: not named)."""
     run_dir = Path(run_dir)
     folder = RunFolder.at(run_dir)
     trees, nodes = read_run(folder)
@@ -397,10 +425,19 @@ def write_run_report(run_dir: str | Path, prices: PricesConfig | None = None) ->
             percentiles,
             training_rows_markdown(trees, folder.counts()),
             None if (table := run_yield(trees)) is None else yield_markdown(table),
+            scorer,
         )
     )
     (run_dir / REPORT_JSON).write_text(json.dumps(asdict(numbers), indent=2) + "\n")
     return [*written, run_dir / REPORT_MD, run_dir / REPORT_JSON]
+
+
+def scorer_from_config(config: dict[str, Any]) -> str | None:
+    """The `scorer.kind` of a run config dump (run.json); None without a config."""
+    if not config:
+        return None
+    block = config.get("scorer") or {}
+    return str(block.get("kind", "genprm"))
 
 
 def prices_from_config(config: dict[str, Any]) -> PricesConfig | None:

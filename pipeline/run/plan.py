@@ -25,7 +25,7 @@ from rich.text import Text
 
 from actors.config import EngineConfig
 from actors.engines.base import EngineError
-from actors.engines.factory import check_engine, missing_packages
+from actors.engines.factory import check_engine, check_step_separator, missing_packages
 from pipeline.config import RunConfig
 from pipeline.errors import InputError
 from pipeline.problems.sources import load_problems
@@ -67,14 +67,30 @@ def _engines(config: RunConfig) -> dict[str, EngineConfig]:
     return {"policy": config.policy.engine, "scorer": config.scorer.engine}
 
 
+def _named(role: str, exc: EngineError) -> InputError:
+    """The engine's one-line error under its service: a message that opens with the model
+    field or a one-pass setting ("engine.model: ...", "one_pass.step_separator=...") names
+    it in full ("scorer.engine.model: ..."), as the dry run's warnings do; any other
+    (a missing package) keeps "policy: ..." as before."""
+    text = str(exc)
+    if text.startswith(("engine.model", "one_pass.")):
+        return InputError(f"{role}.{text}")
+    return InputError(f"{role}: {text}")
+
+
 def check_engines(config: RunConfig) -> None:
     """A real run: refuse to start, naming the service, when this machine cannot build one
-    of its engines (a missing package or model file), before Ray starts."""
+    of its engines (a missing package or model file, a model that is not what its engine
+    loads, a one-pass scorer's step separator that is not one token), before Ray starts."""
     for role, engine in _engines(config).items():
         try:
             check_engine(engine)
         except EngineError as exc:
-            raise InputError(f"{role}: {exc}") from None
+            raise _named(role, exc) from None
+    try:
+        check_step_separator(config.scorer)
+    except EngineError as exc:
+        raise _named("scorer", exc) from None
 
 
 def _look_for_engines(config: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -87,9 +103,13 @@ def _look_for_engines(config: RunConfig) -> tuple[tuple[str, ...], tuple[str, ..
         try:
             warning = engine.check_model()
         except EngineError as exc:
-            raise InputError(f"{role}: {exc}") from None
+            raise _named(role, exc) from None
         if warning is not None:
             warnings.append(f"{role}.{warning}")
+    try:
+        check_step_separator(config.scorer)
+    except EngineError as exc:
+        raise _named("scorer", exc) from None
     return tuple(needs), tuple(warnings)
 
 

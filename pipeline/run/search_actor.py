@@ -180,7 +180,10 @@ class SearchActor:
                 replicas=self._replicas(),
                 search=run.search,
                 budget=run.budget,
-                analysis_tokens=run.scorer.genprm.max_analysis_tokens,
+                # a one-pass PRM decodes nothing: its context is the path alone
+                analysis_tokens=(
+                    0 if run.scorer.kind == "one_pass" else run.scorer.genprm.max_analysis_tokens
+                ),
                 prompt_tokens=prompt,
                 actors=run.actors,
                 cap=run.trees_per_actor,

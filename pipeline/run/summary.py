@@ -19,6 +19,7 @@ from pipeline.report.run_report import (
     ANY_NODE_CORRECT,
     CHOSEN_CORRECT,
     prices_from_config,
+    scorer_from_config,
     write_run_report,
 )
 from pipeline.store.run_folder import RunFolder
@@ -165,4 +166,5 @@ def refresh_run_report(run_dir: Path) -> tuple[RunSummary, dict[str, Any], list[
     anew from the committed Parquet: what `bgmcts report` and publishing both start from."""
     summary = summarize_run_dir(run_dir)
     config = RunFolder.at(run_dir).read_manifest().get("config") or {}
-    return summary, config, write_run_report(run_dir, prices_from_config(config))
+    report = write_run_report(run_dir, prices_from_config(config), scorer_from_config(config))
+    return summary, config, report

@@ -338,7 +338,7 @@ def _finish_run(config: RunConfig, folder: RunFolder, summary: RunSummary, start
     write_manifest(config, folder, summary=_summary_fields(summary))
     try:
         with folder.local_copy(write_back=REPORT_FILES) as run_dir:
-            write_run_report(run_dir, config.prices)
+            write_run_report(run_dir, config.prices, config.scorer.kind)
     except Exception as exc:  # the data is written; a report failure must not lose the run
         print(f"warning: the run report could not be written: {redact_text(exc)}", file=sys.stderr)
 

@@ -2,11 +2,12 @@
 
 B caps cost units, by default the policy's output tokens only, and a search may stop
 before B (no expansion fits in what is left, the algorithm is done, or early stop), so
-problems x B is an upper bound on policy output.  The scorer reads the solution so far and
-writes a verification for every step, all outside B unless `search.cost` charges PRM
-tokens: with GenPRM it is about 20 times the policy's output, so a night sized on problems
-x B alone is off by an order of magnitude.  The scorer's share is estimated from this run's
-committed trees when a resumed run has some, else from a ratio measured per scorer kind.
+problems x B is an upper bound on policy output.  The scorer reads the solution so far
+(GenPRM also writes a verification for every step), all outside B unless `search.cost`
+charges PRM tokens: with GenPRM it is about 20 times the policy's output, so a night sized
+on problems x B alone is off by an order of magnitude; a one-pass PRM reads each node's
+path once and writes nothing.  The scorer's share is estimated from this run's committed
+trees when a resumed run has some, else from a ratio per scorer kind.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ SCORER_TOKENS_PER_POLICY_TOKEN: dict[str, tuple[float, str]] = {
         231_056 / 11_493,
         "measured with BG-MCTS on the embedded default, docs/benchmarks.md "
         "'Data value: held-out gain'",
+    ),
+    # A placeholder until a benchmark measures it (the lead replaces it with the measured
+    # figure): a one-pass PRM reads the prompt and the node's whole path once per scored
+    # node and decodes nothing, while the policy wrote that node's step, so the ratio is
+    # (prompt + path tokens per node) / (policy output tokens per node).  On the 16
+    # SmolLM2-135M trees of tests/fixtures/smollm2_trees.jsonl (prompts estimated at 4
+    # characters a token): 13,869 / 3,880 = 3.6.  Deeper trees (larger B) read more.
+    "one_pass": (
+        13_869 / 3_880,
+        "estimated from the step layout on 16 SmolLM2 trees (path tokens per node / "
+        "policy tokens per node), not measured",
     ),
 }
 

@@ -255,3 +255,24 @@ def test_even_router_deals_buckets_round_the_replicas() -> None:
     keys = {bucket(f"q{i}", 2) for i in range(50)}
     firsts = {even_ranking(replicas, bucket_index(k) or 0, 0)[0] for k in keys}
     assert firsts == {0, 1}
+
+
+def test_a_one_pass_scorer_holds_the_path_and_each_childs_step() -> None:
+    search = parse_search_config({"algorithm": "bg_mcts", "step_max_tokens": 512})
+    roomy = {"max_seqs": 4096, "kv_tokens": 10**9, "context_length": 32_768}
+    scorer = {"max_seqs": 4096, "kv_tokens": 1_000_000, "context_length": 32_768}
+    kwargs: dict[str, Any] = {
+        "capacities": {"policy": roomy, "scorer": scorer},
+        "replicas": {"policy": 1, "scorer": 1},
+        "search": search,
+        "budget": 10_000,
+        "prompt_tokens": 300,
+        "actors": 1,
+        "cap": 100_000,
+    }
+    # no analysis (a one-pass PRM decodes nothing): prompt, path and the k children's steps
+    k = search.k
+    path, step = 10_000 / k / 2, 512 / 2
+    one_pass = admitted_per_actor(analysis_tokens=0, **kwargs)
+    assert one_pass == int(0.9 * 1_000_000 // (300 + path + k * step))
+    assert admitted_per_actor(analysis_tokens=1024, **kwargs) < one_pass

@@ -44,3 +44,18 @@ def test_a_resumed_run_uses_its_own_trees_per_problem() -> None:
     estimate = estimate_tokens(_config(), 4, Committed(trees=3, totals=totals))
     assert estimate.scorer == 8_000 and estimate.policy_input == 1_200
     assert estimate.rests_on == "from this run's 3 committed trees: 2,000 per problem"
+
+
+def test_a_one_pass_scorer_has_its_own_ratio_and_says_it_is_not_measured() -> None:
+    from actors.config import ScorerConfig
+    from tests.actors.test_scorer_kinds import StepConfig
+
+    config = _config().model_copy(
+        update={"scorer": ScorerConfig(kind="one_pass", engine=StepConfig())}
+    )
+    estimate = estimate_tokens(config, 10, Committed())
+    ratio, _ = SCORER_TOKENS_PER_POLICY_TOKEN["one_pass"]
+    assert 1 < ratio < SCORER_TOKENS_PER_POLICY_TOKEN["genprm"][0]
+    assert estimate.scorer == round(10_000 * ratio)
+    assert "one_pass: ~3.6 per policy output token" in estimate.rests_on
+    assert "not measured" in estimate.rests_on

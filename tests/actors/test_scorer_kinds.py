@@ -1,0 +1,100 @@
+"""`scorer.kind` picks the scorer and the engine it needs: one_pass a one-pass PRM engine,
+genprm (and the policy) an engine that generates text; the replica builds the right
+scorer, and its counting wrapper reports a one-pass PRM's calls and prompt tokens.
+
+The one-pass engine here is defined by the test (an engine config class and its engine,
+as `test_engine_factory` adds one): the real ones are their own modules' tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pytest
+
+from actors.config import ScorerConfig, ServiceConfig, SleepConfig
+from actors.engines.base import StepValues
+from actors.engines.factory import build_engine
+from actors.genprm import GenPRMScorer
+from actors.one_pass import OnePassScorer
+from actors.serve import _CountingEngine, build_scorer
+from pipeline.config import ConfigError, parse_run_config
+from search.protocols import ScoreRequest
+from tests.actors.test_one_pass import StandInPRM
+
+
+class StandInEngine(StandInPRM):
+    """The test's one-pass engine, built from its config as the factory builds any."""
+
+    @classmethod
+    def from_config(cls, config: StepConfig) -> StandInEngine:
+        return cls(name=f"stand-in:{config.model}", cached=2)
+
+
+class StepConfig(SleepConfig):
+    """A one-pass PRM engine config (as a real one declares itself: `scores_steps`)."""
+
+    builds: ClassVar[str] = f"{__name__}:StandInEngine"
+    scores_steps: ClassVar[bool] = True
+
+
+RUN = {
+    "source": {"kind": "jsonl", "path": "problems.jsonl"},
+    "search": {"algorithm": "bg_mcts"},
+}
+
+
+def test_a_one_pass_scorer_needs_a_one_pass_engine() -> None:
+    config = ScorerConfig(kind="one_pass", engine=StepConfig(model="m"))
+    assert config.kind == "one_pass" and config.engine.scores_steps
+    with pytest.raises(ConfigError) as info:
+        parse_run_config({**RUN, "scorer": {"kind": "one_pass"}})
+    message = str(info.value)
+    assert message == (
+        "config: scorer: scorer.engine.kind='llamacpp' generates text; scorer.kind "
+        "'one_pass' needs a one-pass PRM engine"
+    )
+
+
+def test_genprm_and_the_policy_refuse_a_one_pass_engine() -> None:
+    with pytest.raises(ValueError, match=r"scorer\.engine\.kind='sleep' scores steps"):
+        ScorerConfig(kind="genprm", engine=StepConfig())
+    with pytest.raises(ConfigError) as info:
+        parse_run_config({**RUN, "policy": ServiceConfig(engine=StepConfig())})
+    assert str(info.value) == (
+        "config: policy: policy.engine.kind='sleep' scores steps (a one-pass PRM) and "
+        "generates no text; the policy needs an engine that generates text"
+    )
+    assert "\n" not in str(info.value)
+
+
+async def test_the_replica_builds_the_scorer_of_its_kind_and_counts_its_tokens() -> None:
+    config = ScorerConfig(kind="one_pass", engine=StepConfig(model="m"))
+    engine = _CountingEngine(build_engine(config.engine))
+    scorer = build_scorer(config, engine)
+    assert isinstance(scorer, OnePassScorer) and scorer.name == "one_pass:stand-in:m"
+    for path in ((" a",), (" a", "\nStep 2: b c")):
+        await scorer.score(ScoreRequest("p q", path, None, False, None, False, 1e9))
+    stats = engine.stats()
+    # words: prompt 2, then "Step 1: a" 3 + its separator; "Step 2: b c" 4 + 1
+    assert stats["engine_calls"] == 2
+    assert stats["engine_prompt_tokens"] == (2 + 4) + (2 + 4 + 5)
+    assert stats["engine_cached_prompt_tokens"] == 2 * 2
+    assert stats["engine_output_tokens"] == 0
+    load = engine.load()  # admission reads the hit rate from these counters
+    assert (load.prompt_tokens, load.cached_prompt_tokens) == (17, 4)
+    generating = ScorerConfig(engine=SleepConfig())
+    genprm = build_scorer(generating, _CountingEngine(build_engine(generating.engine)))
+    assert isinstance(genprm, GenPRMScorer)
+
+
+async def test_a_step_call_that_raises_still_leaves_the_engine_idle() -> None:
+    class Broken(StandInPRM):
+        async def score_steps(self, prompt: str, steps: Sequence[str]) -> StepValues:
+            raise RuntimeError("boom")
+
+    engine: Any = _CountingEngine(Broken())
+    with pytest.raises(RuntimeError):
+        await engine.score_steps("p", ["a"])
+    assert (engine.calls, engine.inflight) == (1, 0)
