@@ -343,6 +343,9 @@ def measure_real(mode: RealMode, work: Path, auc: Any) -> RealResult:
         train_id, train_source(mode.train), mode.train, "bg_mcts", mode.budget, root
     )
     runs["train-bg_mcts-genprm"] = synthesize(train_config, work, mode.train)
+    searched = {str(t["problem_id"]) for t in runs["train-bg_mcts-genprm"].trees}
+    if searched != {p["id"] for p in train_set}:  # the held-out guard rests on this
+        raise RuntimeError(f"the train run searched {sorted(searched)[:5]}...")
     source = heldout_source(held, work / "heldout.jsonl")
 
     def heldout(method: str, scorer_kind: str, scorer: dict[str, Any] | None) -> None:
