@@ -131,7 +131,7 @@ class RunData:
     """What one run searched, spent and yielded."""
 
     name: str
-    folder: Path
+    folder: Path  # <output_root>/run=<run_id>
     trees: list[dict[str, Any]] = field(default_factory=list)
     scorer_cpu_s: float | None = None
     wall_s: float | None = None
@@ -179,7 +179,7 @@ def synthesize(config: dict[str, Any], work: Path, count: int) -> RunData:
     run_id = config["run_id"]
     output_root = Path(config["output_root"])
     cpu_path = work / f"{run_id}.cpu.json"
-    data = RunData(run_id, output_root / run_id)
+    data = RunData(run_id, output_root / f"run={run_id}")
     if _trees(output_root, run_id) < count or not cpu_path.exists():
         path = work / f"{run_id}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -200,7 +200,7 @@ def synthesize(config: dict[str, Any], work: Path, count: int) -> RunData:
 def _trees(output_root: Path, run_id: str) -> int:
     from pipeline.store.run_folder import RunFolder
 
-    if not (output_root / run_id).exists():
+    if not (output_root / f"run={run_id}").exists():
         return 0
     try:
         return RunFolder.open(output_root, run_id).count("trees")
