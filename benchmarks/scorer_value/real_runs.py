@@ -211,7 +211,8 @@ def _trees(output_root: Path, run_id: str) -> int:
 def prm_rows(folder: Path) -> list[dict[str, Any]]:
     from pipeline.store.run_folder import RunFolder
 
-    rows: list[dict[str, Any]] = RunFolder.open(folder.parent, folder.name).read("prm").to_pylist()
+    run_id = folder.name.removeprefix("run=")
+    rows: list[dict[str, Any]] = RunFolder.open(folder.parent, run_id).read("prm").to_pylist()
     return rows
 
 
