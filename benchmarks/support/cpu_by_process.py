@@ -17,6 +17,7 @@ import collections
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def kind(args: str) -> str:
@@ -29,9 +30,31 @@ def kind(args: str) -> str:
     return "other"
 
 
-def main(command: list[str]) -> int:
+def run_measured(
+    command: list[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+) -> tuple[int, dict[str, int], float]:
+    """Run `command` (its output to `log`, else inherited); its exit code, the CPU seconds
+    of its process tree by kind of process, and its wall seconds."""
     start = time.time()
-    proc = subprocess.Popen(command)
+    sink = log.open("w") if log is not None else None
+    try:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=sink, stderr=sink)
+        latest = _poll_tree(proc)
+    finally:
+        if sink is not None:
+            sink.close()
+    totals: collections.Counter[str] = collections.Counter()
+    for cpu, args in latest.values():
+        totals[kind(args)] += cpu
+    return int(proc.returncode), dict(totals), time.time() - start
+
+
+def _poll_tree(proc: subprocess.Popen[bytes]) -> dict[int, tuple[int, str]]:
+    """Each descendant's latest CPU time (and command line), polled until `proc` ends."""
     latest: dict[int, tuple[int, str]] = {}
     while True:
         done = proc.poll() is not None
@@ -53,18 +76,18 @@ def main(command: list[str]) -> int:
                 latest[pid] = info[pid]
             stack.extend(children.get(pid, ()))
         if done:
-            break
+            return latest
         time.sleep(2)
-    totals: collections.Counter[str] = collections.Counter()
-    for cpu, args in latest.values():
-        totals[kind(args)] += cpu
+
+
+def main(command: list[str]) -> int:
+    code, totals, wall = run_measured(command)
     summary = ", ".join(f"{k} {v} s" for k, v in sorted(totals.items()))
     print(
-        f"wall {time.time() - start:.0f} s, exit {proc.returncode}; CPU: {summary}; "
-        f"total {sum(totals.values())} s",
+        f"wall {wall:.0f} s, exit {code}; CPU: {summary}; total {sum(totals.values())} s",
         file=sys.stderr,
     )
-    return proc.returncode
+    return code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,389 @@
+"""The real half of the scorer benchmark: SmolLM2 runs through the pipeline, a one-pass PRM
+trained on one set of problems, and every figure read on problems it never saw.
+
+1. **Problems.** A train selection (generated arithmetic, seed 0) and a held-out selection
+   (seed 1, any problem whose text is in the train selection dropped), the embedded
+   default's one-step problems (configs/local.yaml).
+2. **Round 0, train problems:** BG-MCTS with GenPRM (configs/local.yaml as it is) through
+   ``python -m jobs.synthesize``; its `prm` rows (steps labelled from the answers below
+   them) train the one-pass PRM (``bgmcts train-prm``), on a seeded share of the rows for
+   each point of the learning curve.
+3. **Held-out problems, same B:** BG-MCTS and repeated sampling, each once with GenPRM and
+   once with the trained one-pass PRM (configs/local-prm.yaml's scorer) - four runs.
+4. **Step quality:** the held-out GenPRM BG-MCTS run's `prm` rows: each step's label and
+   GenPRM's Q of its node (`q_values`), and the one-pass PRM's value of the same step in the
+   same layout it serves (`TransformersPRMEngine.score_steps`); AUC of each.
+5. **Cost:** scorer tokens per policy output token of each held-out run (prefill plus
+   decode; the one-pass engine on CPU has no prefix cache, so every prefill token is
+   computed), and scorer CPU-seconds per node (the scorer replica's CPU time over the
+   run's nodes, `benchmarks.support.cpu_by_process`).
+6. **Yield:** correct trajectories per 1k total tokens (policy output + PRM input + PRM
+   output) of BG-MCTS over repeated sampling's, with DPO and step pairs.
+
+Runs live under ``<work>/runs`` with fixed run ids, so a rerun with the same work folder
+resumes them (the pipeline skips finished problems) instead of searching again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.data_value.measure import SEARCHES
+from benchmarks.support.cpu_by_process import run_measured
+from pipeline.problems.arithmetic import generate, make_problem
+
+REPO = Path(__file__).resolve().parents[2]
+BASE_CONFIG = REPO / "configs" / "local.yaml"
+SCORERS = ("genprm", "one_pass")
+METHODS = ("bg_mcts", "repeated_sampling")
+
+
+@dataclass(frozen=True)
+class RealMode:
+    train: int  # train problems searched with GenPRM (round 0)
+    heldout: int  # held-out problems, searched four times
+    curve: tuple[float, ...]  # shares of the training rows, one checkpoint each
+    epochs: int = 2
+    budget: int = 300  # configs/local.yaml's B
+
+
+REAL_QUICK = RealMode(train=16, heldout=12, curve=(1.0,))
+REAL_FULL = RealMode(train=64, heldout=32, curve=(0.25, 0.5, 1.0))
+
+
+# --------------------------------------------------------------------------- problems
+def selections(train: int, heldout: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Train problems (seed 0) and held-out problems (seed 1) with no text in both."""
+    train_set = generate(0, train, max_steps=1)
+    seen = {p["problem"] for p in train_set}
+    held: list[dict[str, Any]] = []
+    index = 0
+    while len(held) < heldout:
+        candidate = make_problem(1, index, max_steps=1)
+        index += 1
+        if candidate["problem"] not in seen:
+            held.append(candidate)
+    return train_set, held
+
+
+def train_source(count: int) -> dict[str, Any]:
+    """The train selection as a source (configs/local.yaml's, with `count` problems)."""
+    return {"kind": "arithmetic", "count": count, "seed": 0, "max_steps": 1}
+
+
+def heldout_source(problems: Sequence[dict[str, Any]], path: Path) -> dict[str, Any]:
+    """The held-out selection written to `path` as a JSON-lines source."""
+    path.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    columns = {"problem": "problem", "reference": "answer", "id": "id"}
+    return {"kind": "jsonl", "path": str(path), "columns": columns}
+
+
+# --------------------------------------------------------------------------- configs
+def one_pass_scorer(checkpoint: Path) -> dict[str, Any]:
+    """configs/local-prm.yaml's scorer with `checkpoint` as its model."""
+    config = yaml.safe_load((REPO / "configs" / "local-prm.yaml").read_text())
+    scorer: dict[str, Any] = config["scorer"]
+    scorer["engine"]["model"] = str(checkpoint)
+    return scorer
+
+
+def run_config(
+    run_id: str,
+    source: dict[str, Any],
+    count: int,
+    method: str,
+    budget: int,
+    output_root: Path,
+    scorer: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """configs/local.yaml with `source` (`count` problems), B, only `search` and (for
+    one_pass) `scorer` changed."""
+    config = yaml.safe_load(BASE_CONFIG.read_text())
+    config["run_id"] = run_id
+    config["output_root"] = str(output_root)
+    config["budget"] = budget
+    config["source"] = source
+    base = config["search"]
+    keep = {k: base[k] for k in ("temperature", "answer_extraction", "step_max_tokens")}
+    config["search"] = {**keep, **SEARCHES[method]}
+    config["trees_per_actor"] = min(int(config.get("trees_per_actor", 16)), count)
+    instruction = config["policy"]["prompts"].get("policy_instruction_file")
+    if instruction:  # relative to the repository, wherever this runs from
+        config["policy"]["prompts"]["policy_instruction_file"] = str(REPO / instruction)
+    if scorer is not None:
+        config["scorer"] = scorer
+    return config
+
+
+# --------------------------------------------------------------------------- runs
+@dataclass
+class RunData:
+    """What one run searched, spent and yielded."""
+
+    name: str
+    folder: Path  # <output_root>/run=<run_id>
+    trees: list[dict[str, Any]] = field(default_factory=list)
+    scorer_cpu_s: float | None = None
+    wall_s: float | None = None
+
+    def total(self, key: str) -> int:
+        return sum(int(t[key] or 0) for t in self.trees)
+
+    @property
+    def nodes(self) -> int:
+        return self.total("n_nodes")
+
+    @property
+    def policy_tokens(self) -> int:
+        return self.total("policy_output_tokens")
+
+    @property
+    def prm_tokens(self) -> int:
+        return self.total("prm_input_tokens") + self.total("prm_output_tokens")
+
+    @property
+    def total_tokens(self) -> int:
+        return self.policy_tokens + self.prm_tokens
+
+    def per_1k_total(self, key: str) -> float:
+        return 1000.0 * self.total(key) / max(self.total_tokens, 1)
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
+        "RAY_USAGE_STATS_ENABLED": os.environ.get("RAY_USAGE_STATS_ENABLED", "0"),
+        "RAY_ADDRESS": os.environ.get("RAY_ADDRESS", "local"),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def synthesize(config: dict[str, Any], work: Path, count: int) -> RunData:
+    """One `jobs.synthesize` run, or the finished one already in `work` (resumed when it is
+    not finished); the scorer replica's CPU seconds of the last sitting are kept beside it."""
+    from pipeline.store.run_folder import RunFolder
+
+    run_id = config["run_id"]
+    output_root = Path(config["output_root"])
+    cpu_path = work / f"{run_id}.cpu.json"
+    data = RunData(run_id, output_root / f"run={run_id}")
+    if _trees(output_root, run_id) < count or not cpu_path.exists():
+        path = work / f"{run_id}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        command = [sys.executable, "-m", "jobs.synthesize", "--config", str(path)]
+        code, cpu, wall = run_measured(command, cwd=REPO, env=_env(), log=work / f"{run_id}.log")
+        if code != 0:
+            tail = (work / f"{run_id}.log").read_text()[-3000:]
+            raise RuntimeError(f"synthesis {run_id} failed (exit {code}):\n{tail}")
+        cpu_path.write_text(json.dumps({"cpu_s": cpu, "wall_s": wall}))
+        print(f"[synth] {run_id}: {wall:.0f} s, CPU {cpu}", file=sys.stderr)
+    measured = json.loads(cpu_path.read_text())
+    data.scorer_cpu_s = float(measured["cpu_s"].get("scorer replica", 0))
+    data.wall_s = float(measured["wall_s"])
+    data.trees = RunFolder.open(output_root, run_id).read("trees").to_pylist()
+    return data
+
+
+def _trees(output_root: Path, run_id: str) -> int:
+    from pipeline.store.run_folder import RunFolder
+
+    if not (output_root / f"run={run_id}").exists():
+        return 0
+    try:
+        return RunFolder.open(output_root, run_id).count("trees")
+    except Exception:  # a run killed before its first tree: search it again
+        return 0
+
+
+def prm_rows(folder: Path) -> list[dict[str, Any]]:
+    from pipeline.store.run_folder import RunFolder
+
+    run_id = folder.name.removeprefix("run=")
+    rows: list[dict[str, Any]] = RunFolder.open(folder.parent, run_id).read("prm").to_pylist()
+    return rows
+
+
+# --------------------------------------------------------------------------- training
+def train_prm(
+    runs: Sequence[Path],
+    out: Path,
+    *,
+    exclude: Path,
+    max_rows: int | None,
+    epochs: int,
+    log: Path,
+) -> dict[str, Any]:
+    """`bgmcts train-prm` on `runs` into `out` (reused when its metadata is there)."""
+    meta_path = out / "bgmcts_prm.json"
+    if not meta_path.exists():
+        command = [
+            sys.executable,
+            "-m",
+            "jobs.cli",
+            "train-prm",
+            *map(str, runs),
+            "--out",
+            str(out),
+            "--exclude-problems",
+            str(exclude),
+            "--epochs",
+            str(epochs),
+            "--overwrite",
+        ]
+        if max_rows is not None:
+            command += ["--max-rows", str(max_rows)]
+        started = time.perf_counter()
+        with log.open("w") as sink:
+            done = subprocess.run(command, cwd=REPO, env=_env(), stdout=sink, stderr=sink)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"train-prm failed (exit {done.returncode}): {log.read_text()[-3000:]}"
+            )
+        print(f"[train] {out.name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    meta: dict[str, Any] = json.loads(meta_path.read_text())
+    return meta
+
+
+# --------------------------------------------------------------------------- step values
+async def one_pass_values(checkpoint: Path, rows: Sequence[dict[str, Any]]) -> list[list[float]]:
+    """The one-pass PRM's value of every step of `rows`, served as a run serves it."""
+    import asyncio
+
+    from actors.engines.transformers_prm import TransformersPRMEngine
+
+    from actors.config import TransformersPRMConfig
+
+    engine = TransformersPRMEngine.from_config(
+        TransformersPRMConfig(model=str(checkpoint), threads=2)
+    )
+    try:
+        results = await asyncio.gather(
+            *(engine.score_steps(row["prompt"], list(row["completions"])) for row in rows)
+        )
+    finally:
+        await engine.close()
+    values: list[list[float]] = []
+    for row, result in zip(rows, results, strict=True):
+        if result.error is not None:
+            raise RuntimeError(f"scoring {row['problem_id']} failed: {result.error}")
+        values.append(list(result.values))
+    return values
+
+
+def step_labels_and_scores(
+    rows: Sequence[dict[str, Any]], values: Sequence[Sequence[float]] | None = None
+) -> tuple[list[bool], list[float]]:
+    """Every step's label with GenPRM's Q of its node (`values` None) or the given values."""
+    labels: list[bool] = []
+    scores: list[float] = []
+    for i, row in enumerate(rows):
+        own = row["q_values"] if values is None else values[i]
+        labels.extend(bool(x) for x in row["labels"])
+        scores.extend(float(x) for x in own)
+    return labels, scores
+
+
+__all__ = [
+    "METHODS",
+    "REAL_FULL",
+    "REAL_QUICK",
+    "SCORERS",
+    "RealMode",
+    "RunData",
+    "heldout_source",
+    "one_pass_scorer",
+    "one_pass_values",
+    "prm_rows",
+    "run_config",
+    "selections",
+    "step_labels_and_scores",
+    "synthesize",
+    "train_prm",
+    "train_source",
+]
+
+
+# --------------------------------------------------------------------------- the whole half
+@dataclass
+class RealResult:
+    """The real half's figures, and the runs and checkpoints they came from."""
+
+    runs: dict[str, RunData]  # "heldout-bg_mcts-genprm", ... and "train-bg_mcts-genprm"
+    curve: list[tuple[int, float]]  # (training rows, one-pass step AUC on held-out steps)
+    auc: dict[str, float]  # scorer kind -> step AUC on the held-out GenPRM run's steps
+    steps: int  # held-out steps the AUCs are read on
+    positives: int  # of them labelled good
+    checkpoint: Path
+
+
+def measure_real(mode: RealMode, work: Path, auc: Any) -> RealResult:
+    """Every run, checkpoint and step value of the real half (resumed from `work`)."""
+    import asyncio
+
+    work.mkdir(parents=True, exist_ok=True)
+    root = work / "runs"
+    train_set, held = selections(mode.train, mode.heldout)
+    exclude = work / "heldout-problem-ids.txt"
+    exclude.write_text("".join(f"{p['id']}\n" for p in held))
+    runs: dict[str, RunData] = {}
+    train_id = "scorer-value-train-bg-mcts-genprm"
+    train_config = run_config(
+        train_id, train_source(mode.train), mode.train, "bg_mcts", mode.budget, root
+    )
+    runs["train-bg_mcts-genprm"] = synthesize(train_config, work, mode.train)
+    searched = {str(t["problem_id"]) for t in runs["train-bg_mcts-genprm"].trees}
+    if searched != {p["id"] for p in train_set}:  # the held-out guard rests on this
+        raise RuntimeError(f"the train run searched {sorted(searched)[:5]}...")
+    source = heldout_source(held, work / "heldout.jsonl")
+
+    def heldout(method: str, scorer_kind: str, scorer: dict[str, Any] | None) -> None:
+        run_id = f"scorer-value-heldout-{method.replace('_', '-')}-{scorer_kind.replace('_', '-')}"
+        config = run_config(run_id, source, mode.heldout, method, mode.budget, root, scorer)
+        runs[f"heldout-{method}-{scorer_kind}"] = synthesize(config, work, mode.heldout)
+
+    for method in METHODS:
+        heldout(method, "genprm", None)
+    train_rows = len(prm_rows(runs["train-bg_mcts-genprm"].folder))
+    rows = prm_rows(runs["heldout-bg_mcts-genprm"].folder)
+    labels, genprm_scores = step_labels_and_scores(rows)
+    curve: list[tuple[int, float]] = []
+    checkpoint = work / "checkpoints" / "prm-all"
+    for share in mode.curve:
+        limit = None if share >= 1.0 else max(1, round(share * train_rows))
+        out = checkpoint if limit is None else work / "checkpoints" / f"prm-{limit}"
+        meta = train_prm(
+            [runs["train-bg_mcts-genprm"].folder],
+            out,
+            exclude=exclude,
+            max_rows=limit,
+            epochs=mode.epochs,
+            log=work / f"train-{out.name}.log",
+        )
+        values = asyncio.run(one_pass_values(out, rows))
+        _, one_pass_scores = step_labels_and_scores(rows, values)
+        used = int(meta.get("rows", {}).get("used", limit or train_rows))
+        curve.append((used, float(auc(labels, one_pass_scores))))
+    scorer = one_pass_scorer(checkpoint)
+    for method in METHODS:
+        heldout(method, "one_pass", scorer)
+    return RealResult(
+        runs=runs,
+        curve=curve,
+        auc={"genprm": float(auc(labels, genprm_scores)), "one_pass": curve[-1][1]},
+        steps=len(labels),
+        positives=sum(labels),
+        checkpoint=checkpoint,
+    )
