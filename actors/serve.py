@@ -41,7 +41,12 @@ from actors.engines.base import (
     engine_capacity,
     engine_load,
 )
-from actors.engines.factory import build_engine, check_engine, check_scorer_engine
+from actors.engines.factory import (
+    build_engine,
+    build_scorer_engine,
+    check_engine,
+    check_scorer_engine,
+)
 from actors.policy import EnginePolicy
 from actors.redact import install_log_redaction, redact_text
 from search.protocols import (
@@ -235,7 +240,7 @@ class ScorerServer(_EngineReports):
     def __init__(self, config: dict[str, Any]) -> None:
         install_log_redaction()
         scorer = ScorerConfig.model_validate(config)
-        self.engine = _CountingEngine(build_engine(scorer.engine))
+        self.engine = _CountingEngine(build_scorer_engine(scorer))
         self.linger_s = scorer.coalesce_linger_s
         self.scorer = build_scorer(scorer, self.engine)
 

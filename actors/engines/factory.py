@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from typing import Any
 
 from actors.config import EngineConfig, Package, ScorerConfig
 from actors.engines.base import Engine, EngineError
@@ -47,9 +48,19 @@ def check_scorer_engine(config: ScorerConfig) -> None:
     check_step_separator(config)
 
 
-def build_engine(config: EngineConfig) -> Engine:
+def build_engine(config: EngineConfig, **options: Any) -> Engine:
+    """The engine of `config`; `options` go to its `from_config` (a one-pass engine's
+    step separator, which is the scorer's setting, not the engine's)."""
     check_engine(config)
     module, _, name = config.builds.partition(":")
     # imported only now: vLLM's module is imported on the nodes that build a vLLM engine
-    engine: Engine = getattr(importlib.import_module(module), name).from_config(config)
+    engine: Engine = getattr(importlib.import_module(module), name).from_config(config, **options)
     return engine
+
+
+def build_scorer_engine(config: ScorerConfig) -> Any:
+    """The engine of a scorer: a one-pass PRM's is built with the scorer's step separator,
+    which it lays every path out with (`actors.engines.step_layout`)."""
+    if config.engine.scores_steps:
+        return build_engine(config.engine, step_separator=config.one_pass.step_separator)
+    return build_engine(config.engine)

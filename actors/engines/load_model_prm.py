@@ -69,7 +69,9 @@ class LoadModelPRMEngine:
         self._vocabulary: dict[str, int] = {}
 
     @classmethod
-    def from_config(cls, config: LoadModelPRMConfig) -> LoadModelPRMEngine:
+    def from_config(
+        cls, config: LoadModelPRMConfig, *, step_separator: str = "\n"
+    ) -> LoadModelPRMEngine:
         """From the `engine:` block of a scorer's config (`kind: load_model_prm`)."""
         curve = EngineCurve(
             decode_base_s=config.decode_base_ms / 1000,
@@ -79,7 +81,7 @@ class LoadModelPRMEngine:
             max_seqs=config.max_seqs,
         )
         rest = config.model_dump(exclude={"kind", "model", *_CURVE_FIELDS})
-        return cls(curve=curve, name=config.model, **rest)
+        return cls(curve=curve, name=config.model, separator=step_separator, **rest)
 
     def _ids(self, text: str) -> list[int]:
         words = text.split() or ([text] if text else [])

@@ -262,9 +262,8 @@ async def one_pass_values(checkpoint: Path, rows: Sequence[dict[str, Any]]) -> l
     """The one-pass PRM's value of every step of `rows`, served as a run serves it."""
     import asyncio
 
-    from actors.engines.transformers_prm import TransformersPRMEngine
-
     from actors.config import TransformersPRMConfig
+    from actors.engines.transformers_prm import TransformersPRMEngine
 
     engine = TransformersPRMEngine.from_config(
         TransformersPRMConfig(model=str(checkpoint), threads=2)
