@@ -1,17 +1,30 @@
-"""The real-run parts of the benchmark: SmolLM2 runs, PRM training, AUC on held-out trees.
+"""The real-run half of the benchmark, as the figures `__main__` prints.
 
-Not written yet (they need the one-pass scorer and `bgmcts train-prm`): each function
-below raises NotImplementedError, and `__main__` then prints `nan` for its lines with a
-note.  What each must return is fixed here, so the table and the last lines need no
-change when they are filled in.
+`pipeline_runs.measure_real` does the work (SmolLM2 runs through the pipeline, the one-pass
+PRM trained on the train problems' trees, every step valued on held-out trees); this
+module turns its runs into the step AUCs, the cost per policy token, the scorer's
+CPU-seconds per node and the yield of BG-MCTS over repeated sampling, per scorer kind.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from benchmarks.scorer_value.auc import CurvePoint, StepAUC
+from benchmarks.scorer_value.pipeline_runs import (
+    METHODS,
+    REAL_FULL,
+    REAL_QUICK,
+    SCORERS,
+    RealResult,
+    RunData,
+    measure_real,
+)
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -20,24 +33,65 @@ class RealRuns:
 
     step_auc_genprm: StepAUC  # GenPRM's step values on held-out trees' labelled steps
     step_auc_one_pass: StepAUC  # the trained one-pass PRM's, on the same steps
-    # PRM tokens (input + output) per policy output token of the real runs, if measured
+    # PRM tokens the engine computed (input + output) per policy output token, BG-MCTS
     prm_tokens_per_policy_token_genprm: float | None = None
     prm_tokens_per_policy_token_one_pass: float | None = None
     learning_curve: tuple[CurvePoint, ...] = ()  # one-pass AUC against training rows
+    # BG-MCTS's correct trajectories per 1k total tokens over repeated sampling's
+    yield_ratio_vs_rs: dict[str, float] = field(default_factory=dict)
+    table: str = ""  # the runs as a markdown table
+
+
+def ratio(result: RealResult, kind: str) -> float:
+    """BG-MCTS's yield over repeated sampling's, both scoring with `kind`."""
+    bg = result.runs[f"heldout-bg_mcts-{kind}"].per_1k_total("correct_trajectories")
+    rs = result.runs[f"heldout-repeated_sampling-{kind}"].per_1k_total("correct_trajectories")
+    return math.nan if rs == 0 else bg / rs
+
+
+def _row(name: str, run: RunData) -> str:
+    per_node = (run.scorer_cpu_s or 0.0) / max(run.nodes, 1)
+    return (
+        f"| {name} | {len(run.trees)} | {run.nodes} | {run.policy_tokens:,} | "
+        f"{run.total('prm_input_tokens'):,} / {run.total('prm_output_tokens'):,} | "
+        f"{run.prm_tokens / max(run.policy_tokens, 1):.2f} | {per_node:.3f} | "
+        f"{run.total('correct_trajectories')} ({run.per_1k_total('correct_trajectories'):.3f}) | "
+        f"{run.total('dpo_pairs')} ({run.per_1k_total('dpo_pairs'):.3f}) | "
+        f"{run.total('step_pairs')} ({run.per_1k_total('step_pairs'):.3f}) | "
+        f"{run.wall_s or 0:.0f} |"
+    )
+
+
+def runs_markdown(result: RealResult) -> str:
+    lines = [
+        "| run (problems-method-scorer) | trees | nodes | policy out tok | PRM in / out tok | "
+        "PRM tok / policy tok | scorer CPU s / node | correct traj. (/1k tot) | "
+        "DPO pairs (/1k tot) | step pairs (/1k tot) | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [_row(name, run) for name, run in result.runs.items()]
+    return "\n".join(lines)
 
 
 def real_runs(args: argparse.Namespace) -> RealRuns:
-    """TODO(lead): the real-run parts, e.g.
+    """The real half in `args.work` (resumed there), as the printed figures."""
+    mode = REAL_QUICK if args.quick else REAL_FULL
+    work = args.work or REPO / "out" / "bench-scorer-value" / ("quick" if args.quick else "full")
+    result = measure_real(mode, Path(work))
 
-    1. synthesize trees with SmolLM2 and GenPRM (`configs/local.yaml`-like, --quick
-       smaller), keeping held-out problems apart;
-    2. train the one-pass PRM on the train trees' `prm` rows (`bgmcts train-prm`), at a
-       few row counts for `learning_curve` (auc.learning_curve: rows -> AUC);
-    3. score the held-out trees' steps with GenPRM and the trained PRM; `auc.step_auc`
-       of each against the steps' labels (value known from the answers below them);
-    4. the runs' PRM tokens per policy token, from their `trees` tables.
-    """
-    raise NotImplementedError("the real-run parts (SmolLM2 runs, training, AUC) are the lead's")
+    def cost(kind: str) -> float:
+        run = result.runs[f"heldout-bg_mcts-{kind}"]
+        return run.prm_tokens / max(run.policy_tokens, 1)
+
+    return RealRuns(
+        step_auc_genprm=result.auc["genprm"],
+        step_auc_one_pass=result.auc["one_pass"],
+        prm_tokens_per_policy_token_genprm=cost("genprm"),
+        prm_tokens_per_policy_token_one_pass=cost("one_pass"),
+        learning_curve=tuple(result.curve),
+        yield_ratio_vs_rs={kind: ratio(result, kind) for kind in SCORERS},
+        table=runs_markdown(result),
+    )
 
 
-__all__ = ["RealRuns", "real_runs"]
+__all__ = ["METHODS", "RealRuns", "real_runs", "runs_markdown"]

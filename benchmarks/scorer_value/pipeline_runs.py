@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from benchmarks.data_value.measure import SEARCHES
+from benchmarks.scorer_value.auc import CurvePoint, StepAUC, step_auc
 from benchmarks.support.cpu_by_process import run_measured
 from pipeline.problems.arithmetic import generate, make_problem
 
@@ -320,15 +321,14 @@ __all__ = [
 class RealResult:
     """The real half's figures, and the runs and checkpoints they came from."""
 
-    runs: dict[str, RunData]  # "heldout-bg_mcts-genprm", ... and "train-bg_mcts-genprm"
-    curve: list[tuple[int, float]]  # (training rows, one-pass step AUC on held-out steps)
-    auc: dict[str, float]  # scorer kind -> step AUC on the held-out GenPRM run's steps
-    steps: int  # held-out steps the AUCs are read on
-    positives: int  # of them labelled good
+    runs: dict[str, RunData]  # "train-bg_mcts-genprm", "heldout-<method>-<scorer kind>"
+    curve: list[CurvePoint]  # one-pass step AUC on the held-out steps, by training rows
+    auc: dict[str, StepAUC]  # scorer kind -> step AUC on the held-out GenPRM run's steps
     checkpoint: Path
+    train_seconds: float  # the full-data checkpoint's training time (its metadata)
 
 
-def measure_real(mode: RealMode, work: Path, auc: Any) -> RealResult:
+def measure_real(mode: RealMode, work: Path) -> RealResult:
     """Every run, checkpoint and step value of the real half (resumed from `work`)."""
     import asyncio
 
@@ -348,18 +348,19 @@ def measure_real(mode: RealMode, work: Path, auc: Any) -> RealResult:
         raise RuntimeError(f"the train run searched {sorted(searched)[:5]}...")
     source = heldout_source(held, work / "heldout.jsonl")
 
-    def heldout(method: str, scorer_kind: str, scorer: dict[str, Any] | None) -> None:
-        run_id = f"scorer-value-heldout-{method.replace('_', '-')}-{scorer_kind.replace('_', '-')}"
+    def heldout(method: str, kind: str, scorer: dict[str, Any] | None) -> None:
+        run_id = f"scorer-value-heldout-{method}-{kind}".replace("_", "-")
         config = run_config(run_id, source, mode.heldout, method, mode.budget, root, scorer)
-        runs[f"heldout-{method}-{scorer_kind}"] = synthesize(config, work, mode.heldout)
+        runs[f"heldout-{method}-{kind}"] = synthesize(config, work, mode.heldout)
 
     for method in METHODS:
         heldout(method, "genprm", None)
     train_rows = len(prm_rows(runs["train-bg_mcts-genprm"].folder))
     rows = prm_rows(runs["heldout-bg_mcts-genprm"].folder)
     labels, genprm_scores = step_labels_and_scores(rows)
-    curve: list[tuple[int, float]] = []
+    curve: list[CurvePoint] = []
     checkpoint = work / "checkpoints" / "prm-all"
+    seconds = 0.0
     for share in mode.curve:
         limit = None if share >= 1.0 else max(1, round(share * train_rows))
         out = checkpoint if limit is None else work / "checkpoints" / f"prm-{limit}"
@@ -374,15 +375,16 @@ def measure_real(mode: RealMode, work: Path, auc: Any) -> RealResult:
         values = asyncio.run(one_pass_values(out, rows))
         _, one_pass_scores = step_labels_and_scores(rows, values)
         used = int(meta.get("rows", {}).get("used", limit or train_rows))
-        curve.append((used, float(auc(labels, one_pass_scores))))
+        curve.append(CurvePoint(used, step_auc(one_pass_scores, labels)))
+        if limit is None:
+            seconds = float(meta.get("seconds", 0.0))
     scorer = one_pass_scorer(checkpoint)
     for method in METHODS:
         heldout(method, "one_pass", scorer)
     return RealResult(
         runs=runs,
         curve=curve,
-        auc={"genprm": float(auc(labels, genprm_scores)), "one_pass": curve[-1][1]},
-        steps=len(labels),
-        positives=sum(labels),
+        auc={"genprm": step_auc(genprm_scores, labels), "one_pass": curve[-1].auc},
         checkpoint=checkpoint,
+        train_seconds=seconds,
     )
