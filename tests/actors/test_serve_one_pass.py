@@ -120,3 +120,27 @@ async def test_a_path_over_the_context_is_an_error_score_not_an_exception(
     assert long.error.startswith("one-pass PRM: context overflow: ")
     assert f"context_length is {CONTEXT}" in long.error
     assert short.error is None and short.input_tokens < CONTEXT  # its neighbour is scored
+
+
+async def test_the_chat_prompt_is_rendered_in_the_replica(
+    ray_cluster: None, config: ScorerConfig
+) -> None:
+    """`prompt_format: chat`: the replica renders the checkpoint's chat template (through
+    the counting wrapper around its engine), as the engine in this process does."""
+    chat = config.model_copy(
+        update={
+            "engine": config.engine.model_copy(update={"context_length": None}),
+            "one_pass": config.one_pass.model_copy(
+                update={"prompt_format": "chat", "node_value": "product"}
+            ),
+        }
+    )
+    scorer = deploy_scorer(chat, app="scorer-chat")
+    scores = await asyncio.gather(*(scorer.score(r) for r in REQUESTS[:2]))
+    expected = await asyncio.to_thread(_direct, chat, REQUESTS[:2])
+    plain = await asyncio.to_thread(_direct, config, REQUESTS[:1])
+    for score, (value, tokens) in zip(scores, expected, strict=True):
+        assert score.error is None
+        assert score.value == pytest.approx(value, abs=TOLERANCE)
+        assert score.input_tokens == tokens
+    assert scores[0].input_tokens > plain[0][1] + 10  # the system turn and chat markup
