@@ -375,7 +375,11 @@ class TransformersPRMConfig(_Engine):
         two-class token classifier; read from config.json alone (no torch import)."""
         folder = Path(self.model).expanduser()
         if not folder.is_dir():
-            raise EngineError(f"engine.model: {folder} is not a folder here")
+            # the usual cause: no checkpoint trained yet; say how to make one (one line)
+            raise EngineError(
+                f"engine.model: {folder} is not a folder here; train one from a run's trees: "
+                f"make prm RUNS=<run folder> PRM_OUT={folder} (bgmcts train-prm)"
+            )
         path = folder / "config.json"
         if not path.is_file():
             raise EngineError(f"engine.model: {folder} has no config.json (not a checkpoint)")
@@ -412,8 +416,8 @@ class TransformersPRMConfig(_Engine):
             separator_id(
                 lambda t: list(tokenizer(t, add_special_tokens=False)["input_ids"]), separator
             )
-        except SeparatorError as exc:
-            raise ValueError(f"one_pass.step_separator: {exc}") from exc
+        except SeparatorError as exc:  # the caller names the field (`check_step_separator`)
+            raise ValueError(str(exc)) from exc
 
 
 # The architectures a one-pass PRM checkpoint can have: a class per token (transformers'
@@ -459,8 +463,8 @@ class LoadModelPRMConfig(_Engine):
         """Its tokens are whitespace words, a whitespace-only text one token of its own."""
         if not separator or len(separator.split()) > 1:
             raise ValueError(
-                f"scorer.one_pass.step_separator {separator!r} is not one token of the "
-                "load_model_prm engine (one word, or whitespace only)"
+                f"{separator!r} is not one token of the load_model_prm engine "
+                "(one word, or whitespace only)"
             )
 
 

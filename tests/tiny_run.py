@@ -72,3 +72,33 @@ def start_synthesize_job(
         stderr=stderr,
         start_new_session=True,
     )
+
+
+def one_pass_scorer(checkpoint: Path, **engine: Any) -> dict[str, Any]:
+    """A `scorer:` block of kind one_pass: the `transformers_prm` engine on `checkpoint`
+    (a test's tiny PRM, `tests/prm_checkpoint.py`), laid out as `bgmcts train-prm` trains."""
+    return {
+        "kind": "one_pass",
+        "engine": {"kind": "transformers_prm", "model": str(checkpoint), "threads": 1, **engine},
+        "num_cpus": 0,
+        "one_pass": {"step_separator": "\n", "steps": "lines", "node_value": "last"},
+    }
+
+
+def local_prm_config(
+    output_root: Path, checkpoint: Path, *, problems: int, budget: int, **extra: Any
+) -> dict[str, Any]:
+    """configs/local-prm.yaml (as a dict) made small: `problems` generated arithmetic
+    problems at `budget`, the scorer's checkpoint `checkpoint`; `extra` overrides."""
+    import yaml
+
+    config: dict[str, Any] = yaml.safe_load((REPO / "configs" / "local-prm.yaml").read_text())
+    config["source"]["count"] = problems
+    config["scorer"]["engine"]["model"] = str(checkpoint)
+    return {
+        **config,
+        "output_root": str(output_root),
+        "budget": budget,
+        "trees_per_actor": problems,
+        **extra,
+    }

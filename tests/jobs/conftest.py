@@ -21,6 +21,13 @@ def prm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A one-layer random Llama token classifier with SmolLM2's tokenizer from the GGUF."""
     pytest.importorskip("transformers")
-    from tests.jobs.tiny_prm_base import write_tiny_base
+    from tests.prm_checkpoint import write_tiny_prm
 
-    return write_tiny_base(tmp_path_factory.mktemp("tiny-base"))
+    # the usual small random weights: a base to train, not spread-out values to read
+    return write_tiny_prm(
+        tmp_path_factory.mktemp("tiny-base"),
+        layers=1,
+        hidden=16,
+        positions=1024,
+        initializer_range=0.02,
+    )

