@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
+from pathlib import Path
 from typing import Any
 
 from actors.config import EngineConfig, Package, ScorerConfig
@@ -42,10 +44,45 @@ def check_step_separator(config: ScorerConfig) -> None:
         raise EngineError(f"one_pass.step_separator={separator!r}: {exc}") from None
 
 
-def check_scorer_engine(config: ScorerConfig) -> None:
-    """`check_engine`, and a one-pass scorer's step separator (`check_step_separator`)."""
-    check_engine(config.engine)
+# What `bgmcts train-prm` writes beside a checkpoint: how it laid the paths out.
+TRAINED_LAYOUT = "bgmcts_prm.json"
+
+
+def check_trained_layout(config: ScorerConfig) -> None:
+    """A checkpoint that `bgmcts train-prm` wrote says how it laid paths out; serving it
+    with another separator, prompt format or step split reads values where the model
+    learned none, so that is refused, naming the field.  (Another checkpoint says
+    nothing, and nothing is checked.)"""
+    model = getattr(config.engine, "model", None)
+    if config.kind != "one_pass" or not isinstance(model, str):
+        return
+    path = Path(model).expanduser() / TRAINED_LAYOUT
+    if not path.is_file():
+        return
+    try:
+        trained = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # not ours to judge: the engine reads the checkpoint, not this file
+    for name in ("step_separator", "prompt_format", "steps"):
+        served, learned = getattr(config.one_pass, name), trained.get(name)
+        if learned is not None and served != learned:
+            raise EngineError(
+                f"one_pass.{name}={served!r}: the checkpoint {model} was trained with "
+                f"{learned!r} ({TRAINED_LAYOUT}); serve it as it was trained"
+            )
+
+
+def check_one_pass_layout(config: ScorerConfig) -> None:
+    """A one-pass scorer's step separator (`check_step_separator`) and, for a checkpoint
+    `bgmcts train-prm` wrote, the layout it was trained on (`check_trained_layout`)."""
     check_step_separator(config)
+    check_trained_layout(config)
+
+
+def check_scorer_engine(config: ScorerConfig) -> None:
+    """`check_engine`, and a one-pass scorer's layout (`check_one_pass_layout`)."""
+    check_engine(config.engine)
+    check_one_pass_layout(config)
 
 
 def build_engine(config: EngineConfig, **options: Any) -> Engine:

@@ -25,7 +25,7 @@ from rich.text import Text
 
 from actors.config import EngineConfig
 from actors.engines.base import EngineError
-from actors.engines.factory import check_engine, check_step_separator, missing_packages
+from actors.engines.factory import check_engine, check_one_pass_layout, missing_packages
 from pipeline.config import RunConfig
 from pipeline.errors import InputError
 from pipeline.problems.sources import load_problems
@@ -88,7 +88,7 @@ def check_engines(config: RunConfig) -> None:
         except EngineError as exc:
             raise _named(role, exc) from None
     try:
-        check_step_separator(config.scorer)
+        check_one_pass_layout(config.scorer)
     except EngineError as exc:
         raise _named("scorer", exc) from None
 
@@ -107,7 +107,7 @@ def _look_for_engines(config: RunConfig) -> tuple[tuple[str, ...], tuple[str, ..
         if warning is not None:
             warnings.append(f"{role}.{warning}")
     try:
-        check_step_separator(config.scorer)
+        check_one_pass_layout(config.scorer)
     except EngineError as exc:
         raise _named("scorer", exc) from None
     return tuple(needs), tuple(warnings)

@@ -104,6 +104,26 @@ def test_a_missing_checkpoint_exits_2_naming_the_field(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_checkpoint_trained_with_another_layout_exits_2_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bgmcts train-prm` writes how it laid paths out beside the checkpoint: serving it
+    with another separator or prompt format would read values where it learned none."""
+    (tmp_path / "bgmcts_prm.json").write_text(
+        json.dumps({"step_separator": "<extra_0>", "prompt_format": "plain", "steps": "lines"})
+    )
+    status, err = _exit(_config(tmp_path, tmp_path, "\n"), capsys)
+    assert status == BAD_INPUT
+    assert err == (
+        "error: scorer.one_pass.step_separator='\\n': the checkpoint "
+        f"{tmp_path} was trained with '<extra_0>' (bgmcts_prm.json); serve it as it was "
+        "trained\n"
+    )
+    with pytest.raises(InputError, match=r"^scorer\.one_pass\.step_separator="):
+        plan_run(_config(tmp_path, tmp_path, "\n"))  # the dry run refuses it too
+    check_engines(_config(tmp_path, tmp_path, "<extra_0>"))  # as trained: fine
+
+
 # -- the same refusals through the real command, on a real checkpoint -------------------
 
 
