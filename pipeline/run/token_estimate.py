@@ -28,16 +28,14 @@ SCORER_TOKENS_PER_POLICY_TOKEN: dict[str, tuple[float, str]] = {
         "measured with BG-MCTS on the embedded default, docs/benchmarks.md "
         "'Data value: held-out gain'",
     ),
-    # A placeholder until a benchmark measures it (the lead replaces it with the measured
-    # figure): a one-pass PRM reads the prompt and the node's whole path once per scored
-    # node and decodes nothing, while the policy wrote that node's step, so the ratio is
-    # (prompt + path tokens per node) / (policy output tokens per node).  On the 16
-    # SmolLM2-135M trees of tests/fixtures/smollm2_trees.jsonl (prompts estimated at 4
-    # characters a token): 13,869 / 3,880 = 3.6.  Deeper trees (larger B) read more.
+    # A one-pass PRM reads the prompt and the node's whole path once per scored node and
+    # decodes nothing.  BG-MCTS on the embedded default with the one-pass PRM trained from
+    # the pipeline's own trees (32 held-out arithmetic problems, B = 300, the CPU engine
+    # with no prefix cache): 27,625 scorer tokens for 7,689 policy output tokens
+    # (docs/benchmarks.md, "Scorer value", 2026-11-27).  Deeper trees (larger B) read more.
     "one_pass": (
-        13_869 / 3_880,
-        "estimated from the step layout on 16 SmolLM2 trees (path tokens per node / "
-        "policy tokens per node), not measured",
+        27_625 / 7_689,
+        "measured with BG-MCTS on the embedded default, docs/benchmarks.md 'Scorer value'",
     ),
 }
 

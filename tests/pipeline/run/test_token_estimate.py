@@ -46,7 +46,7 @@ def test_a_resumed_run_uses_its_own_trees_per_problem() -> None:
     assert estimate.rests_on == "from this run's 3 committed trees: 2,000 per problem"
 
 
-def test_a_one_pass_scorer_has_its_own_ratio_and_says_it_is_not_measured() -> None:
+def test_a_one_pass_scorer_has_its_own_measured_ratio() -> None:
     from actors.config import ScorerConfig
     from tests.actors.test_scorer_kinds import StepConfig
 
@@ -58,4 +58,4 @@ def test_a_one_pass_scorer_has_its_own_ratio_and_says_it_is_not_measured() -> No
     assert 1 < ratio < SCORER_TOKENS_PER_POLICY_TOKEN["genprm"][0]
     assert estimate.scorer == round(10_000 * ratio)
     assert "one_pass: ~3.6 per policy output token" in estimate.rests_on
-    assert "not measured" in estimate.rests_on
+    assert "measured with BG-MCTS" in estimate.rests_on
