@@ -57,6 +57,17 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "actors/coalesce.py",
         "actors/affinity.py",
     ),
+    "benchmarks.scorer_value": (
+        "benchmarks/scorer_value",
+        "actors/one_pass.py",
+        "actors/engines/transformers_prm.py",
+        "actors/engines/load_model_prm.py",
+        "actors/engines/step_layout.py",
+        "jobs/train_prm.py",
+        "jobs/prm_data.py",
+        "jobs/prm_trainer.py",
+        "search/simulated.py",
+    ),
     "benchmarks.data_value": (
         "benchmarks/data_value",
         "configs/local.yaml",
