@@ -137,6 +137,66 @@ class TrainResult:
     losses: list[tuple[int, float]]
 
 
+def training_arguments(
+    work_dir: Path,
+    epochs: float,
+    max_steps: int | None,
+    batch_size: int,
+    learning_rate: float,
+    log_every: int,
+    seed: int,
+) -> Any:
+    """transformers' TrainingArguments for one PRM training (no checkpoints, no reports)."""
+    import torch
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(work_dir),
+        num_train_epochs=epochs,
+        max_steps=max_steps if max_steps is not None else -1,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=0,
+        weight_decay=0.0,
+        logging_steps=log_every,
+        logging_first_step=True,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=seed,
+        data_seed=seed,
+        use_cpu=not torch.cuda.is_available(),
+        # rows of like length share a batch: paths run from a few dozen tokens to
+        # max_length, and padding a batch to its longest row cost several times the work
+        train_sampling_strategy="group_by_length",
+        # the batches carry `targets`, which the model's forward does not take: keep it
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+    )
+
+
+def step_loss_trainer(weight_tensor: Any) -> Any:
+    """transformers' Trainer with the loss at the step separators only (`step_loss`)."""
+    from transformers import Trainer
+
+    class StepLossTrainer(Trainer):
+        def compute_loss(
+            self,
+            model: Any,
+            inputs: dict[str, Any],
+            return_outputs: bool = False,
+            num_items_in_batch: Any = None,
+        ) -> Any:
+            labels = inputs.pop("labels")
+            targets = inputs.pop("targets")
+            outputs = model(**inputs)
+            loss = step_loss(outputs.logits, labels, targets, weight_tensor)
+            return (loss, outputs) if return_outputs else loss
+
+    return StepLossTrainer
+
+
 def train(
     model: Any,
     encoded: Sequence[Encoded],
@@ -153,23 +213,11 @@ def train(
 ) -> TrainResult:
     """Train `model` in place with transformers' Trainer; progress lines on stdout."""
     import torch
-    from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+    from transformers import PrinterCallback, TrainerCallback
 
     weight_tensor = None if weights is None else torch.tensor(weights, dtype=torch.float32)
 
-    class StepLossTrainer(Trainer):
-        def compute_loss(
-            self,
-            model: Any,
-            inputs: dict[str, Any],
-            return_outputs: bool = False,
-            num_items_in_batch: Any = None,
-        ) -> Any:
-            labels = inputs.pop("labels")
-            targets = inputs.pop("targets")
-            outputs = model(**inputs)
-            loss = step_loss(outputs.logits, labels, targets, weight_tensor)
-            return (loss, outputs) if return_outputs else loss
+    StepLossTrainer = step_loss_trainer(weight_tensor)
 
     losses: list[tuple[int, float]] = []
     started = time.monotonic()
@@ -195,29 +243,8 @@ def train(
                     flush=True,
                 )
 
-    arguments = TrainingArguments(
-        output_dir=str(work_dir),
-        num_train_epochs=epochs,
-        max_steps=max_steps if max_steps is not None else -1,
-        per_device_train_batch_size=batch_size,
-        learning_rate=learning_rate,
-        lr_scheduler_type="linear",
-        warmup_steps=0,
-        weight_decay=0.0,
-        logging_steps=log_every,
-        logging_first_step=True,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        seed=seed,
-        data_seed=seed,
-        use_cpu=not torch.cuda.is_available(),
-        # rows of like length share a batch: paths run from a few dozen tokens to
-        # max_length, and padding a batch to its longest row cost several times the work
-        train_sampling_strategy="group_by_length",
-        # the batches carry `targets`, which the model's forward does not take: keep it
-        remove_unused_columns=False,
-        dataloader_num_workers=0,
+    arguments = training_arguments(
+        work_dir, epochs, max_steps, batch_size, learning_rate, log_every, seed
     )
     trainer = StepLossTrainer(
         model=model,

@@ -145,27 +145,8 @@ def _train(args: argparse.Namespace) -> int:
 
     # progress bars for loading and saving are noise in a job's log
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    exclude = prm_data.read_problem_ids(args.exclude_problems) if args.exclude_problems else set()
     runs = _read_runs(args.runs)
-    selection = prm_data.select_rows(
-        runs,
-        exclude=exclude,
-        mode=args.labels,
-        threshold=args.threshold,
-        max_rows=args.max_rows,
-        seed=args.seed,
-    )
-    print(
-        f"runs: {len(runs)}  rows read: {selection.read}  "
-        f"test-split rows left out: {selection.dropped['test_split']}  "
-        f"excluded: {selection.dropped['excluded']}  duplicates: {selection.dropped['duplicate']}",
-        flush=True,
-    )
-    if not selection.rows:
-        raise InputError(
-            f"no prm row left to train on: {selection.read} read, dropped "
-            f"{_reasons(selection.dropped)}"
-        )
+    selection = _select(args, runs)
 
     tokenizer = prm_trainer.load_tokenizer(args.base)
 
@@ -217,16 +198,10 @@ def _train(args: argparse.Namespace) -> int:
             log_every=args.log_every,
             work_dir=Path(work),
         )
-    output = Path(args.output)
-    if output.is_dir() and args.overwrite:
-        shutil.rmtree(output)
-    output.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(output)
-    tokenizer.save_pretrained(output)
     metadata = _metadata(
         args, runs, selection, encoded, positives, negatives, weights, bos, result, started
     )
-    (output / METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    _save(Path(args.output), args.overwrite, model, tokenizer, metadata)
     final = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
     print(
         f"trained: {result.steps} steps, {result.epochs:g} epochs, {result.seconds:.0f}s "
@@ -235,8 +210,47 @@ def _train(args: argparse.Namespace) -> int:
         f"{len(encoded) * result.epochs / max(result.seconds, 1e-9):.2f} rows/s)  "
         f"final loss {final}"
     )
-    print(f"checkpoint: {output}")
+    print(f"checkpoint: {args.output}")
     return OK
+
+
+def _select(args: argparse.Namespace, runs: Any) -> Any:
+    """The rows to train on (`jobs.prm_data.select_rows`), what was dropped printed; an
+    InputError when none is left."""
+    from jobs import prm_data
+    from pipeline.errors import InputError
+
+    exclude = prm_data.read_problem_ids(args.exclude_problems) if args.exclude_problems else set()
+    selection = prm_data.select_rows(
+        runs,
+        exclude=exclude,
+        mode=args.labels,
+        threshold=args.threshold,
+        max_rows=args.max_rows,
+        seed=args.seed,
+    )
+    print(
+        f"runs: {len(runs)}  rows read: {selection.read}  "
+        f"test-split rows left out: {selection.dropped['test_split']}  "
+        f"excluded: {selection.dropped['excluded']}  duplicates: {selection.dropped['duplicate']}",
+        flush=True,
+    )
+    if not selection.rows:
+        raise InputError(
+            f"no prm row left to train on: {selection.read} read, dropped "
+            f"{_reasons(selection.dropped)}"
+        )
+    return selection
+
+
+def _save(output: Path, overwrite: bool, model: Any, tokenizer: Any, metadata: Any) -> None:
+    """The checkpoint folder: model, tokenizer and the metadata the scorer checks."""
+    if output.is_dir() and overwrite:
+        shutil.rmtree(output)
+    output.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    (output / METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
 
 
 def _reasons(dropped: Counter[str]) -> str:

@@ -10,8 +10,10 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from benchmarks.scorer_value import grid
 from benchmarks.scorer_value.auc import NAN_AUC, curve_markdown
@@ -61,6 +63,45 @@ def rows_per_tree(table: object, budget: int) -> float:
         return math.nan
     r = mine.iloc[0]
     return float((r["correct_trajectories"] + r["dpo_pairs"] + r["step_pairs"]) / r["searches"])
+
+
+def last_lines(
+    real: RealRuns | None, heads: Mapping[Any, Any], gpu_ratio: float, started: float
+) -> None:
+    """The last lines, each figure from the real runs where they measured it."""
+    auc_genprm = real.step_auc_genprm if real else NAN_AUC
+    auc_one_pass = real.step_auc_one_pass if real else NAN_AUC
+    tokens = {
+        cost: heads[cost]["prm_tokens_per_policy_token"] for cost in grid.COSTS
+    }  # simulated grid, BG-MCTS at the largest budget, unless the real runs measured it
+    if real is not None and real.prm_tokens_per_policy_token_genprm is not None:
+        tokens["genprm"] = real.prm_tokens_per_policy_token_genprm
+    if real is not None and real.prm_tokens_per_policy_token_one_pass is not None:
+        tokens["one_pass"] = real.prm_tokens_per_policy_token_one_pass
+    # the lower of the two settings (simulated grid at the largest B, real pipeline)
+    yields = {cost: heads[cost]["yield_ratio_vs_rs"] for cost in grid.COSTS}
+    for cost in grid.COSTS:
+        measured = real.yield_ratio_vs_rs.get(cost) if real is not None else None
+        if measured is not None and not math.isnan(measured):
+            print(
+                f"yield ratio vs repeated sampling, {cost}: grid {yields[cost]:.4f}, "
+                f"real pipeline {measured:.4f}"
+            )
+            yields[cost] = min(yields[cost], measured)
+    largest = int(heads["genprm"]["budget"])
+    print(
+        f"\nlast lines: step AUC on held-out trees (real runs); PRM tokens per policy token: "
+        f"BG-MCTS on the held-out problems (real runs; computed by the engine: the CPU "
+        f"engines have no prefix cache); yield ratios: the lower of the real runs and "
+        f"BG-MCTS at B={largest:,} on the simulated grid; {time.monotonic() - started:.0f} s"
+    )
+    print(f"step_auc_genprm={_fmt(auc_genprm.auc)}")
+    print(f"step_auc_one_pass={_fmt(auc_one_pass.auc)}")
+    print(f"prm_tokens_per_policy_token_genprm={_fmt(tokens['genprm'])}")
+    print(f"prm_tokens_per_policy_token_one_pass={_fmt(tokens['one_pass'])}")
+    print(f"yield_ratio_vs_rs_genprm={_fmt(yields['genprm'])}")
+    print(f"yield_ratio_vs_rs_one_pass={_fmt(yields['one_pass'])}")
+    print(f"rows_per_gpu_hour_ratio={_fmt(gpu_ratio)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,39 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if real is not None and real.learning_curve:
         print("\n## One-pass PRM: step AUC against training rows\n")
         print(curve_markdown(real.learning_curve, "one-pass"))
-    auc_genprm = real.step_auc_genprm if real else NAN_AUC
-    auc_one_pass = real.step_auc_one_pass if real else NAN_AUC
-    tokens = {
-        cost: heads[cost]["prm_tokens_per_policy_token"] for cost in grid.COSTS
-    }  # simulated grid, BG-MCTS at the largest budget, unless the real runs measured it
-    if real is not None and real.prm_tokens_per_policy_token_genprm is not None:
-        tokens["genprm"] = real.prm_tokens_per_policy_token_genprm
-    if real is not None and real.prm_tokens_per_policy_token_one_pass is not None:
-        tokens["one_pass"] = real.prm_tokens_per_policy_token_one_pass
-    # the lower of the two settings (simulated grid at the largest B, real pipeline)
-    yields = {cost: heads[cost]["yield_ratio_vs_rs"] for cost in grid.COSTS}
-    for cost in grid.COSTS:
-        measured = real.yield_ratio_vs_rs.get(cost) if real is not None else None
-        if measured is not None and not math.isnan(measured):
-            print(
-                f"yield ratio vs repeated sampling, {cost}: grid {yields[cost]:.4f}, "
-                f"real pipeline {measured:.4f}"
-            )
-            yields[cost] = min(yields[cost], measured)
-    largest = int(heads["genprm"]["budget"])
-    print(
-        f"\nlast lines: step AUC on held-out trees (real runs); PRM tokens per policy token: "
-        f"BG-MCTS on the held-out problems (real runs; computed by the engine: the CPU "
-        f"engines have no prefix cache); yield ratios: the lower of the real runs and "
-        f"BG-MCTS at B={largest:,} on the simulated grid; {time.monotonic() - started:.0f} s"
-    )
-    print(f"step_auc_genprm={_fmt(auc_genprm.auc)}")
-    print(f"step_auc_one_pass={_fmt(auc_one_pass.auc)}")
-    print(f"prm_tokens_per_policy_token_genprm={_fmt(tokens['genprm'])}")
-    print(f"prm_tokens_per_policy_token_one_pass={_fmt(tokens['one_pass'])}")
-    print(f"yield_ratio_vs_rs_genprm={_fmt(yields['genprm'])}")
-    print(f"yield_ratio_vs_rs_one_pass={_fmt(yields['one_pass'])}")
-    print(f"rows_per_gpu_hour_ratio={_fmt(gpu_ratio)}")
+    last_lines(real, heads, gpu_ratio, started)
     return 0
 
 
