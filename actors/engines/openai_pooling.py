@@ -42,7 +42,7 @@ import httpx
 from actors.engines.base import EngineError, StepValues
 from actors.engines.openai_compat import _is_loopback, _server_root
 from actors.engines.pooling_values import values_at
-from actors.engines.step_layout import layout, separator_id
+from actors.engines.step_layout import layout, separator_id, unscorable
 from actors.redact import redact_text
 
 if TYPE_CHECKING:
@@ -132,15 +132,9 @@ class OpenAIPoolingEngine:
         except (EngineError, ValueError) as exc:  # a dead server, a separator of 2 tokens
             return StepValues((), 0, error=str(exc))
         input_tokens = len(path.input_ids)
-        if input_tokens > self.context_length:
-            return StepValues(
-                (),
-                input_tokens,
-                error=f"context overflow: {input_tokens} tokens, the context holds "
-                f"{self.context_length}",
-            )
-        if not path.positions:
-            return StepValues((), input_tokens)
+        refused = unscorable(path, self.context_length)
+        if refused is not None:
+            return refused
         body = {
             "model": self.model,
             "input": path.input_ids,

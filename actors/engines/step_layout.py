@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from actors.engines.base import StepValues
+
 Tokenize = Callable[[str], list[int]]  # text -> ids, no special tokens added
 
 
@@ -64,4 +66,21 @@ def layout(
     return StepLayout(ids, positions)
 
 
-__all__ = ["SeparatorError", "StepLayout", "Tokenize", "layout", "separator_id"]
+def unscorable(path: StepLayout, context_length: int) -> StepValues | None:
+    """What an engine answers, without its model, for a path it must not send: one longer
+    than the context (an error naming both lengths), or one with no step (nothing to read).
+    None: the path is to be scored."""
+    tokens = len(path.input_ids)
+    if tokens > context_length:
+        return StepValues(
+            (),
+            tokens,
+            error=f"context overflow: {tokens} tokens, the PRM's context_length is "
+            f"{context_length}",
+        )
+    if not path.positions:
+        return StepValues((), tokens)
+    return None
+
+
+__all__ = ["SeparatorError", "StepLayout", "Tokenize", "layout", "separator_id", "unscorable"]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from actors.engines.base import EngineCapacity, EngineError, EngineLoad, StepValues
-from actors.engines.step_layout import StepLayout, layout, separator_id
+from actors.engines.step_layout import StepLayout, layout, separator_id, unscorable
 
 if TYPE_CHECKING:
     from actors.config import TransformersPRMConfig
@@ -238,17 +238,8 @@ class TransformersPRMEngine:
         results: list[StepValues | None] = [None] * len(layouts)
         scored: list[int] = []
         for i, path in enumerate(layouts):
-            n = len(path.input_ids)
-            if n > self.context_length:
-                results[i] = StepValues(
-                    (),
-                    n,
-                    error=f"context overflow: {n} tokens, the PRM's context_length is "
-                    f"{self.context_length}",
-                )
-            elif not path.positions:
-                results[i] = StepValues((), n)  # no step to score: no forward needed
-            else:
+            results[i] = unscorable(path, self.context_length)  # no forward needed
+            if results[i] is None:
                 scored.append(i)
         if scored:
             values = self.forward([layouts[i] for i in scored])

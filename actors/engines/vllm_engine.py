@@ -54,7 +54,36 @@ _CONTEXT_ERROR = re.compile(
 )
 
 
-class VLLMEngine:
+class VLLMTokenizer:
+    """The tokenizer side both vLLM engines share: the engine's own tokenizer, fetched once,
+    and its chat template."""
+
+    _llm: Any
+    _tokenizer: Any
+
+    async def _get_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            tokenizer = self._llm.get_tokenizer()  # a coroutine in older vLLM versions
+            self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
+        return self._tokenizer
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        tokenizer = await self._get_tokenizer()
+        try:
+            rendered = tokenizer.apply_chat_template(
+                [dict(m) for m in messages],
+                tokenize=False,
+                add_generation_prompt=not continue_final,
+                continue_final_message=continue_final,
+            )
+        except Exception as exc:  # jinja and template errors
+            raise EngineError(f"vLLM's tokenizer could not apply the chat template: {exc}") from exc
+        return str(rendered)
+
+
+class VLLMEngine(VLLMTokenizer):
     """A Hugging Face model folder (or hub id on a connected node) served by vLLM.
 
     `model` is a model folder or id (`from_config` takes the `engine:` block of a
@@ -255,27 +284,6 @@ class VLLMEngine:
             return decoded
         tokenizer = self._tokenizer
         return str(tokenizer.decode([token_id])) if tokenizer is not None else str(token_id)
-
-    async def _get_tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            tokenizer = self._llm.get_tokenizer()  # a coroutine in older vLLM versions
-            self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
-        return self._tokenizer
-
-    async def render_chat(
-        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
-    ) -> str:
-        tokenizer = await self._get_tokenizer()
-        try:
-            rendered = tokenizer.apply_chat_template(
-                [dict(m) for m in messages],
-                tokenize=False,
-                add_generation_prompt=not continue_final,
-                continue_final_message=continue_final,
-            )
-        except Exception as exc:  # jinja and template errors
-            raise EngineError(f"vLLM's tokenizer could not apply the chat template: {exc}") from exc
-        return str(rendered)
 
     async def tokenize(self, text: str) -> list[int]:
         tokenizer = await self._get_tokenizer()

@@ -30,15 +30,14 @@ raises (`score_steps` answers an error StepValues for whatever vLLM refuses).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from actors.engines.base import EngineCapacity, EngineError, StepValues
 from actors.engines.pooling_values import values_at
-from actors.engines.step_layout import layout, separator_id
-from actors.engines.vllm_engine import _import_vllm, vllm_engine_args
+from actors.engines.step_layout import layout, separator_id, unscorable
+from actors.engines.vllm_engine import VLLMTokenizer, _import_vllm, vllm_engine_args
 
 if TYPE_CHECKING:
     from actors.config import VLLMPoolingConfig
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
 POOLING_ARGS: dict[str, Any] = {"runner": "pooling", "pooler_config": {"tok_pooling_type": "ALL"}}
 
 
-class VLLMPoolingEngine:
+class VLLMPoolingEngine(VLLMTokenizer):
     """A process reward model (Hugging Face folder or hub id) on vLLM's pooling runner.
 
     `step_separator` is the text closing each step (one token of the model's vocabulary,
@@ -144,15 +143,9 @@ class VLLMPoolingEngine:
                 self._separator = separator_id(self._encode, self.step_separator)
             path = layout(self._encode, prompt, steps, self._separator, tokenizer.bos_token_id)
             input_tokens = len(path.input_ids)
-            if input_tokens > self.context_length:
-                return StepValues(
-                    (),
-                    input_tokens,
-                    error=f"context overflow: {input_tokens} tokens, the context holds "
-                    f"{self.context_length}",
-                )
-            if not path.positions:  # no step: nothing to score
-                return StepValues((), input_tokens)
+            refused = unscorable(path, self.context_length)
+            if refused is not None:
+                return refused
             params = self._pooling_params(task="token_classify", use_activation=False)
             final: Any = None
             async for output in self._llm.encode(
@@ -175,27 +168,6 @@ class VLLMPoolingEngine:
 
     def _encode(self, text: str) -> list[int]:
         return [int(t) for t in self._tokenizer.encode(text, add_special_tokens=False)]
-
-    async def _get_tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            tokenizer = self._llm.get_tokenizer()  # a coroutine in older vLLM versions
-            self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
-        return self._tokenizer
-
-    async def render_chat(
-        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
-    ) -> str:
-        tokenizer = await self._get_tokenizer()
-        try:
-            rendered = tokenizer.apply_chat_template(
-                [dict(m) for m in messages],
-                tokenize=False,
-                add_generation_prompt=not continue_final,
-                continue_final_message=continue_final,
-            )
-        except Exception as exc:  # jinja and template errors
-            raise EngineError(f"vLLM's tokenizer could not apply the chat template: {exc}") from exc
-        return str(rendered)
 
     async def tokenize(self, text: str) -> list[int]:
         await self._get_tokenizer()

@@ -38,10 +38,10 @@ from typing import Any
 
 import yaml
 
-from benchmarks.data_value.measure import SEARCHES
+# the same train and held-out selections as the data-value benchmark (one-step problems)
+from benchmarks.data_value.measure import SEARCHES, selections
 from benchmarks.scorer_value.auc import CurvePoint, StepAUC, step_auc
 from benchmarks.support.cpu_by_process import run_measured
-from pipeline.problems.arithmetic import generate, make_problem
 
 REPO = Path(__file__).resolve().parents[2]
 BASE_CONFIG = REPO / "configs" / "local.yaml"
@@ -63,20 +63,6 @@ REAL_FULL = RealMode(train=64, heldout=32, curve=(0.25, 0.5, 1.0))
 
 
 # --------------------------------------------------------------------------- problems
-def selections(train: int, heldout: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Train problems (seed 0) and held-out problems (seed 1) with no text in both."""
-    train_set = generate(0, train, max_steps=1)
-    seen = {p["problem"] for p in train_set}
-    held: list[dict[str, Any]] = []
-    index = 0
-    while len(held) < heldout:
-        candidate = make_problem(1, index, max_steps=1)
-        index += 1
-        if candidate["problem"] not in seen:
-            held.append(candidate)
-    return train_set, held
-
-
 def train_source(count: int) -> dict[str, Any]:
     """The train selection as a source (configs/local.yaml's, with `count` problems)."""
     return {"kind": "arithmetic", "count": count, "seed": 0, "max_steps": 1}
