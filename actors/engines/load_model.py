@@ -44,7 +44,7 @@ from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache,
 from actors.engines.sleep import SleepEngine
 
 if TYPE_CHECKING:
-    from actors.config import LoadModelConfig
+    from actors.config import LoadModelConfig, LoadModelPRMConfig
 
 # The config fields that make the engine's curve (in ms and ns there, seconds here).
 _CURVE_FIELDS = {
@@ -54,6 +54,21 @@ _CURVE_FIELDS = {
     "prefill_tokens_per_s",
     "max_seqs",
 }
+
+
+def curve_and_rest(
+    config: LoadModelConfig | LoadModelPRMConfig,
+) -> tuple[EngineCurve, dict[str, Any]]:
+    """A load-model config's curve (its fields in ms and ns, the curve's in seconds) and
+    every other field but `kind` and `model`, the engine constructor's keywords."""
+    curve = EngineCurve(
+        decode_base_s=config.decode_base_ms / 1000,
+        decode_per_seq_s=config.decode_per_seq_ms / 1000,
+        decode_per_context_token_s=config.decode_per_context_token_ns / 1e9,
+        prefill_tokens_per_s=config.prefill_tokens_per_s,
+        max_seqs=config.max_seqs,
+    )
+    return curve, config.model_dump(exclude={"kind", "model", *_CURVE_FIELDS})
 
 
 class LoadModelEngine:
@@ -95,14 +110,7 @@ class LoadModelEngine:
         """From the `engine:` block of a service config (`kind: load_model`): the curve's
         fields make the curve; every other field but `kind` is a keyword of the
         constructor, `model` under the name `name`."""
-        curve = EngineCurve(
-            decode_base_s=config.decode_base_ms / 1000,
-            decode_per_seq_s=config.decode_per_seq_ms / 1000,
-            decode_per_context_token_s=config.decode_per_context_token_ns / 1e9,
-            prefill_tokens_per_s=config.prefill_tokens_per_s,
-            max_seqs=config.max_seqs,
-        )
-        rest = config.model_dump(exclude={"kind", "model", *_CURVE_FIELDS})
+        curve, rest = curve_and_rest(config)
         return cls(curve=curve, name=config.model, **rest)
 
     async def complete(self, prompt: str, sampling: Sampling) -> Completion:

@@ -26,18 +26,12 @@ from typing import TYPE_CHECKING
 
 from actors.engines.base import StepValues
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
+from actors.engines.load_model import curve_and_rest
 from actors.engines.step_layout import layout
 
 if TYPE_CHECKING:
     from actors.config import LoadModelPRMConfig
 
-_CURVE_FIELDS = {
-    "decode_base_ms",
-    "decode_per_seq_ms",
-    "decode_per_context_token_ns",
-    "prefill_tokens_per_s",
-    "max_seqs",
-}
 BOS = "<bos>"
 
 
@@ -73,14 +67,7 @@ class LoadModelPRMEngine:
         cls, config: LoadModelPRMConfig, *, step_separator: str = "\n"
     ) -> LoadModelPRMEngine:
         """From the `engine:` block of a scorer's config (`kind: load_model_prm`)."""
-        curve = EngineCurve(
-            decode_base_s=config.decode_base_ms / 1000,
-            decode_per_seq_s=config.decode_per_seq_ms / 1000,
-            decode_per_context_token_s=config.decode_per_context_token_ns / 1e9,
-            prefill_tokens_per_s=config.prefill_tokens_per_s,
-            max_seqs=config.max_seqs,
-        )
-        rest = config.model_dump(exclude={"kind", "model", *_CURVE_FIELDS})
+        curve, rest = curve_and_rest(config)
         return cls(curve=curve, name=config.model, separator=step_separator, **rest)
 
     def _ids(self, text: str) -> list[int]:
