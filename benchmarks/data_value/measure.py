@@ -227,12 +227,10 @@ def run_config(method: str, train: int, budget: int, output_root: Path) -> dict[
     return config
 
 
-def synthesize(method: str, mode: Mode, work: Path) -> MethodData:
-    """One `jobs.synthesize` run of `method` over the train selection; its rows and tokens."""
-    from pipeline.store.run_folder import RunFolder
-
-    config = run_config(method, mode.train, mode.budget, work / "runs")
-    path = work / f"{method}.yaml"
+def run_synthesis(config: dict[str, Any], work: Path, name: str) -> None:
+    """One ``python -m jobs.synthesize`` run of `config` (written to ``work/<name>.yaml``);
+    its log goes to ``work/<name>.log``, and a failed run raises with the log's tail."""
+    path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     env = {
         **os.environ,
@@ -242,21 +240,30 @@ def synthesize(method: str, mode: Mode, work: Path) -> MethodData:
         "RAY_ADDRESS": os.environ.get("RAY_ADDRESS", "local"),
     }
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "jobs.synthesize", "--config", str(path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    with (work / f"{name}.log").open("w") as log:
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.synthesize", "--config", str(path)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     print(
-        f"[synth] {method}: exit {done.returncode} in {time.perf_counter() - start:.0f} s",
+        f"[synth] {name}: exit {done.returncode} in {time.perf_counter() - start:.0f} s",
         file=sys.stderr,
     )
     if done.returncode != 0:
-        raise RuntimeError(
-            f"synthesis of {method} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-        )
+        tail = (work / f"{name}.log").read_text()[-3000:]
+        raise RuntimeError(f"synthesis of {name} failed (log {work / f'{name}.log'}):\n{tail}")
+
+
+def synthesize(method: str, mode: Mode, work: Path) -> MethodData:
+    """One `jobs.synthesize` run of `method` over the train selection; its rows and tokens."""
+    from pipeline.store.run_folder import RunFolder
+
+    config = run_config(method, mode.train, mode.budget, work / "runs")
+    run_synthesis(config, work, method)
     folder = RunFolder.open(work / "runs", config["run_id"])
     trees = folder.read("trees").to_pylist()
     sft = folder.read("sft").to_pylist()

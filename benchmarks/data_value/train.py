@@ -80,13 +80,15 @@ def train_sft(
     out_dir: str | Path,
     *,
     steps: int,
+    init: str | None = None,
     batch_size: int = 8,
     learning_rate: float = 5e-5,
     seed: int = 0,
     max_length: int = 512,
 ) -> dict[str, Any]:
-    """Full fine-tune of the base model on `rows` (``prompt``/``completion`` message lists)
-    for `steps` optimizer steps; the checkpoint and tokenizer go to `out_dir`."""
+    """Full fine-tune of `init` (a checkpoint folder; None: the base model) on `rows`
+    (``prompt``/``completion`` message lists) for `steps` optimizer steps; the checkpoint
+    and tokenizer go to `out_dir`."""
     import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -97,8 +99,8 @@ def train_sft(
     dataset = Dataset.from_list(
         [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
     )
-    tokenizer = load_tokenizer()
-    model = load_model()
+    tokenizer = load_tokenizer(init)
+    model = load_model(init)
     args = SFTConfig(
         output_dir=str(out_dir),
         max_steps=steps,
@@ -138,8 +140,13 @@ def generate(
     *,
     batch_size: int = 32,
     max_new_tokens: int = 96,
+    samples: int = 1,
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> list[str]:
-    """Greedy completions of `prompts`, each the user turn of SmolLM2's chat template."""
+    """Completions of `prompts`, each the user turn of SmolLM2's chat template: greedy
+    (`temperature` 0) or `samples` draws per prompt at `temperature`, a prompt's draws
+    next to each other (prompt i's are ``[i * samples, (i + 1) * samples)``)."""
     import torch
 
     tokenizer = load_tokenizer(model_dir)
@@ -151,6 +158,11 @@ def generate(
         )
         for p in prompts
     ]
+    sampling: dict[str, Any] = (
+        {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0}
+        if temperature > 0
+        else {"do_sample": False}
+    )
     out: list[str] = []
     with torch.inference_mode():
         for i in range(0, len(texts), batch_size):
@@ -160,9 +172,12 @@ def generate(
                 padding=True,
                 add_special_tokens=False,  # the template already holds them
             )
+            # one seed per batch, so a draw does not depend on the batches before it
+            torch.manual_seed(seed + i)
             generated = model.generate(
                 **batch,
-                do_sample=False,
+                **sampling,
+                num_return_sequences=samples,
                 max_new_tokens=max_new_tokens,
                 pad_token_id=tokenizer.pad_token_id,
             )
@@ -171,25 +186,49 @@ def generate(
     return out
 
 
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Train every set of `job["train"]`, then answer `job["prompts"]` with base and each."""
+def train_all(job: dict[str, Any]) -> dict[str, Any]:
+    """Train every set of `job["train"]` (each from its ``init`` checkpoint, else base);
+    a set whose ``out_dir`` already holds a finished checkpoint is not trained again (its
+    statistics are read back), so an interrupted benchmark resumes where it stopped."""
     hp = job["hyper"]
-    result: dict[str, Any] = {"train": {}, "completions": {}, "generate_seconds": {}}
-    models: dict[str, str | None] = {"base": None}
+    stats: dict[str, Any] = {}
     for name, spec in job["train"].items():
+        done = Path(spec["out_dir"]) / "train_stats.json"
+        if done.is_file():
+            stats[name] = json.loads(done.read_text())
+            print(f"[train] {name}: already trained in {spec['out_dir']}", file=sys.stderr)
+            continue
         rows = [json.loads(line) for line in Path(spec["rows"]).read_text().splitlines() if line]
         print(f"[train] {name}: {len(rows)} rows, {hp['steps']} steps", file=sys.stderr)
-        result["train"][name] = train_sft(
+        stats[name] = train_sft(
             rows,
             spec["out_dir"],
             steps=hp["steps"],
+            init=spec.get("init"),
             batch_size=hp["batch_size"],
             learning_rate=hp["learning_rate"],
             seed=hp["seed"],
             max_length=hp["max_length"],
         )
-        models[name] = spec["out_dir"]
-    for name, model_dir in models.items():
+        done.write_text(json.dumps(stats[name]) + "\n")
+    return stats
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Train every set of `job["train"]`, then answer `job["prompts"]` greedily with
+    base (or `job["models"]`, name -> checkpoint folder, None for base) and each trained
+    set; with `job["sample"]`, also draw ``samples`` answers per prompt of its
+    ``prompts`` from each of its ``models`` at its ``temperature``."""
+    hp = job["hyper"]
+    result: dict[str, Any] = {
+        "train": train_all(job),
+        "completions": {},
+        "samples": {},
+        "generate_seconds": {},
+    }
+    models: dict[str, str | None] = dict(job.get("models", {"base": None}))
+    models |= {name: spec["out_dir"] for name, spec in job["train"].items()}
+    for name, model_dir in models.items() if job.get("prompts") else ():
         start = time.perf_counter()
         print(f"[eval] {name}: {len(job['prompts'])} prompts", file=sys.stderr)
         result["completions"][name] = generate(
@@ -199,6 +238,22 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             max_new_tokens=hp["max_new_tokens"],
         )
         result["generate_seconds"][name] = round(time.perf_counter() - start, 1)
+    draw = job.get("sample")
+    for name in draw["models"] if draw else ():
+        print(
+            f"[sample] {name}: {len(draw['prompts'])} prompts x {draw['samples']}", file=sys.stderr
+        )
+        flat = generate(
+            models[name],
+            draw["prompts"],
+            batch_size=hp["eval_batch_size"],
+            max_new_tokens=hp["max_new_tokens"],
+            samples=draw["samples"],
+            temperature=draw["temperature"],
+            seed=draw.get("seed", 0),
+        )
+        k = draw["samples"]
+        result["samples"][name] = [flat[i : i + k] for i in range(0, len(flat), k)]
     return result
 
 

@@ -1,0 +1,239 @@
+"""One round of the self-improvement loop, and whether the search's data beats sampling's.
+
+    python -m benchmarks.self_improve [--quick] [--work-dir DIR]
+
+See the package docstring for what each stage does; this module runs them in order,
+each resumable (`runs.run_once`, `trl_half.run_stage`), and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.data_value.measure import DEFAULT_TRL_PYTHON, REPO, check_trl_python, grade
+from benchmarks.self_improve import report
+from benchmarks.self_improve.plan import (
+    MODES,
+    Mode,
+    Problem,
+    Selections,
+    choose_operations,
+    selections,
+)
+from benchmarks.self_improve.runs import (
+    RunData,
+    read_run,
+    rebuilt,
+    round0_config,
+    round1_config,
+    run_once,
+    write_problems,
+    write_sft,
+)
+from benchmarks.self_improve.stats import pass_at
+from benchmarks.self_improve.trl_half import hyper, run_stage
+from search.answers import AnswerExtraction
+
+EXTRACTION = AnswerExtraction.LAST_NUMBER  # both configs' answer_extraction
+STOPS = ("Problem:",)
+METHODS = ("bg_mcts", "repeated_sampling")
+
+
+def log(message: str) -> None:
+    print(f"[self_improve] {message}", file=sys.stderr, flush=True)
+
+
+def graded(texts: Sequence[str], problems: Sequence[Problem]) -> list[bool]:
+    references = [str(p["answer"]) for p in problems]
+    return asyncio.run(grade(texts, references, extraction=EXTRACTION, stops=STOPS))
+
+
+def graded_samples(draws: Sequence[Sequence[str]], problems: Sequence[Problem]) -> list[list[bool]]:
+    k = len(draws[0]) if draws else 0
+    flat = graded([t for d in draws for t in d], [p for p in problems for _ in range(k)])
+    return [flat[i : i + k] for i in range(0, len(flat), k)]
+
+
+# --------------------------------------------------------------------------- round 0
+def round0(mode: Mode, sel: Selections, work: Path, trl: Path) -> dict[str, Any]:
+    """Round 0's search, its SFT checkpoint, and both policies' pass@k on the probe."""
+    config = round0_config(mode, work)
+    run_once(config, work)
+    data = read_run(work, config["run_id"])
+    rows = write_sft(data, work / "round0.sft.jsonl")
+    probe = [p for ops in sorted(sel.probe) for p in sel.probe[ops]]
+    job = {
+        "train": {"round0": {"rows": str(rows), "out_dir": str(work / "ckpt-round0")}},
+        "models": {"base": None},
+        "hyper": hyper(mode),
+        "sample": {
+            "prompts": [p["problem"] for p in probe],
+            "models": ["base", "round0"],
+            "samples": mode.probe_samples,
+            "temperature": mode.probe_temperature,
+            "seed": 0,
+        },
+    }
+    result = run_stage(trl, work, "round0", job)
+    passes: dict[str, dict[int, tuple[float, float]]] = {}
+    for model in ("base", "round0"):
+        correct = graded_samples(result["samples"][model], probe)
+        passes[model] = {}
+        start = 0
+        for ops in sorted(sel.probe):
+            n = len(sel.probe[ops])
+            passes[model][ops] = pass_at(correct[start : start + n])
+            start += n
+    return {"run": data, "passes": passes, "train": result["train"]["round0"]}
+
+
+def train_prm(mode: Mode, work: Path, run_id: str) -> Path:
+    out = work / "prm-round0"
+    if (out / "bgmcts_prm.json").is_file():
+        log(f"PRM in {out}: trained before, reused")
+        return out
+    command = [
+        sys.executable, "-m", "jobs.train_prm", str(work / "runs" / f"run={run_id}"),
+        "--output", str(out), "--epochs", str(mode.prm_epochs), "--overwrite",
+    ]  # fmt: skip
+    with (work / "prm-round0.log").open("w") as out_log:
+        subprocess.run(command, cwd=REPO, check=True, stdout=out_log, stderr=subprocess.STDOUT)
+    return out
+
+
+def export_policy(work: Path) -> Path:
+    """The round-0 checkpoint as a GGUF for the llama.cpp policy engine."""
+    out = work / "round0-policy.gguf"
+    if out.is_file():
+        return out
+    partial = work / "round0-policy.partial.gguf"
+    command = [
+        sys.executable, "-m", "jobs.export_gguf", str(work / "ckpt-round0"),
+        "--like", "embedded", "--output", str(partial), "--overwrite",
+    ]  # fmt: skip
+    with (work / "export.log").open("w") as out_log:
+        subprocess.run(command, cwd=REPO, check=True, stdout=out_log, stderr=subprocess.STDOUT)
+    partial.rename(out)
+    return out
+
+
+# --------------------------------------------------------------------------- round 1
+def round1(
+    mode: Mode, work: Path, problems: Path, policy: Path, prm: Path
+) -> dict[str, dict[str, RunData]]:
+    """Every round-1 run (method x seed), and each run's rows without the process gate."""
+    runs: dict[str, dict[str, RunData]] = {"gated": {}, "ungated": {}}
+    for seed in range(mode.seeds):
+        for method in METHODS:
+            config = round1_config(
+                method, seed, mode=mode, work=work, problems=problems, policy_gguf=policy, prm=prm
+            )
+            run_once(config, work)
+            name = f"{method}-s{seed}"
+            runs["gated"][name] = read_run(work, config["run_id"])
+            records = dict(config["records"])
+            records["gates"] = {**records["gates"], "false_equation": False, "min_step_value": None}
+            runs["ungated"][name] = rebuilt(
+                work, config["run_id"], records, config["search"]["answer_extraction"]
+            )
+    return runs
+
+
+def train_round1(
+    mode: Mode,
+    work: Path,
+    trl: Path,
+    runs: dict[str, dict[str, RunData]],
+    heldout: Sequence[Problem],
+) -> dict[str, Any]:
+    """Round-1 checkpoints (from round 0's) on each run's gated rows, and on BG-MCTS's
+    ungated rows (what the process gate is worth); every checkpoint answers held-out."""
+    train: dict[str, dict[str, str]] = {}
+    for arm, label in (("gated", ""), ("ungated", "-ungated")):
+        for name, data in runs[arm].items():
+            if arm == "ungated" and not name.startswith("bg_mcts"):
+                continue
+            key = f"{name}{label}"
+            if not data.tables["sft"]:
+                log(f"{key}: no sft rows, no checkpoint")
+                continue
+            rows = write_sft(data, work / f"r1-{key}.sft.jsonl")
+            train[key] = {
+                "rows": str(rows),
+                "out_dir": str(work / f"ckpt-r1-{key}"),
+                "init": str(work / "ckpt-round0"),
+            }
+    job = {
+        "train": train,
+        "models": {"base": None, "round0": str(work / "ckpt-round0")},
+        "prompts": [p["problem"] for p in heldout],
+        "hyper": hyper(mode),
+    }
+    return run_stage(trl, work, "round1", job)
+
+
+# --------------------------------------------------------------------------- main
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.self_improve", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="the quick mode (about 25 min)")
+    parser.add_argument(
+        "--mode", choices=sorted(MODES), help="full (default), quick, or tiny (the tests')"
+    )
+    parser.add_argument("--trl-python", type=Path, default=DEFAULT_TRL_PYTHON)
+    parser.add_argument(
+        "--work-dir", type=Path, help="default: a new temporary folder; an old one resumes"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    check_trl_python(args.trl_python)
+    name = args.mode or ("quick" if args.quick else "full")
+    mode = MODES[name]
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="self-improve-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log(f"mode={name} {mode} work={work}")
+    started = time.perf_counter()
+    sel = selections(mode)
+    (work / "heldout.jsonl").write_text("".join(json.dumps(p) + "\n" for p in sel.heldout))
+    first = round0(mode, sel, work, args.trl_python)
+    at1 = {ops: first["passes"]["round0"][ops][0] for ops in sel.probe}
+    operations = choose_operations(at1)
+    log(f"round-0 policy pass@1 per operations {at1}: round 1 trains on {operations}")
+    prm = train_prm(mode, work, first["run"].name)
+    policy = export_policy(work)
+    problems = write_problems(
+        sel.round1(operations, mode.round1_problems), work / "round1-problems.jsonl"
+    )
+    runs = round1(mode, work, problems, policy, prm)
+    result = train_round1(mode, work, args.trl_python, runs, sel.heldout)
+    correct = {model: graded(texts, sel.heldout) for model, texts in result["completions"].items()}
+    lines = report.lines(
+        mode=mode,
+        operations=operations,
+        passes=first["passes"],
+        runs=runs,
+        correct=correct,
+        heldout=sel.heldout,
+        train=result["train"],
+        seconds=time.perf_counter() - started,
+    )
+    for line in lines:
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""benchmarks/self_improve/stats.py against values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks.self_improve.stats import discordant, mean_interval, pass_at
+
+
+def test_pass_at_one_and_k() -> None:
+    at1, atk = pass_at([[True, False, False, False], [False] * 4, [True, True, False, False]])
+    assert at1 == pytest.approx((0.25 + 0 + 0.5) / 3)
+    assert atk == pytest.approx(2 / 3)
+    assert all(math.isnan(x) for x in pass_at([]))
+
+
+def test_discordant_pairs() -> None:
+    assert discordant([True, True, False, False], [True, False, True, True]) == (1, 2)
+
+
+def test_student_t_interval_of_three_seeds() -> None:
+    mean, low, high = mean_interval([0.01, 0.03, 0.05])
+    # sd 0.02, t(0.975, 2) = 4.3027, half width 4.3027 * 0.02 / sqrt(3)
+    assert mean == pytest.approx(0.03)
+    assert high - mean == pytest.approx(4.302653 * 0.02 / math.sqrt(3), rel=1e-5)
+    assert mean - low == pytest.approx(high - mean)
+    one = mean_interval([0.2])
+    assert one[0] == 0.2 and math.isnan(one[1]) and math.isnan(one[2])
