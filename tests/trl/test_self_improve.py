@@ -50,7 +50,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
             sys.executable,
             "--work-dir",
             str(work),
-        ],  # fmt: skip
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,
