@@ -11,8 +11,9 @@ flags what it can prove wrong):
 * numbers: ``14``, ``1,200`` (thousands commas), ``2.5``, ``$300`` (a ``$`` glued to the
   number is currency); a number glued to a letter (``2x``, ``5cm``, ``x2``) is not a
   number here, it is algebra or a unit we cannot read;
-* operators: ``+ - * / x X × ÷ −`` and LaTeX ``\\times \\cdot \\div``, with parentheses;
-  ``x``/``X`` is "times" only between two numbers (``3 x 8``), elsewhere a variable;
+* operators: ``+ - * / x X × · ÷ −`` and LaTeX ``\\times \\cdot \\div``, with
+  parentheses; ``x``/``X`` is "times" only between two numbers (``3 x 8``), elsewhere a
+  variable; ``**`` is Markdown bold around an equation, not a power;
 * the left side has at least two numbers (``1 dozen = 12`` or ``$1 = 100 cents`` are
   unit statements, not sums) and starts with a number, a ``(`` or a minus sign glued to
   its number (``x - 2 = 3`` is about a variable, so it is skipped); the character right
@@ -40,8 +41,9 @@ from fractions import Fraction
 _TOKEN = re.compile(
     r"""
     (?P<latex>\\(?:times|cdot|div)(?![A-Za-z]))
+    | (?P<bold>\*\*)
     | (?P<num>\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)
-    | (?P<op>[-+*/×÷−])
+    | (?P<op>[-+*/×÷−·⋅])
     | (?P<paren>[()])
     | (?P<eq>(?<![=<>!:])=(?!=))
     | (?P<word>[A-Za-z_]+)
@@ -50,7 +52,8 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
-_OPERATOR = {"×": "*", "÷": "/", "−": "-", r"\times": "*", r"\cdot": "*", r"\div": "/"}
+_OPERATOR = {"×": "*", "·": "*", "⋅": "*", "÷": "/", "−": "-"}
+_OPERATOR |= {r"\times": "*", r"\cdot": "*", r"\div": "/"}
 # a character right before a left side that glues it to something we cannot read
 # (``3^2``, ``a_1``, ``\frac{6}{3}``, ``|x|``, ``f(x)``, ``.5``)
 _GLUE_BEFORE = set("^_}])|\\.")
@@ -115,7 +118,7 @@ def _tokens(text: str) -> list[_Token]:
             kind = "stop"
         elif kind in ("latex", "op"):
             kind, value = "op", _OPERATOR.get(value, value)
-        elif kind not in ("paren", "eq", "num"):  # words, line breaks, other symbols
+        elif kind not in ("paren", "eq", "num"):  # words, line breaks, ``**``, other symbols
             kind = "stop"
         out.append(_Token(kind, value, start, end))
     return out
@@ -137,9 +140,9 @@ def _glued_to_word(raw: list[_Raw], i: int, times: set[int]) -> bool:
     (``3x8``)."""
     _, _, start, end = raw[i]
     for j in (i - 1, i + 1):
-        if 0 <= j < len(raw) and raw[j][0] == "word" and j not in times:
-            if raw[j][3] == start or raw[j][2] == end:
-                return True
+        touching = 0 <= j < len(raw) and (raw[j][3] == start or raw[j][2] == end)
+        if touching and raw[j][0] == "word" and j not in times:
+            return True
     return False
 
 
@@ -205,7 +208,7 @@ def _is_false(lhs: list[_Token], rhs: list[_Token]) -> bool:
         return False
     value, places = right
     gap = abs(left - value)
-    if gap <= Fraction(1, 10**6) * max(1, abs(value)):
+    if gap <= Fraction(1, 10**6) * max(Fraction(1), abs(value)):
         return False
     # a right side written with decimals may be the left side rounded to them
     return not (places and gap <= Fraction(1, 2 * 10**places))

@@ -163,12 +163,13 @@ def _false_equation_is_bad(row: Row) -> int:
     """Label the first step that states a false equation, and every step after it, bad
     (value 0): they build on a wrong number, whatever the answer they reach.  Returns how
     many steps went from good to bad."""
-    steps = row["completions"]
+    steps: list[str] = row["completions"]
+    labels: list[bool] = row["labels"]
     first = next((i for i, step in enumerate(steps) if states_false_equation(step)), None)
     if first is None:
         return 0
-    relabelled = sum(row["labels"][first:])
-    row["labels"] = row["labels"][:first] + [False] * (len(steps) - first)
+    relabelled = sum(labels[first:])
+    row["labels"] = labels[:first] + [False] * (len(steps) - first)
     row["values"] = row["values"][:first] + [0.0] * (len(steps) - first)
     return relabelled
 

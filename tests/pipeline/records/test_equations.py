@@ -51,6 +51,8 @@ def test_true_or_plain_text_states_no_false_equation(text: str) -> None:
         ("(2 + 3) * 4 = 21", ["(2 + 3) * 4 = 21"]),
         ("2 × 3 = 7", ["2 × 3 = 7"]),
         ("8 ÷ 2 = 5", ["8 ÷ 2 = 5"]),
+        ("3 · 4 = 13", ["3 · 4 = 13"]),
+        ("**Step 2:** **3 + 4 = 8**", ["3 + 4 = 8"]),  # Markdown bold, not a power
         (r"$3 \times 4 = 13$", [r"$3 \times 4 = 13"]),
         ("Since 11 + 3 = 4, Hugo has 4 apples.", ["11 + 3 = 4"]),
         # a parenthetical aside: the brackets around the equation are not part of it

@@ -55,7 +55,9 @@ class Carla:
         step1 = add(0, " Carla has 9 stickers.", 0.7, answered=False)
         self.false_step = add(step1, " 2: Carla has 7 - 9 = 1 sticker.", 0.6, answered=False)
         self.lucky = add(self.false_step, " 3: Carla has 1 + 1 = 2 stickers. The answer is 2.", 0.9)
-        self.wrong_after_step1 = add(step1, " 2: Carla has 9 + 7 = 16 stickers. The answer is 16.", 0.3)
+        self.wrong_after_step1 = add(
+            step1, " 2: Carla has 9 + 7 = 16 stickers. The answer is 16.", 0.3
+        )
         # a wrong path whose arithmetic is false too: the negative side keeps it
         self.wrong_false = add(0, " Carla has 9 + 7 = 15 stickers, so the answer is 15.", 0.2)
         # a right path through a step the PRM scored low (no false equation)
