@@ -120,6 +120,26 @@ class GatesConfig(BaseModel):
         description="two trajectories whose normalised similarity (rapidfuzz ratio) is at "
         "least this are near duplicates (the better Q is kept); 1: exact copies only",
     )
+    false_equation: bool = Field(
+        True,
+        description="process gate: no sft row, dpo/step-DPO chosen or desirable kto row from "
+        "a correct path whose training text states a false equation (`7 - 9 = 1`: only "
+        "`<arithmetic> = <number>` that provably does not hold, "
+        "`pipeline.records.equations`); a right answer reached through a wrong step is not a "
+        "good solution. The prm table keeps the path and labels that step and every later "
+        "one bad instead (`prm.false_equation` counts the steps relabelled)",
+    )
+    min_step_value: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="process gate: no sft row, dpo/step-DPO chosen or desirable kto row from "
+        "a correct path with a node (root aside) whose Q is below this; null: no gate. With "
+        "the one-pass scorer and `scorer.one_pass.node_value: min` a node's Q is the lowest "
+        "step score on its path so far, so this drops exactly the paths with a step the PRM "
+        "scores below it, for tree nodes (one step) and whole solutions (repeated sampling) "
+        "alike. Not applied to prm labels: a PRM trained on its own verdicts learns nothing new",
+    )
     unpaired_from: Literal["all", "mixed"] = Field(
         "all",
         description="KTO rows from every problem, or only from `mixed` problems (both right "

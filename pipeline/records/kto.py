@@ -2,10 +2,11 @@
 
 Every distinct answered trajectory of a problem (best Q first), labelled
 desirable when correct, through the gates of the preference pools
-(`pipeline.records.pools`): no truncated text, no
-self-correction trace, no near duplicate, and no undesirable text that states
-the reference.  With ``gates.unpaired_from: mixed`` only problems whose tree
-holds both right and wrong answers give rows (``not_mixed``).
+(`pipeline.records.pools`): no truncated text, no desirable text with a false
+equation or a low step value (the process gates), no self-correction trace, no
+near duplicate, and no undesirable text that states the reference.  With
+``gates.unpaired_from: mixed`` only problems whose tree holds both right and wrong
+answers give rows (``not_mixed``).
 """
 
 from __future__ import annotations

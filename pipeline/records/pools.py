@@ -2,7 +2,9 @@
 
 Correct trajectories (chosen candidates, best Q first) and incorrect ones (rejected
 candidates, worst Q first), both through the training gates (`select_paths`): no
-truncated text, the self-correction rule (`records.self_correction`; by default no
+truncated text, no chosen text with a false equation or a low step value (the process
+gates, `gates.false_equation` and `gates.min_step_value`: step_dpo's chosen step sits on
+that whole path), the self-correction rule (`records.self_correction`; by default no
 trace), no (near) duplicate (always deduplicated: the best-Q copy of a correct one, the
 worst-Q copy of an incorrect one); the rejected side also never states the reference
 (`gates.rejected_states_reference`).

@@ -17,6 +17,12 @@ whatever continuations below it reached.  Every step of a path has at least
 the path's own answer below it, so no value is undefined.  ``q_values`` holds
 the PRM's own score Q of each step's node.
 
+A step is judged by its own arithmetic too (``gates.false_equation``, on by
+default): the first step that states a false equation (``7 - 9 = 1``,
+`pipeline.records.equations`) and every step after it are labelled bad, value
+0.0, whatever the tree below says (they build on the wrong number); counted as
+``prm.false_equation``, the steps relabelled from good to bad.
+
 Paths that never reached an answer have no value of their own: with
 ``prm.unanswered_branches`` every scored leaf's path becomes a row too, its
 steps with nothing answered below labelled from the PRM's Q (>=
@@ -31,7 +37,8 @@ from __future__ import annotations
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from pipeline.records.config import PrmConfig
-from pipeline.records.context import BuildContext, Built
+from pipeline.records.context import BuildContext, Built, count
+from pipeline.records.equations import states_false_equation
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
@@ -65,13 +72,16 @@ PRM_SCHEMA = record_schema(
             "labels",
             list_of(pa.bool_()),
             "one per step, from the step's node: an unanswered node is good when a correct "
-            "answer is reached in the tree below it; an answered node carries its own label",
+            "answer is reached in the tree below it; an answered node carries its own label; "
+            "with gates.false_equation a step stating a false equation and every later step "
+            "are bad",
         ),
         doc_field(
             "values",
             list_of(pa.float64()),
             "one per step, soft Monte-Carlo value: the fraction of answered nodes below the "
-            "step's node that are correct (an answered node: its own label, 1.0 or 0.0)",
+            "step's node that are correct (an answered node: its own label, 1.0 or 0.0); 0.0 "
+            "where a false equation made the label bad",
         ),
         doc_field("q_values", list_of(pa.float64()), "one per step: the PRM's Q of its node"),
         doc_field(
@@ -115,9 +125,16 @@ def prm_rows(graded: GradedTree, context: BuildContext) -> Built:
         config.self_correction,
         record="prm",
         # near duplicates stay (only identical paths are one row), and a wrong path that
-        # states the reference stays: its steps' labels say which step went wrong
+        # states the reference stays: its steps' labels say which step went wrong.  So does a
+        # path with a false equation (its steps are relabelled below instead), and one with a
+        # low Q: the PRM's own verdict is nothing new to train it on
         gates=config.gates.model_copy(
-            update={"near_duplicate": 1.0, "rejected_states_reference": False}
+            update={
+                "near_duplicate": 1.0,
+                "rejected_states_reference": False,
+                "false_equation": False,
+                "min_step_value": None,
+            }
         ),
     )
     shared = context.shared_columns(graded, PRM_SCHEMA)
@@ -136,7 +153,25 @@ def prm_rows(graded: GradedTree, context: BuildContext) -> Built:
             text = tidy(tree.assistant_text(leaf), graded.fold_blank_lines)
             answers = sum(n.answered for n in tree.path(leaf))
             rows.append(_row(graded, leaf, text, answers, below, threshold, config.prm) | shared)
+    if config.gates.false_equation:
+        relabelled = sum(_false_equation_is_bad(row) for row in rows)
+        count(drops, "prm.false_equation", relabelled)
     return Built(rows, drops)
+
+
+def _false_equation_is_bad(row: Row) -> int:
+    """Label the first step that states a false equation, and every step after it, bad
+    (value 0): they build on a wrong number, whatever the answer they reach.  Returns how
+    many steps went from good to bad."""
+    steps: list[str] = row["completions"]
+    labels: list[bool] = row["labels"]
+    first = next((i for i, step in enumerate(steps) if states_false_equation(step)), None)
+    if first is None:
+        return 0
+    relabelled = sum(labels[first:])
+    row["labels"] = labels[:first] + [False] * (len(steps) - first)
+    row["values"] = row["values"][:first] + [0.0] * (len(steps) - first)
+    return relabelled
 
 
 def _row(

@@ -5,6 +5,10 @@ Q >= ``min_score``, best Q first, through the gates (each counts its drops):
 
 * ``truncated``: the token cap cut the node inside its answer sentence
   (`gates.drop_truncated`);
+* ``false_equation`` / ``low_step_value``: the process gates: the text states
+  arithmetic that does not hold (`gates.false_equation`, on by default: a right
+  answer reached through a wrong step), or a node on the path has a Q below
+  `gates.min_step_value` (off by default);
 * ``duplicate``: with ``dedupe``, only the best-Q node of identical or near
   duplicate training texts (`gates.near_duplicate`) is kept;
 * ``self_correction``: by default only *clean* paths (the node's answer is

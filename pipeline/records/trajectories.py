@@ -8,7 +8,8 @@
 * `answers_in_path` and `select_paths`: the self-correction rule (a path that
   answered before its last node, or whose text states more than one answer, is a
   self-correction trace) and the gates every training table applies, each gate's
-  drops counted per record and gate (``"sft.truncated"``).
+  drops counted per record and gate (``"sft.truncated"``), the process gates of
+  correct paths (a false equation, a low step value) among them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rapidfuzz.distance import Indel
 
 from pipeline.records.config import GatesConfig, SelfCorrection
 from pipeline.records.context import Drops, count
+from pipeline.records.equations import states_false_equation
 from pipeline.records.grading import GradedTree
 from pipeline.records.tree_paths import answers_on_path
 from search.tree import Node, Tree
@@ -76,7 +78,10 @@ def select_paths(
     First, always, ``empty_step``: a path with a step of no text but white space
     (`Node.empty`, an engine that answered with nothing) is never a training row.
     Then, with `gates` (`records.gates`): ``truncated`` (`drop_truncated`) and
-    ``no_statement`` (`require_statement`: the text states no answer); then
+    ``no_statement`` (`require_statement`: the text states no answer); then the
+    process gates of correct paths: ``false_equation`` (`false_equation`: the text
+    states arithmetic that does not hold) and ``low_step_value`` (`min_step_value`:
+    a node on the path has a Q below it); then
     ``duplicate`` (with `dedupe`; near duplicates by `gates.near_duplicate`, exact
     copies without gates); then the self-correction rule (``self_correction``): a
     path is a self-correction trace when an earlier node on it answered or its
@@ -99,6 +104,21 @@ def select_paths(
         picked = gate("truncated", picked, lambda n: not graded.training(n).truncated)
     if gates is not None and gates.require_statement:
         picked = gate("no_statement", picked, lambda n: graded.training(n).statements > 0)
+    # the process gates: a correct path is a good example only when its steps are; a wrong
+    # path is a bad example whatever its steps, so the negative side is left alone
+    if gates is not None and gates.false_equation:
+        picked = gate(
+            "false_equation",
+            picked,
+            lambda n: not graded.labels[n.id] or not states_false_equation(graded.training(n).text),
+        )
+    if gates is not None and gates.min_step_value is not None:
+        floor = gates.min_step_value
+        picked = gate(
+            "low_step_value",
+            picked,
+            lambda n: not graded.labels[n.id] or lowest_step_value(tree, n) >= floor,
+        )
     if dedupe:
         similarity = 1.0 if gates is None else gates.near_duplicate
         kept = distinct_trajectories(picked, graded, similarity)
@@ -129,6 +149,11 @@ def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
     return k
 
 
+def lowest_step_value(tree: Tree, node: Node) -> float:
+    """The lowest Q of the steps on the path to `node` (the root, the problem, aside)."""
+    return min(step.q for step in tree.path(node) if step.parent_id is not None)
+
+
 def has_empty_step(tree: Tree, node: Node) -> bool:
     """Does the path to `node` hold a step with no text (the root, the problem, aside)?"""
     return any(step.empty for step in tree.path(node) if step.parent_id is not None)
@@ -140,6 +165,7 @@ __all__ = [
     "common_prefix",
     "distinct_trajectories",
     "has_empty_step",
+    "lowest_step_value",
     "select_paths",
     "user_turn",
 ]
