@@ -155,12 +155,14 @@ def train_round1(
     runs: dict[str, dict[str, RunData]],
     heldout: Sequence[Problem],
 ) -> dict[str, Any]:
-    """Round-1 checkpoints (from round 0's) on each run's gated rows, and on BG-MCTS's
-    ungated rows (what the process gate is worth); every checkpoint answers held-out."""
+    """Round-1 checkpoints (from round 0's) on each run's gated rows, and on the ungated
+    rows of BG-MCTS's first `mode.gate_seeds` seeds (what the process gate is worth);
+    every checkpoint answers the held-out problems."""
     train: dict[str, dict[str, str]] = {}
     for arm, label in (("gated", ""), ("ungated", "-ungated")):
         for name, data in runs[arm].items():
-            if arm == "ungated" and not name.startswith("bg_mcts"):
+            seed = int(name.rsplit("-s", 1)[1])
+            if arm == "ungated" and (not name.startswith("bg_mcts") or seed >= mode.gate_seeds):
                 continue
             key = f"{name}{label}"
             if not data.tables["sft"]:

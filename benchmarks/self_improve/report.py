@@ -135,7 +135,7 @@ def lines(
     gate, _ = paired_table(
         "the process gate: BG-MCTS's gated rows against the same trees' ungated rows",
         correct,
-        [(f"bg_mcts-s{s}", f"bg_mcts-s{s}-ungated") for s in seeds],
+        [(f"bg_mcts-s{s}", f"bg_mcts-s{s}-ungated") for s in range(mode.gate_seeds)],
     )
     out = [
         f"round 0: {mode.round0_problems} one-step problems, B={mode.round0_budget} policy "
