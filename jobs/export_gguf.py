@@ -236,9 +236,13 @@ def _copy_metadata(reader: GGUFReader, writer: GGUFWriter, kind: str, checkpoint
     writer.add_quantization_version(GGML_QUANT_VERSION)
 
 
+# a tensor to write: its GGUF name, its data, its GGML type (None: its numpy dtype's)
+_Tensor = tuple[str, "np.ndarray", "GGMLQuantizationType | None"]
+
+
 def _tensors(
     checkpoint: Path, config: dict[str, Any], reader: GGUFReader, kind: str
-) -> list[tuple[str, np.ndarray, GGMLQuantizationType | None]]:
+) -> list[_Tensor]:
     """(GGUF name, data, stored type) of every tensor, in the --like file's order.
 
     Each --like tensor must come from the checkpoint, with the same shape; ``output``
@@ -252,7 +256,7 @@ def _tensors(
         weights.pop("output.weight", None)  # a copy of the embedding some savers keep
     elif "output.weight" not in weights:
         raise InputError(f"{checkpoint}: tie_word_embeddings is false, yet it has no lm_head")
-    picked = []
+    picked: list[_Tensor] = []
     for tensor in reader.tensors:
         if tensor.name == "output.weight" and "output.weight" not in weights:
             continue  # the base had its own head, the fine-tune ties it: none to write
@@ -262,7 +266,7 @@ def _tensors(
             continue
         array = weights.pop(tensor.name, None)
         if array is None:
-            raise InputError(f"{checkpoint}: no tensor for {tensor.name} of --like")
+            raise InputError(f"{checkpoint} has no tensor for {tensor.name}, which --like has")
         expected = tuple(int(n) for n in reversed(tensor.shape))
         if array.shape != expected:
             raise InputError(
