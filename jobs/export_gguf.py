@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,13 +172,19 @@ def export(
     under another name, then renamed)."""
     from gguf import GGUFReader, GGUFWriter
 
+    from pipeline.errors import InputError
+
     config = config if config is not None else read_config(checkpoint)
-    reader = GGUFReader(like)
+    try:
+        reader = GGUFReader(like)
+    except (ValueError, OSError) as exc:
+        raise InputError(f"--like {like}: not a GGUF file ({exc})") from exc
     check_sizes(config, reader, like)
     tensors = _tensors(checkpoint, config, reader, kind)
     output.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".part")
-    os.close(handle)
+    # a name of this process's own beside the output (opened as any new file, so with
+    # the usual permissions), renamed over it once complete
+    partial = output.with_name(f".{output.name}.{os.getpid()}.part")
     try:
         writer = GGUFWriter(partial, arch="llama")
         _copy_metadata(reader, writer, kind, checkpoint)

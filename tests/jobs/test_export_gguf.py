@@ -235,18 +235,24 @@ def _bgmcts(*argv: str) -> subprocess.CompletedProcess[str]:
         ("missing", "checkpoint folder not found"),
         ("token-classifier", "architecture LlamaForTokenClassification cannot be exported"),
         ("small-vocab", "vocab size differs"),
+        ("like-not-gguf", "not a GGUF file"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(case: str, names: str, tmp_path: Path) -> None:
+    like = "embedded"
     if case == "missing":
         checkpoint = tmp_path / "no-such-checkpoint"
     elif case == "token-classifier":
         checkpoint = _tiny(tmp_path / "prm", "LlamaForTokenClassification", 49152)
-    else:
+    elif case == "small-vocab":
         checkpoint = _tiny(tmp_path / "small", "LlamaForCausalLM", 1000)
         assert json.loads((checkpoint / "config.json").read_text())["vocab_size"] == 1000
+    else:
+        checkpoint = _tiny(tmp_path / "causal", "LlamaForCausalLM", 49152)
+        (tmp_path / "base.gguf").write_text("not a model\n")
+        like = str(tmp_path / "base.gguf")
     output = tmp_path / "out.gguf"
-    done = _bgmcts(str(checkpoint), "--like", "embedded", "--output", str(output))
+    done = _bgmcts(str(checkpoint), "--like", like, "--output", str(output))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0], lines
