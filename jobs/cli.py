@@ -9,6 +9,9 @@
     bgmcts evaluate --config configs/eval-sim.yaml   methods x budgets x seeds -> report folder
     bgmcts train-prm out/run=local --output DIR      a one-pass PRM checkpoint from the run's
                                                      prm rows (needs the prm extra)
+    bgmcts export-gguf CHECKPOINT --like embedded --output FILE.gguf
+                                                     a fine-tuned llama checkpoint as a GGUF
+                                                     the llama.cpp engine serves
 
 Each subcommand is also a module (`python -m jobs.synthesize` ...), which is what
 `ray job submit` runs on a cluster.
@@ -19,7 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jobs import check, evaluate, nightly, publish, synthesize, train_prm
+from jobs import check, evaluate, export_gguf, nightly, publish, synthesize, train_prm
 from jobs.exits import OK, add_verbose, guarded
 
 
@@ -65,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("evaluate", evaluate, "methods x budgets x seeds, with a report"),
         ("check", check, "check a run's training rows as a trainer reads them (exit 1: dirty)"),
         ("train-prm", train_prm, "train a one-pass PRM checkpoint on runs' prm rows"),
+        ("export-gguf", export_gguf, "a fine-tuned llama checkpoint as a GGUF for llama.cpp"),
     ):
         sub = commands.add_parser(name, help=help_, description=module.__doc__)
         module.build_parser(sub)
