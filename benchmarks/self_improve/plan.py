@@ -35,10 +35,10 @@ class Mode:
     round1_problems: int
     heldout: int
     seeds: int  # synthesis seeds per round-1 method
+    sft_steps: int
     # seeds whose BG-MCTS trees also train a checkpoint on their rows without the
     # process gate (what the gate is worth); each costs a training and an evaluation
     gate_seeds: int = 1
-    sft_steps: int
     probe_samples: int = 4  # pass@k's k
     probe_temperature: float = 0.7  # the search's temperature
     round0_budget: int = 300  # configs/local.yaml's B, policy output tokens
