@@ -4,8 +4,9 @@ Every run is a real ``python -m jobs.synthesize`` (`benchmarks.data_value.measur
 .run_synthesis`) under ``WORK/runs``; a run whose ``WORK/<name>.done`` marker exists is
 not run again, so an interrupted benchmark resumes.
 
-* round 0: configs/local.yaml as it is (the base SmolLM2 policy with the few-shot prompt,
-  GenPRM, BG-MCTS, B = 300 output tokens) on the one-step round-0 problems;
+* round 0: configs/local.yaml (the base SmolLM2 policy, GenPRM, BG-MCTS, B = 300 output
+  tokens) on round 0's problems of one or two operations, with one- and two-step
+  few-shot examples;
 * round 1: configs/local-prm.yaml with the round-0 policy (its GGUF export) prompted
   with the bare problem as it was trained, the one-pass PRM trained on round 0's trees,
   the round-1 problems, and a budget that counts every token the search pays for
@@ -26,9 +27,10 @@ from typing import Any
 import yaml
 
 from benchmarks.data_value.measure import REPO, run_config, run_synthesis
-from benchmarks.self_improve.plan import Mode, Problem
+from benchmarks.self_improve.plan import ROUND0_MAX_STEPS, Mode, Problem
 
 ROUND1_BASE = REPO / "configs" / "local-prm.yaml"
+ROUND0_PROMPT = REPO / "configs" / "prompts" / "arithmetic-fewshot-multistep.txt"
 # the process gate's threshold on the one-pass PRM's step values: its own decision
 # boundary (a step more likely wrong than right), fixed before any run was looked at
 STEP_VALUE_THRESHOLD = 0.5
@@ -42,8 +44,13 @@ SEARCHES: dict[str, dict[str, Any]] = {
 
 
 def round0_config(mode: Mode, work: Path) -> dict[str, Any]:
+    """configs/local.yaml on round 0's problems of one or two operations, its few-shot
+    prompt with two-step examples beside the one-step one (the base model copies the
+    form it is shown: with one-step examples only it never writes a second step)."""
     config = run_config("bg_mcts", mode.round0_problems, mode.round0_budget, work / "runs")
     config["run_id"] = "self-improve-round0"
+    config["source"]["max_steps"] = ROUND0_MAX_STEPS
+    config["policy"]["prompts"]["policy_instruction_file"] = str(ROUND0_PROMPT)
     return config
 
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from benchmarks.self_improve.plan import QUICK, TINY, choose_operations, selections
+from benchmarks.self_improve.plan import QUICK, choose_operations, selections
 from pipeline.problems.arithmetic import generate
 
 
@@ -26,7 +26,7 @@ def test_every_selection_is_text_disjoint_from_the_others() -> None:
 
 def test_operations_are_what_each_selection_asks_for() -> None:
     sel = selections(QUICK)
-    assert {p["steps"] for p in sel.round0} == {1}
+    assert {p["steps"] for p in sel.round0} == {1, 2}
     assert {p["steps"] for p in sel.heldout} == {2, 3}
     assert {p["steps"] for p in sel.probe[2]} == {2}
     assert {p["steps"] for p in sel.probe[3]} == {3}
@@ -35,8 +35,9 @@ def test_operations_are_what_each_selection_asks_for() -> None:
 
 
 def test_round0_is_the_embedded_defaults_problems() -> None:
-    """Round 0 searches the pipeline's own arithmetic source (seed 0, one step)."""
-    assert selections(TINY).round0 == generate(0, TINY.round0_problems, max_steps=1)
+    """Round 0 searches the pipeline's own arithmetic source (seed 0, up to two steps), so
+    the held-out set excludes exactly the problems the run searched."""
+    assert selections(QUICK).round0 == generate(0, QUICK.round0_problems, max_steps=2)
 
 
 def test_the_held_out_set_is_chosen_before_the_others_and_does_not_move() -> None:

@@ -55,9 +55,12 @@ def test_round1_config_parses_and_charges_every_token_against_one_budget(tmp_pat
     assert gates.false_equation is False and gates.min_step_value is None
 
 
-def test_round0_config_is_the_embedded_default_on_one_step_problems(tmp_path: Path) -> None:
+def test_round0_config_is_the_embedded_default_on_one_and_two_step_problems(
+    tmp_path: Path,
+) -> None:
     parsed = parse_run_config(round0_config(TINY, tmp_path))
-    assert parsed.source.kind == "arithmetic" and parsed.source.max_steps == 1
+    assert parsed.source.kind == "arithmetic" and parsed.source.max_steps == 2
+    assert "Step 2: Leo has 5 x 2 = 10 cards." in parsed.policy.prompts.policy_instruction
     assert parsed.scorer.kind == "genprm" and parsed.budget == TINY.round0_budget
 
 
