@@ -68,6 +68,19 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "jobs/prm_trainer.py",
         "search/simulated.py",
     ),
+    "benchmarks.self_improve": (
+        "benchmarks/self_improve",
+        "benchmarks/data_value",
+        "configs/local.yaml",
+        "configs/local-prm.yaml",
+        "configs/prompts/arithmetic-fewshot-multistep.txt",
+        "jobs/export_gguf.py",
+        "jobs/train_prm.py",
+        "jobs/prm_trainer.py",
+        "pipeline/problems/arithmetic.py",
+        "pipeline/records/equations.py",
+        "pipeline/records/trajectories.py",
+    ),
     "benchmarks.data_value": (
         "benchmarks/data_value",
         "configs/local.yaml",
@@ -111,6 +124,7 @@ REQUIRED: tuple[tuple[str, str, int], ...] = (
     ("docs/throughput.md", "benchmarks.coalescing_cpu", 1),  # the even router, 0.369 ms
     ("docs/throughput.md", "benchmarks.engine_saturation", 1),
     ("docs/data-value.md", "benchmarks.data_value", 1),
+    ("docs/data-value.md", "benchmarks.self_improve", 1),  # the self-improvement round
 )
 
 # Not checked: the dated history names its own commits, the others are generated.

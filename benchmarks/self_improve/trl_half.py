@@ -25,7 +25,7 @@ def hyper(mode: Mode) -> dict[str, Any]:
         "learning_rate": mode.learning_rate,
         "seed": 0,
         "max_length": 512,
-        "eval_batch_size": 32,
+        "eval_batch_size": 64,
         "max_new_tokens": mode.max_new_tokens,
     }
 
