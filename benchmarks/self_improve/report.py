@@ -138,8 +138,9 @@ def lines(
         [(f"bg_mcts-s{s}", f"bg_mcts-s{s}-ungated") for s in range(mode.gate_seeds)],
     )
     out = [
-        f"round 0: {mode.round0_problems} one-step problems, B={mode.round0_budget} policy "
-        f"tokens; round 1: {mode.round1_problems} problems of {operations} operations, "
+        f"round 0: {mode.round0_problems} problems of 1-2 operations, "
+        f"B={mode.round0_budget} policy tokens; round 1: {mode.round1_problems} problems of "
+        f"{operations} operations, "
         f"B={mode.round1_budget} total tokens; {mode.sft_steps} SFT steps x batch "
         f"{mode.batch_size}, lr {mode.learning_rate}; {seconds:.0f} s",
         *choice_table(mode, operations, passes),
