@@ -116,7 +116,8 @@ def test_bad_input_is_one_line_and_exit_2(
     fresh = ["--output", str(tmp_path / "a")]
     cases = {
         "run=nope is not a run folder": [str(tmp_path / "run=nope"), *fresh],
-        "0 is not a run folder": [str(tmp_path), *fresh],
+        # the folder's own name (pytest numbers it after any other test of the same name)
+        f"{tmp_path.name} is not a run folder": [str(tmp_path), *fresh],
         "has no prm rows": [str(empty_run), *fresh],
         "no prm row left": [str(prm_run), "--exclude-problems", str(everything), *fresh],
         "--exclude-problems": [str(prm_run), "--exclude-problems", str(tmp_path / "x"), *fresh],
