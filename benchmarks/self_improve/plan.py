@@ -67,10 +67,10 @@ QUICK = Mode(
 FULL = Mode(
     round0_problems=48,
     probe_problems=24,
-    round1_problems=24,
+    round1_problems=20,
     heldout=300,
     seeds=3,
-    sft_steps=24,
+    sft_steps=20,
 )
 # CI's real miniature: a couple of training steps, a handful of problems
 TINY = Mode(
