@@ -32,9 +32,9 @@ from benchmarks.self_improve.plan import (
 from benchmarks.self_improve.runs import (
     RunData,
     read_run,
-    rebuilt,
     round0_config,
     round1_config,
+    rows_under,
     run_once,
     write_problems,
     write_sft,
@@ -130,8 +130,11 @@ def export_policy(work: Path) -> Path:
 def round1(
     mode: Mode, work: Path, problems: Path, policy: Path, prm: Path
 ) -> dict[str, dict[str, RunData]]:
-    """Every round-1 run (method x seed), and each run's rows without the process gate."""
-    runs: dict[str, dict[str, RunData]] = {"gated": {}, "ungated": {}}
+    """Every round-1 run (method x seed) with its rows three ways: as written (both halves
+    of the process gate: the counts), rebuilt with the false-equation half only (what the
+    checkpoints train on: the PRM half at its threshold keeps almost nothing, see the
+    docs), and rebuilt without any process gate (what the gate is worth)."""
+    runs: dict[str, dict[str, RunData]] = {"written": {}, "gated": {}, "ungated": {}}
     for seed in range(mode.seeds):
         for method in METHODS:
             config = round1_config(
@@ -139,11 +142,10 @@ def round1(
             )
             run_once(config, work)
             name = f"{method}-s{seed}"
-            runs["gated"][name] = read_run(work, config["run_id"])
-            records = dict(config["records"])
-            records["gates"] = {**records["gates"], "false_equation": False, "min_step_value": None}
-            runs["ungated"][name] = rebuilt(
-                work, config["run_id"], records, config["search"]["answer_extraction"]
+            runs["written"][name] = read_run(work, config["run_id"])
+            runs["gated"][name] = rows_under(work, config, {"min_step_value": None})
+            runs["ungated"][name] = rows_under(
+                work, config, {"min_step_value": None, "false_equation": False}
             )
     return runs
 
@@ -155,9 +157,9 @@ def train_round1(
     runs: dict[str, dict[str, RunData]],
     heldout: Sequence[Problem],
 ) -> dict[str, Any]:
-    """Round-1 checkpoints (from round 0's) on each run's gated rows, and on the ungated
-    rows of BG-MCTS's first `mode.gate_seeds` seeds (what the process gate is worth);
-    every checkpoint answers the held-out problems."""
+    """Round-1 checkpoints (from round 0's) on each run's rows through the false-equation
+    gate, and on the ungated rows of BG-MCTS's first `mode.gate_seeds` seeds (what the
+    gate is worth); every checkpoint answers the held-out problems."""
     train: dict[str, dict[str, str]] = {}
     for arm, label in (("gated", ""), ("ungated", "-ungated")):
         for name, data in runs[arm].items():

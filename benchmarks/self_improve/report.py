@@ -36,6 +36,11 @@ def synthesis_table(runs: Mapping[str, Mapping[str, RunData]]) -> list[str]:
     lines = ["## round-1 synthesis at equal total tokens (policy + PRM) per problem", header]
     for name, data in runs["gated"].items():
         trees = data.trees
+        # the PRM half drops what the runs wrote; the rows counted are the false-equation
+        # half's, the ones the checkpoints train on
+        prm_drops = (
+            runs["written"][name].process_drops()["low_step_value"] if "written" in runs else 0
+        )
         n = max(len(trees), 1)
         policy = sum(t["policy_output_tokens"] for t in trees)
         prm = sum(t["prm_input_tokens"] + t["prm_output_tokens"] for t in trees)
@@ -48,15 +53,16 @@ def synthesis_table(runs: Mapping[str, Mapping[str, RunData]]) -> list[str]:
             + " ".join(
                 f"{len(data.tables[t]):>4}" for t in ("sft", "dpo", "step_dpo", "prm", "kto")
             )
-            + f" {drops['false_equation']:>7} {drops['low_step_value']:>8} "
+            + f" {drops['false_equation']:>7} {prm_drops:>8} "
             f"{sum(t['n_nodes'] for t in trees) / n:>5.1f} "
             f"{sum(t['max_depth'] for t in trees) / n:>5.1f} "
             f"{1000 * right / max(data.total_tokens, 1):>8.3f}"
         )
     lines.append(
         "solved: problems with a right answered node; right: correct trajectories after the "
-        "gates; gate eq / gate PRM: rows the process gate kept out (false equation / a step "
-        "the PRM scores below the threshold); yield/1k: right per 1,000 total tokens"
+        "false-equation gate (the rows trained on); gate eq: rows it kept out; gate PRM: rows "
+        "the PRM half (a step below the threshold) kept out of what the run wrote; yield/1k: "
+        "right per 1,000 total tokens"
     )
     return lines
 
@@ -133,7 +139,7 @@ def lines(
         [(f"bg_mcts-s{s}", f"repeated_sampling-s{s}") for s in seeds],
     )
     gate, _ = paired_table(
-        "the process gate: BG-MCTS's gated rows against the same trees' ungated rows",
+        "the false-equation gate: BG-MCTS's rows with it against the same trees' rows without",
         correct,
         [(f"bg_mcts-s{s}", f"bg_mcts-s{s}-ungated") for s in range(mode.gate_seeds)],
     )

@@ -207,6 +207,13 @@ def rebuilt(work: Path, run_id: str, records: dict[str, Any], extraction: str) -
     return RunData(f"{run_id} (rebuilt)", new_trees, tables, drops)
 
 
+def rows_under(work: Path, config: dict[str, Any], gates: dict[str, Any]) -> RunData:
+    """The rows of `config`'s run rebuilt with some of its `records.gates` changed."""
+    records = dict(config["records"])
+    records["gates"] = {**records.get("gates", {}), **gates}
+    return rebuilt(work, config["run_id"], records, config["search"]["answer_extraction"])
+
+
 def write_sft(data: RunData, path: Path) -> Path:
     """The run's sft rows as the TRL half reads them (prompt and completion messages)."""
     path.write_text(
