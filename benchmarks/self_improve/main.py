@@ -161,6 +161,7 @@ def train_round1(
     gate, and on the ungated rows of BG-MCTS's first `mode.gate_seeds` seeds (what the
     gate is worth); every checkpoint answers the held-out problems."""
     train: dict[str, dict[str, str]] = {}
+    same: dict[str, str] = {}  # an ungated arm whose rows are its gated arm's
     for arm, label in (("gated", ""), ("ungated", "-ungated")):
         for name, data in runs[arm].items():
             seed = int(name.rsplit("-s", 1)[1])
@@ -171,6 +172,11 @@ def train_round1(
                 log(f"{key}: no sft rows, no checkpoint")
                 continue
             rows = write_sft(data, work / f"r1-{key}.sft.jsonl")
+            if arm == "ungated" and rows.read_text() == (work / f"r1-{name}.sft.jsonl").read_text():
+                # the same rows train the same checkpoint (one seed): no second training
+                log(f"{key}: the same sft rows as with the gate, the same checkpoint")
+                same[key] = name
+                continue
             train[key] = {
                 "rows": str(rows),
                 "out_dir": str(work / f"ckpt-r1-{key}"),
@@ -182,7 +188,11 @@ def train_round1(
         "prompts": [p["problem"] for p in heldout],
         "hyper": hyper(mode),
     }
-    return run_stage(trl, work, "round1", job)
+    result = run_stage(trl, work, "round1", job)
+    for key, name in same.items():
+        if name in result["completions"]:
+            result["completions"][key] = result["completions"][name]
+    return result
 
 
 # --------------------------------------------------------------------------- main
