@@ -172,7 +172,12 @@ def train_round1(
                 log(f"{key}: no sft rows, no checkpoint")
                 continue
             rows = write_sft(data, work / f"r1-{key}.sft.jsonl")
-            if arm == "ungated" and rows.read_text() == (work / f"r1-{name}.sft.jsonl").read_text():
+            gated_rows = work / f"r1-{name}.sft.jsonl"
+            if (
+                arm == "ungated"
+                and gated_rows.is_file()
+                and rows.read_text() == gated_rows.read_text()
+            ):
                 # the same rows train the same checkpoint (one seed): no second training
                 log(f"{key}: the same sft rows as with the gate, the same checkpoint")
                 same[key] = name
