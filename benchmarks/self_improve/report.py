@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmarks.self_improve.plan import Mode, Problem
 from benchmarks.self_improve.runs import RunData
-from benchmarks.self_improve.stats import discordant, mcnemar_p, mean_interval, wilson
+from benchmarks.self_improve.stats import auc, discordant, mcnemar_p, mean_interval, wilson
 
 Passes = Mapping[str, Mapping[int, tuple[float, float]]]
 
@@ -27,11 +27,17 @@ def choice_table(mode: Mode, operations: int, passes: Passes) -> list[str]:
     return lines
 
 
+def answer_auc(data: RunData) -> float:
+    """How well the PRM's node values told right answers from wrong in this run."""
+    nodes = [n for n in data.tables.get("nodes", []) if n.get("score") is not None]
+    return auc([n["score"] for n in nodes], [bool(n["correct"]) for n in nodes])
+
+
 def synthesis_table(runs: Mapping[str, Mapping[str, RunData]]) -> list[str]:
     header = (
         f"{'run':<22} {'problems':>8} {'tok/prob':>8} {'policy':>7} {'PRM':>7} {'solved':>6} "
         f"{'right':>5} {'sft':>4} {'dpo':>4} {'step':>4} {'prm':>4} {'kto':>4} "
-        f"{'gate eq':>7} {'gate PRM':>8} {'nodes':>5} {'depth':>5} {'yield/1k':>8}"
+        f"{'gate eq':>7} {'gate PRM':>8} {'nodes':>5} {'depth':>5} {'yield/1k':>8} {'AUC':>5}"
     )
     lines = ["## round-1 synthesis at equal total tokens (policy + PRM) per problem", header]
     for name, data in runs["gated"].items():
@@ -56,13 +62,14 @@ def synthesis_table(runs: Mapping[str, Mapping[str, RunData]]) -> list[str]:
             + f" {drops['false_equation']:>7} {prm_drops:>8} "
             f"{sum(t['n_nodes'] for t in trees) / n:>5.1f} "
             f"{sum(t['max_depth'] for t in trees) / n:>5.1f} "
-            f"{1000 * right / max(data.total_tokens, 1):>8.3f}"
+            f"{1000 * right / max(data.total_tokens, 1):>8.3f} {answer_auc(data):>5.2f}"
         )
     lines.append(
         "solved: problems with a right answered node; right: correct trajectories after the "
         "false-equation gate (the rows trained on); gate eq: rows it kept out; gate PRM: rows "
         "the PRM half (a step below the threshold) kept out of what the run wrote; yield/1k: "
-        "right per 1,000 total tokens"
+        "right per 1,000 total tokens; AUC: the PRM's value of an answered node against its "
+        "answer being right"
     )
     return lines
 

@@ -160,7 +160,7 @@ def read_run(work: Path, run_id: str) -> RunData:
     for t in trees:
         for d in t["gate_drops"] or []:
             drops[d["gate"]] += d["dropped"]
-    tables = {name: folder.read(name).to_pylist() for name in TABLES}
+    tables = {name: folder.read(name).to_pylist() for name in (*TABLES, "nodes")}
     return RunData(run_id, trees, tables, drops)
 
 
@@ -198,7 +198,7 @@ def rebuilt(work: Path, run_id: str, records: dict[str, Any], extraction: str) -
         )
 
     built = asyncio.run(build_all())
-    tables = {name: [r for b in built for r in b[name]] for name in TABLES}
+    tables = {name: [r for b in built for r in b[name]] for name in (*TABLES, "nodes")}
     new_trees = [b["trees"][0] for b in built]
     drops: Counter[str] = Counter()
     for t in new_trees:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from benchmarks.data_value.measure import mcnemar_p, wilson
 
-__all__ = ["discordant", "mcnemar_p", "mean_interval", "pass_at", "wilson"]
+__all__ = ["auc", "discordant", "mcnemar_p", "mean_interval", "pass_at", "wilson"]
 
 
 def pass_at(correct: Sequence[Sequence[bool]]) -> tuple[float, float]:
@@ -39,3 +39,14 @@ def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, 
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
     return (mean, mean - half, mean + half)
+
+
+def auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """The chance that a right item scores above a wrong one (ties count half): how well
+    the scores tell right from wrong; nan without both kinds."""
+    right = [s for s, ok in zip(scores, labels, strict=True) if ok]
+    wrong = [s for s, ok in zip(scores, labels, strict=True) if not ok]
+    if not right or not wrong:
+        return math.nan
+    wins = sum((r > w) + 0.5 * (r == w) for r in right for w in wrong)
+    return wins / (len(right) * len(wrong))

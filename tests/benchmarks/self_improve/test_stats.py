@@ -28,3 +28,12 @@ def test_student_t_interval_of_three_seeds() -> None:
     assert mean - low == pytest.approx(high - mean)
     one = mean_interval([0.2])
     assert one[0] == 0.2 and math.isnan(one[1]) and math.isnan(one[2])
+
+
+def test_auc_counts_right_above_wrong_and_ties_half() -> None:
+    from benchmarks.self_improve.stats import auc
+
+    assert auc([0.9, 0.8, 0.1], [True, True, False]) == 1.0
+    assert auc([0.1, 0.9], [True, False]) == 0.0
+    assert auc([0.5, 0.5, 0.7], [True, False, False]) == pytest.approx(0.25)  # (0.5 + 0) / 2
+    assert math.isnan(auc([0.3], [True]))
