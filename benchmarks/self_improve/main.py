@@ -96,17 +96,26 @@ def round0(mode: Mode, sel: Selections, work: Path, trl: Path) -> dict[str, Any]
     return {"run": data, "passes": passes, "train": result["train"]["round0"]}
 
 
+def run_module(module: str, args: Sequence[str], log_path: Path) -> None:
+    """``python -m module args`` in the project's venv, its output to `log_path`."""
+    with log_path.open("w") as out_log:
+        subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=REPO,
+            check=True,
+            stdout=out_log,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def train_prm(mode: Mode, work: Path, run_id: str) -> Path:
     out = work / "prm-round0"
     if (out / "bgmcts_prm.json").is_file():
         log(f"PRM in {out}: trained before, reused")
         return out
-    command = [
-        sys.executable, "-m", "jobs.train_prm", str(work / "runs" / f"run={run_id}"),
-        "--output", str(out), "--epochs", str(mode.prm_epochs), "--overwrite",
-    ]  # fmt: skip
-    with (work / "prm-round0.log").open("w") as out_log:
-        subprocess.run(command, cwd=REPO, check=True, stdout=out_log, stderr=subprocess.STDOUT)
+    run = str(work / "runs" / f"run={run_id}")
+    args = [run, "--output", str(out), "--epochs", str(mode.prm_epochs), "--overwrite"]
+    run_module("jobs.train_prm", args, work / "prm-round0.log")
     return out
 
 
@@ -116,12 +125,8 @@ def export_policy(work: Path) -> Path:
     if out.is_file():
         return out
     partial = work / "round0-policy.partial.gguf"
-    command = [
-        sys.executable, "-m", "jobs.export_gguf", str(work / "ckpt-round0"),
-        "--like", "embedded", "--output", str(partial), "--overwrite",
-    ]  # fmt: skip
-    with (work / "export.log").open("w") as out_log:
-        subprocess.run(command, cwd=REPO, check=True, stdout=out_log, stderr=subprocess.STDOUT)
+    args = [str(work / "ckpt-round0"), "--like", "embedded", "--output", str(partial)]
+    run_module("jobs.export_gguf", [*args, "--overwrite"], work / "export.log")
     partial.rename(out)
     return out
 
@@ -133,7 +138,8 @@ def round1(
     """Every round-1 run (method x seed) with its rows three ways: as written (both halves
     of the process gate: the counts), rebuilt with the false-equation half only (what the
     checkpoints train on: the PRM half at its threshold keeps almost nothing, see the
-    docs), and rebuilt without any process gate (what the gate is worth)."""
+    docs), and, for BG-MCTS's first `mode.gate_seeds` seeds, rebuilt without any process
+    gate (what the gate is worth)."""
     runs: dict[str, dict[str, RunData]] = {"written": {}, "gated": {}, "ungated": {}}
     for seed in range(mode.seeds):
         for method in METHODS:
@@ -144,9 +150,10 @@ def round1(
             name = f"{method}-s{seed}"
             runs["written"][name] = read_run(work, config["run_id"])
             runs["gated"][name] = rows_under(work, config, {"min_step_value": None})
-            runs["ungated"][name] = rows_under(
-                work, config, {"min_step_value": None, "false_equation": False}
-            )
+            if method == "bg_mcts" and seed < mode.gate_seeds:
+                runs["ungated"][name] = rows_under(
+                    work, config, {"min_step_value": None, "false_equation": False}
+                )
     return runs
 
 
@@ -158,15 +165,11 @@ def train_round1(
     heldout: Sequence[Problem],
 ) -> dict[str, Any]:
     """Round-1 checkpoints (from round 0's) on each run's rows through the false-equation
-    gate, and on the ungated rows of BG-MCTS's first `mode.gate_seeds` seeds (what the
-    gate is worth); every checkpoint answers the held-out problems."""
+    gate and on each ungated arm's rows; every checkpoint answers the held-out problems."""
     train: dict[str, dict[str, str]] = {}
     same: dict[str, str] = {}  # an ungated arm whose rows are its gated arm's
     for arm, label in (("gated", ""), ("ungated", "-ungated")):
         for name, data in runs[arm].items():
-            seed = int(name.rsplit("-s", 1)[1])
-            if arm == "ungated" and (not name.startswith("bg_mcts") or seed >= mode.gate_seeds):
-                continue
             key = f"{name}{label}"
             if not data.tables["sft"]:
                 log(f"{key}: no sft rows, no checkpoint")

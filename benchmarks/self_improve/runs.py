@@ -63,10 +63,9 @@ def round1_config(
     problems: Path,
     policy_gguf: Path,
     prm: Path,
-    process_gate: bool = True,
 ) -> dict[str, Any]:
     """configs/local-prm.yaml turned into one round-1 run of `method` with search seed
-    `seed`; `process_gate` False switches both process checks off (the comparison arm)."""
+    `seed`, both halves of the process gate on (other gates: `rows_under`)."""
     config: dict[str, Any] = yaml.safe_load(ROUND1_BASE.read_text())
     config["run_id"] = f"self-improve-r1-{method.replace('_', '-')}-s{seed}"
     config["output_root"] = str(work / "runs")
@@ -99,8 +98,8 @@ def round1_config(
     # reads "some step scored below it" for tree nodes and whole samples alike
     config["scorer"]["one_pass"]["node_value"] = "min"
     gates = dict(config["records"].get("gates", {}))
-    gates["false_equation"] = process_gate
-    gates["min_step_value"] = STEP_VALUE_THRESHOLD if process_gate else None
+    gates["false_equation"] = True
+    gates["min_step_value"] = STEP_VALUE_THRESHOLD
     config["records"]["gates"] = gates
     config["trees_per_actor"] = min(int(config.get("trees_per_actor", 16)), mode.round1_problems)
     return config

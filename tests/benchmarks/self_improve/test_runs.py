@@ -41,18 +41,6 @@ def test_round1_config_parses_and_charges_every_token_against_one_budget(tmp_pat
     assert parsed.scorer.kind == "one_pass" and parsed.scorer.one_pass.node_value == "min"
     assert parsed.records.gates.false_equation is True
     assert parsed.records.gates.min_step_value == STEP_VALUE_THRESHOLD
-    off = round1_config(
-        "bg_mcts",
-        0,
-        mode=TINY,
-        work=tmp_path,
-        problems=tmp_path / "problems.jsonl",
-        policy_gguf=policy,
-        prm=prm,
-        process_gate=False,
-    )
-    gates = parse_run_config(off).records.gates
-    assert gates.false_equation is False and gates.min_step_value is None
 
 
 def test_round0_config_is_the_embedded_default_on_one_and_two_step_problems(
