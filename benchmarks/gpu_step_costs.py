@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -110,8 +111,8 @@ class Decoder:
 
     def _split(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         s = self.shape
-        q, k, v = qkv.split(
-            [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
+        q, k, v = torch.split(
+            qkv, [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
         )
         return q, k, v
 
@@ -201,7 +202,7 @@ def graphed(fn: Callable[[], object], device: torch.device) -> Callable[[], obje
     """Capture `fn` in a CUDA graph (as vLLM runs decode) so launches cost nothing."""
     if device.type != "cuda":
         return fn
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):
@@ -246,7 +247,7 @@ def measure(shape: Shape, args: argparse.Namespace, device: torch.device) -> dic
         prefill = {}
         for batch, length in args.prefill:
             tokens = torch.randint(0, shape.vocab, (batch, length), device=device)
-            seconds = timed(lambda t=tokens: model.prefill(t), device, args.repeats)
+            seconds = timed(functools.partial(model.prefill, tokens), device, args.repeats)
             prefill[(batch, length)] = batch * length / seconds
         out["prefill"] = prefill
 
@@ -258,7 +259,7 @@ def measure(shape: Shape, args: argparse.Namespace, device: torch.device) -> dic
             caches = _caches(shape, batch, cached + length, device, dtype)
             tokens = torch.randint(0, shape.vocab, (batch, length), device=device)
             seconds = timed(
-                lambda t=tokens, c=caches: model.prefill_after(t, c), device, args.repeats
+                functools.partial(model.prefill_after, tokens, caches), device, args.repeats
             )
             after[cached] = batch * length / seconds
             del caches
@@ -273,7 +274,7 @@ def measure(shape: Shape, args: argparse.Namespace, device: torch.device) -> dic
                     continue  # does not fit beside the weights on this device
                 caches = _caches(shape, batch, context, device, dtype)
                 tokens = torch.randint(0, shape.vocab, (batch,), device=device)
-                step = graphed(lambda t=tokens, c=caches: model.decode_step(t, c), device)
+                step = graphed(functools.partial(model.decode_step, tokens, caches), device)
                 decode.setdefault(context, []).append((batch, timed(step, device, args.repeats)))
                 del caches, step
                 if device.type == "cuda":

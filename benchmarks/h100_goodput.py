@@ -239,7 +239,7 @@ class _Window:
     trees_done: int
 
     def delta(self, key: str) -> float:
-        return sum(a[key] - b[key] for a, b in zip(self.after, self.before, strict=True))
+        return float(sum(a[key] - b[key] for a, b in zip(self.after, self.before, strict=True)))
 
 
 async def _run(
@@ -357,7 +357,7 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
 def run_setting(
     setting: Setting, warm_s: float, window_s: float, curve: EngineCurve = H100
-) -> dict:
+) -> dict[str, Any]:
     loop = VirtualClockLoop()
     try:
         return loop.run_until_complete(_run(setting, 1.0, warm_s, window_s, curve))
@@ -369,7 +369,7 @@ def run_setting(
         loop.close()
 
 
-def row(r: dict) -> str:
+def row(r: dict[str, Any]) -> str:
     limited = " (slower than real time)" if r["our_cpu"] >= 1.0 else ""
     trees = f"{r['trees']} (start {r['trees_start']})" if r["admission"] else str(r["trees"])
     return (

@@ -145,8 +145,11 @@ def parent_share(engine: TransformersPRMEngine) -> tuple[float, float, int]:
     return statistics.fmean(shares), statistics.fmean(lengths), len(shares)
 
 
-def time_llamacpp(texts: dict[int, list[str]], batches: Sequence[int], threads: int) -> dict:
-    """llama.cpp's prompt evaluation of the same texts: {(length, batch): (s, tokens)}."""
+def time_llamacpp(
+    texts: dict[int, list[str]], batches: Sequence[int], threads: int
+) -> dict[tuple[int, int], tuple[float, int, float]]:
+    """llama.cpp's prompt evaluation of the same texts: {(length, batch): (wall s, prompt
+    tokens, llama.cpp's own prompt s)}."""
     import httpx
     import xllamacpp
 
@@ -254,12 +257,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     print(f"\nllama.cpp (Q4_1 GGUF), {args.threads} thread(s), prompt cache off, best of 2")
     print("path tokens  batch  wall s  per path ms  tokens/s  (prompt_ms of one request)")
-    for (n, batch), (wall, tokens, prompt_s) in time_llamacpp(
+    for (n, batch), (wall, prompt_tokens, prompt_s) in time_llamacpp(
         texts, args.llamacpp_batches or args.batches, args.threads
     ).items():
         print(
-            f"{tokens / batch:>11.0f}  {batch:>5}  {wall:>6.3f}  {1000 * wall / batch:>11.1f}  "
-            f"{tokens / wall:>8.0f}  ({1000 * prompt_s:.1f} ms, torch at this cell: "
+            f"{prompt_tokens / batch:>11.0f}  {batch:>5}  {wall:>6.3f}  "
+            f"{1000 * wall / batch:>11.1f}  "
+            f"{prompt_tokens / wall:>8.0f}  ({1000 * prompt_s:.1f} ms, torch at this cell: "
             f"{torch_rows[n, batch]:.0f} tokens/s)"
         )
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")

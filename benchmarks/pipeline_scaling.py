@@ -209,7 +209,8 @@ def run_setting(args: argparse.Namespace, trees: int, problems: int, root: Path)
     window, cpu = monitor.stop()
     if summary.errors:
         raise SystemExit(f"{summary.errors} problems failed; see {summary.run_dir}/errors")
-    trees_table = pq.read_table(summary.run_dir / "trees").to_pylist()
+    # a local folder: the run's output root is a temporary directory
+    trees_table = pq.read_table(Path(summary.run_dir) / "trees").to_pylist()
     return Result(
         trees=trees,
         problems=summary.searched,
@@ -496,7 +497,7 @@ def main() -> None:
             if args.profile_trees > 0:
                 profile = profile_searches(args, args.profile_trees, Path(tmp))
     finally:
-        serve.shutdown()
+        serve.shutdown()  # type: ignore[no-untyped-call]
         ray.shutdown()
     report(args, results, profile)
 

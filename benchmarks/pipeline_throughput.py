@@ -242,7 +242,8 @@ def measure(args: argparse.Namespace) -> Measured:
             summary, e2e = _recorded_run(config, tmp)
             if summary.errors:
                 raise SystemExit(f"{summary.errors} problems failed; see {summary.run_dir}")
-            trees = pq.read_table(summary.run_dir / "trees").to_pylist()
+            # a local folder: the run's output root is the temporary directory
+            trees = pq.read_table(Path(summary.run_dir) / "trees").to_pylist()
             calls = load_calls(Path(tmp))
             policy_calls = [c for c in calls if c.kind == "policy"]
             tokens = sum(int(t["policy_output_tokens"]) for t in trees)
@@ -259,7 +260,7 @@ def measure(args: argparse.Namespace) -> Measured:
                     asyncio.run(replay("replay: score requests at once", config, score_calls))
                 )
     finally:
-        serve.shutdown()
+        serve.shutdown()  # type: ignore[no-untyped-call]
         ray.shutdown()
     return Measured(e2e, tokens, recorded, rows)
 

@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from pipeline.problems.decontamination import DecontaminationConfig, build_decontaminator
 from pipeline.records import (

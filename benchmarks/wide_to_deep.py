@@ -16,7 +16,8 @@ from search import parse_search_config, run_search
 from search.analysis import budget_phases
 from search.scripted import ScriptedPolicy, ScriptedScorer
 
-RUNS = (
+# each row: the algorithm and the switches it runs with
+RUNS: tuple[tuple[str, dict[str, bool]], ...] = (
     ("bg_mcts", {}),
     ("bg_mcts", {"widen_annealing": False}),
     ("bg_mcts", {"generative_node": False}),

@@ -1,10 +1,148 @@
-"""Fixtures every test folder may use: a tiny one-pass PRM checkpoint (tests/prm_checkpoint.py)."""
+"""What every test folder shares: the test tiers, one local Ray cluster per test process,
+and a tiny one-pass PRM checkpoint (tests/prm_checkpoint.py).
+
+The tiers (markers declared in pyproject.toml; docs/testing.md says what each runs):
+
+* no marker: plain Python (search, records, configs, scripted engines); milliseconds.
+* ``integration``: a real Ray cluster with real Serve deployments, a real model (llama.cpp,
+  torch) or a subprocess of one of the project's commands; seconds.
+* ``e2e``: a whole pipeline run (synthesize, evaluate, nightly; in this process or as a
+  ``python -m jobs...`` subprocess), ``ray job submit`` or a multi-node cluster; tens of
+  seconds to minutes.
+
+An unmarked test that starts Ray fails at once, naming the marker it needs: the fast tier
+stays fast because nothing slips into it unnoticed.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+# Before Ray is imported anywhere: no token auth and no usage-stats calls (shared FACTS).
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+TIERS = ("integration", "e2e")
+
+
+def start_local_ray(**options: Any) -> None:
+    """`ray.init` of a local 2-CPU cluster, retried: Ray gives a new node 30 s to register
+    (hard-coded), which a loaded shared 2-core machine can run out of."""
+    import ray
+
+    settings: dict[str, Any] = {
+        "num_cpus": 2,
+        "include_dashboard": False,
+        "log_to_driver": False,
+        **options,
+    }
+    for attempt in range(3):
+        try:
+            ray.init(**settings)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this timeout
+            if "timed out during startup" not in str(exc) or attempt == 2:
+                raise
+            ray.shutdown()
+
+
+def clear_serve() -> None:
+    """Delete every Serve application, keeping Serve's controller: the next module deploys
+    its own engines onto a clean cluster without paying for a new controller."""
+    import ray
+    from ray import serve
+
+    if not ray.is_initialized():
+        return
+    try:
+        applications = serve.status().applications
+    except Exception:  # Serve was never started in this cluster
+        return
+    for name in applications:
+        serve.delete(name)
+
+
+def stop_ray() -> None:
+    """Serve and Ray down (for a test that needs a cluster shaped its own way)."""
+    import ray
+    from ray import serve
+
+    if ray.is_initialized():
+        serve.shutdown()  # type: ignore[no-untyped-call]
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """The test process's one local Ray cluster, started by the first module that asks and
+    kept for the rest of the session (`pytest_sessionfinish` stops it); each module's Serve
+    applications are deleted when it ends.  `synthesize()` joins a running cluster, so the
+    whole-pipeline tests that run in this process share it too."""
+    import ray
+
+    if not ray.is_initialized():
+        start_local_ray()
+    yield
+    clear_serve()
+
+
+@pytest.fixture
+def own_ray() -> Iterator[None]:
+    """No shared cluster during the test (it builds its own: multi-node, other resources);
+    whatever Ray it leaves behind is stopped after it, and the next module starts the
+    shared one again."""
+    stop_ray()
+    yield
+    stop_ray()
+
+
+# Fixtures that decide a test's tier by themselves: a test that asks for one needs what
+# it starts, whether or not its file says so.
+TIER_OF_FIXTURE = {"ray_cluster": "integration", "tiny_prm": "integration", "own_ray": "e2e"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(tier) for tier in TIERS):
+            continue  # its own marker says it already (an e2e run may also use the cluster)
+        needs = {TIER_OF_FIXTURE.get(name) for name in getattr(item, "fixturenames", ())}
+        for tier in reversed(TIERS):  # the heaviest tier its fixtures need
+            if tier in needs:
+                item.add_marker(getattr(pytest.mark, tier))
+                break
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import sys
+
+    if "ray" in sys.modules:
+        stop_ray()
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unmarked test may not start Ray: it would make the fast tier slow unnoticed."""
+    if any(request.node.get_closest_marker(tier) for tier in TIERS):
+        return
+    try:
+        import ray
+    except ImportError:  # the vLLM and TRL venvs have no Ray
+        return
+    if ray.is_initialized():
+        return
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(
+            f"{request.node.nodeid} starts Ray: mark it `integration` (a cluster, a model) "
+            "or `e2e` (a whole pipeline run); see tests/conftest.py"
+        )
+
+    monkeypatch.setattr(ray, "init", refuse)
 
 
 @pytest.fixture(scope="session")

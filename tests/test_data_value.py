@@ -1,5 +1,6 @@
 """benchmarks/data_value/measure.py, the half that runs in the main venv: the selections,
-the per-method run configs, grading (real math-verify) and the table with its last lines.
+the per-method run configs, grading (real math-verify) and the table with its last lines
+(the statistics and grading helpers themselves: tests/benchmarks/support/).
 
 The TRL half (training and generation) is tested in tests/trl/test_data_value.py; the
 summary here reads a result of the same shape `benchmarks.data_value.train` writes.
@@ -7,24 +8,18 @@ summary here reads a result of the same shape `benchmarks.data_value.train` writ
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-
-import pytest
 
 from benchmarks.data_value.measure import (
     FULL,
     QUICK,
     MethodData,
-    check_trl_python,
-    cut_at_stops,
-    mcnemar_p,
     run_config,
     selections,
     summarize,
-    wilson,
 )
-from pipeline.config import parse_run_config
+from benchmarks.support.synthesis import write_config
+from pipeline.config import load_run_config
 from search.answers import AnswerExtraction
 
 
@@ -40,7 +35,8 @@ def test_train_and_heldout_selections_are_disjoint_and_full_mode_holds_out_200()
 
 def test_every_method_runs_local_yaml_with_only_the_search_changed(tmp_path: Path) -> None:
     configs = {
-        m: parse_run_config(run_config(m, 4, 300, tmp_path))
+        # as jobs.synthesize reads it: the file the benchmark writes
+        m: load_run_config(write_config(run_config(m, 4, 300, tmp_path), tmp_path / f"{m}.yaml"))
         for m in ("bg_mcts", "repeated_sampling", "beam")
     }
     assert {c.search.algorithm for c in configs.values()} == {
@@ -55,27 +51,6 @@ def test_every_method_runs_local_yaml_with_only_the_search_changed(tmp_path: Pat
     first = configs["bg_mcts"]
     assert first.budget == 300 and first.source.count == 4  # type: ignore[union-attr]
     assert all(c.search.answer_extraction == "last_number" for c in configs.values())
-
-
-def test_wilson_interval_matches_known_values() -> None:
-    low, high = wilson(5, 10)
-    assert (round(low, 4), round(high, 4)) == (0.2366, 0.7634)
-    low, high = wilson(0, 10)
-    assert low == pytest.approx(0.0, abs=1e-12) and round(high, 4) == 0.2775
-    assert all(math.isnan(x) for x in wilson(0, 0))
-
-
-def test_exact_mcnemar() -> None:
-    assert mcnemar_p(0, 0) == 1.0
-    assert mcnemar_p(2, 0) == 0.5  # 2 x (1/2)^2
-    assert mcnemar_p(23, 14) == pytest.approx(0.18774, abs=1e-5)
-    assert mcnemar_p(14, 23) == mcnemar_p(23, 14)
-
-
-def test_completions_are_cut_at_the_policy_stops() -> None:
-    text = "Step 1: 3 + 4 = 7. The answer is 7.\nProblem: Ben has 9"
-    assert cut_at_stops(text, ["Problem:"]) == "Step 1: 3 + 4 = 7. The answer is 7.\n"
-    assert cut_at_stops(text, []) == text
 
 
 def test_summary_grades_with_math_verify_and_ends_with_the_last_lines() -> None:
@@ -119,8 +94,3 @@ def test_summary_grades_with_math_verify_and_ends_with_the_last_lines() -> None:
     assert "0.750 [" in table and "(3/4)" in table and "+0.500" in table
     assert "repeated_sampling (no rows)" in table
     assert "34,000" in table and "1,200" in table
-
-
-def test_a_missing_trl_python_says_how_to_make_it(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="make test-trl"):
-        check_trl_python(tmp_path / "nope" / "python")

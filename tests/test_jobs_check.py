@@ -27,6 +27,8 @@ from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
 from search.answers import AnswerExtraction
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 TREES = REPO / "tests" / "fixtures" / "smollm2_trees.jsonl"
 # what SmolLM2 writes after its answer when no stop string cuts it

@@ -24,7 +24,7 @@ import yaml
 
 from tests.tiny_run import tiny_run_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
 

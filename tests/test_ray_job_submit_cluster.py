@@ -27,7 +27,7 @@ import yaml
 from tests.cluster import actor_nodes, cluster_run_config, rehearsal_cluster
 from tests.s3_server import S3Server
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("search", "actors", "pipeline", "jobs")
@@ -81,7 +81,7 @@ def _follow(dashboard: str, s3: S3Server) -> tuple[set[str], str]:
 
 
 def test_ray_job_submit_to_the_multi_node_cluster_writes_the_run_to_the_bucket(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ray
 

@@ -35,11 +35,8 @@ machine); ``--quick``: 16 train problems, 100 held-out, 20 steps (22 minutes the
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,15 +45,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from actors.grading import Verdict, compare_all
+from benchmarks.support import synthesis
+from benchmarks.support.grading import grade_now
+from benchmarks.support.stats import discordant, mcnemar_p, wilson
+from benchmarks.support.synthesis import LOCAL, base_config, open_run, run_variant
+from benchmarks.support.trl import DEFAULT_TRL_PYTHON, check_trl_python, run_job
+from pipeline.config import RunConfig
 from pipeline.problems.arithmetic import generate, make_problem
-from search.answers import AnswerExtraction, extract_answer
+from search.answers import AnswerExtraction
 
-REPO = Path(__file__).resolve().parents[2]
-BASE_CONFIG = REPO / "configs" / "local.yaml"
-DEFAULT_TRL_PYTHON = REPO / ".venv-trl" / "bin" / "python"
 # what a method changes in configs/local.yaml's `search:` (the rest is the same for all)
 SEARCHES: dict[str, dict[str, Any]] = {
     "bg_mcts": {"algorithm": "bg_mcts"},
@@ -65,7 +62,6 @@ SEARCHES: dict[str, dict[str, Any]] = {
     "repeated_sampling": {"algorithm": "repeated_sampling", "full_max_tokens": 96},
     "beam": {"algorithm": "beam"},
 }
-Z95 = 1.959963984540054
 
 
 @dataclass(frozen=True)
@@ -112,26 +108,6 @@ def selections(train: int, heldout: int) -> tuple[list[dict[str, Any]], list[dic
 
 
 # --------------------------------------------------------------------------- statistics
-def wilson(correct: int, total: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a proportion (95% by default); (nan, nan) for no trials."""
-    if total == 0:
-        return (math.nan, math.nan)
-    p = correct / total
-    denom = 1 + z * z / total
-    center = (p + z * z / (2 * total)) / denom
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
-    return (center - half, center + half)
-
-
-def mcnemar_p(only_a: int, only_b: int) -> float:
-    """Exact two-sided McNemar p-value from the discordant pairs (a right alone, b right alone)."""
-    n = only_a + only_b
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
 def paired_lines(graded: dict[str, list[bool]]) -> list[str]:
     """Each trained model against base, and the first two trained models against each other,
     on the same held-out problems: who is right alone, and the exact McNemar p-value."""
@@ -139,34 +115,12 @@ def paired_lines(graded: dict[str, list[bool]]) -> list[str]:
     pairs = [(n, "base") for n in names] + ([(names[0], names[1])] if len(names) > 1 else [])
     lines = []
     for a, b in pairs:
-        only_a = sum(x and not y for x, y in zip(graded[a], graded[b], strict=True))
-        only_b = sum(y and not x for x, y in zip(graded[a], graded[b], strict=True))
+        only_a, only_b = discordant(graded[a], graded[b])
         lines.append(
             f"paired {a} vs {b}: right only with {a} {only_a}, only with {b} {only_b}, "
             f"McNemar p={mcnemar_p(only_a, only_b):.3g}"
         )
     return lines
-
-
-# --------------------------------------------------------------------------- grading
-def cut_at_stops(text: str, stops: Sequence[str]) -> str:
-    """The completion up to the first stop string (what the policy's requests return)."""
-    end = min((i for s in stops if s and (i := text.find(s)) >= 0), default=len(text))
-    return text[:end]
-
-
-async def grade(
-    completions: Sequence[str],
-    references: Sequence[str],
-    *,
-    extraction: AnswerExtraction,
-    stops: Sequence[str] = (),
-    timeout_s: float = 5.0,
-) -> list[bool]:
-    """Each completion's extracted answer against its reference, with math-verify."""
-    answers = [extract_answer(cut_at_stops(c, stops), extraction) for c in completions]
-    verdicts = await compare_all(list(zip(answers, references, strict=True)), timeout_s)
-    return [v is Verdict.MATCH for v in verdicts]
 
 
 # --------------------------------------------------------------------------- table
@@ -210,61 +164,24 @@ def last_lines(base_accuracy: float, accuracies: dict[str, float]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- synthesis
-def run_config(method: str, train: int, budget: int, output_root: Path) -> dict[str, Any]:
+def run_config(method: str, train: int, budget: int, output_root: Path) -> RunConfig:
     """configs/local.yaml with the train selection, budget B and only `search` changed."""
-    config = yaml.safe_load(BASE_CONFIG.read_text())
-    config["run_id"] = f"data-value-{method.replace('_', '-')}"
-    config["output_root"] = str(output_root)
-    config["budget"] = budget
-    config["source"] = {"kind": "arithmetic", "count": train, "seed": 0, "max_steps": 1}
-    base = config["search"]
-    keep = {k: base[k] for k in ("temperature", "answer_extraction", "step_max_tokens")}
-    config["search"] = {**keep, **SEARCHES[method]}
-    config["trees_per_actor"] = min(int(config.get("trees_per_actor", 16)), train)
-    policy_instruction = config["policy"]["prompts"].get("policy_instruction_file")
-    if policy_instruction:  # relative to the repository, wherever this runs from
-        config["policy"]["prompts"]["policy_instruction_file"] = str(REPO / policy_instruction)
-    return config
-
-
-def run_synthesis(config: dict[str, Any], work: Path, name: str) -> None:
-    """One ``python -m jobs.synthesize`` run of `config` (written to ``work/<name>.yaml``);
-    its log goes to ``work/<name>.log``, and a failed run raises with the log's tail."""
-    path = work / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
-        "RAY_USAGE_STATS_ENABLED": os.environ.get("RAY_USAGE_STATS_ENABLED", "0"),
-        "RAY_ADDRESS": os.environ.get("RAY_ADDRESS", "local"),
-    }
-    start = time.perf_counter()
-    with (work / f"{name}.log").open("w") as log:
-        done = subprocess.run(
-            [sys.executable, "-m", "jobs.synthesize", "--config", str(path)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    print(
-        f"[synth] {name}: exit {done.returncode} in {time.perf_counter() - start:.0f} s",
-        file=sys.stderr,
+    return run_variant(
+        base_config(LOCAL),
+        f"data-value-{method.replace('_', '-')}",
+        output_root,
+        source={"kind": "arithmetic", "count": train, "seed": 0, "max_steps": 1},
+        count=train,
+        budget=budget,
+        search=SEARCHES[method],
     )
-    if done.returncode != 0:
-        tail = (work / f"{name}.log").read_text()[-3000:]
-        raise RuntimeError(f"synthesis of {name} failed (log {work / f'{name}.log'}):\n{tail}")
 
 
 def synthesize(method: str, mode: Mode, work: Path) -> MethodData:
     """One `jobs.synthesize` run of `method` over the train selection; its rows and tokens."""
-    from pipeline.store.run_folder import RunFolder
-
     config = run_config(method, mode.train, mode.budget, work / "runs")
-    run_synthesis(config, work, method)
-    folder = RunFolder.open(work / "runs", config["run_id"])
+    synthesis.synthesize(config, work, method)
+    folder = open_run(config)
     trees = folder.read("trees").to_pylist()
     sft = folder.read("sft").to_pylist()
     rows_path = work / f"{method}.sft.jsonl"
@@ -285,15 +202,6 @@ def synthesize(method: str, mode: Mode, work: Path) -> MethodData:
 
 
 # --------------------------------------------------------------------------- training
-def check_trl_python(path: Path) -> None:
-    if not Path(path).is_file():
-        raise SystemExit(
-            f"error: no TRL python at {path}: `make test-trl` creates .venv-trl (trl, "
-            "transformers, datasets, torch CPU, gguf; requirements-trl.txt), or pass "
-            "--trl-python PATH"
-        )
-
-
 def train_and_answer(
     trl_python: Path, work: Path, trained: Sequence[MethodData], prompts: Sequence[str], mode: Mode
 ) -> dict[str, Any]:
@@ -317,23 +225,8 @@ def train_and_answer(
             "max_new_tokens": mode.max_new_tokens,
         },
     }
-    job_path, result_path = work / "train_job.json", work / "train_result.json"
-    job_path.write_text(json.dumps(job))
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    subprocess.run(
-        [str(trl_python), "-m", "benchmarks.data_value.train", str(job_path), str(result_path)],
-        cwd=REPO,
-        env=env,
-        check=True,
-        stdout=sys.stderr,  # the trainer's log lines: stdout holds only the table
-    )
-    result: dict[str, Any] = json.loads(result_path.read_text())
-    return result
+    # every run trains again: the rows of this run's synthesis may differ from a last one's
+    return run_job(trl_python, work, "train", job, reuse=False)
 
 
 # --------------------------------------------------------------------------- main
@@ -359,9 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     train_set, held = selections(mode.train, mode.heldout)
     train_ids = {p["id"] for p in train_set}
     base = run_config(args.methods[0], mode.train, mode.budget, work)
-    template = base.get("records", {}).get("prompt", {}).get("template", "{problem}")
-    extraction = AnswerExtraction(base["search"]["answer_extraction"])
-    stops = base["policy"]["prompts"].get("policy_stop", [])
+    template = base.records.prompt.template
+    extraction = base.search.answer_extraction
+    stops = base.policy.prompts.policy_stop
     data = [synthesize(m, mode, work) for m in args.methods]
     for d in data:  # the runs searched exactly the train selection, nothing held out
         if d.problem_ids != train_ids:
@@ -393,7 +286,7 @@ def summarize(
     """Grade the TRL half's completions (`result`) on `held`: the table, then the last lines."""
     references = [str(p["answer"]) for p in held]
     graded = {
-        name: asyncio.run(grade(texts, references, extraction=extraction, stops=stops))
+        name: grade_now(texts, references, extraction=extraction, stops=stops)
         for name, texts in result["completions"].items()
     }
     total = len(held)

@@ -62,7 +62,9 @@ def load_model(model_dir: str | None = None) -> Any:
 
     if model_dir is not None:
         return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(
+    # Any: transformers declares neither flag below on the model's class (from_pretrained
+    # sets them on the instance), so a typed model would refuse the assignments
+    model: Any = AutoModelForCausalLM.from_pretrained(
         str(smollm2_folder()), gguf_file=GGUF, dtype=torch.float32
     )
     # The GGUF weights are dequantized to plain float32 tensors on load, yet the model
@@ -238,8 +240,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             max_new_tokens=hp["max_new_tokens"],
         )
         result["generate_seconds"][name] = round(time.perf_counter() - start, 1)
-    draw = job.get("sample")
-    for name in draw["models"] if draw else ():
+    draw: dict[str, Any] = job.get("sample") or {}
+    for name in draw.get("models", ()):
         print(
             f"[sample] {name}: {len(draw['prompts'])} prompts x {draw['samples']}", file=sys.stderr
         )

@@ -27,24 +27,29 @@ resumes them (the pipeline skips finished problems) instead of searching again.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from actors.config import ScorerConfig
 
 # the same train and held-out selections as the data-value benchmark (one-step problems)
 from benchmarks.data_value.measure import SEARCHES, selections
 from benchmarks.scorer_value.auc import CurvePoint, StepAUC, step_auc
+from benchmarks.support.commands import REPO, child_env, log_tail, run_logged
 from benchmarks.support.cpu_by_process import run_measured
+from benchmarks.support.synthesis import (
+    LOCAL,
+    LOCAL_PRM,
+    base_config,
+    edited,
+    run_variant,
+    write_config,
+)
+from pipeline.config import RunConfig
 
-REPO = Path(__file__).resolve().parents[2]
-BASE_CONFIG = REPO / "configs" / "local.yaml"
 SCORERS = ("genprm", "one_pass")
 METHODS = ("bg_mcts", "repeated_sampling")
 
@@ -76,12 +81,10 @@ def heldout_source(problems: Sequence[dict[str, Any]], path: Path) -> dict[str, 
 
 
 # --------------------------------------------------------------------------- configs
-def one_pass_scorer(checkpoint: Path) -> dict[str, Any]:
+def one_pass_scorer(checkpoint: Path) -> ScorerConfig:
     """configs/local-prm.yaml's scorer with `checkpoint` as its model."""
-    config = yaml.safe_load((REPO / "configs" / "local-prm.yaml").read_text())
-    scorer: dict[str, Any] = config["scorer"]
-    scorer["engine"]["model"] = str(checkpoint)
-    return scorer
+    scorer = base_config(LOCAL_PRM).scorer
+    return edited(scorer, engine=edited(scorer.engine, model=str(checkpoint)))
 
 
 def run_config(
@@ -91,25 +94,20 @@ def run_config(
     method: str,
     budget: int,
     output_root: Path,
-    scorer: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    scorer: ScorerConfig | None = None,
+) -> RunConfig:
     """configs/local.yaml with `source` (`count` problems), B, only `search` and (for
     one_pass) `scorer` changed."""
-    config = yaml.safe_load(BASE_CONFIG.read_text())
-    config["run_id"] = run_id
-    config["output_root"] = str(output_root)
-    config["budget"] = budget
-    config["source"] = source
-    base = config["search"]
-    keep = {k: base[k] for k in ("temperature", "answer_extraction", "step_max_tokens")}
-    config["search"] = {**keep, **SEARCHES[method]}
-    config["trees_per_actor"] = min(int(config.get("trees_per_actor", 16)), count)
-    instruction = config["policy"]["prompts"].get("policy_instruction_file")
-    if instruction:  # relative to the repository, wherever this runs from
-        config["policy"]["prompts"]["policy_instruction_file"] = str(REPO / instruction)
-    if scorer is not None:
-        config["scorer"] = scorer
-    return config
+    config = run_variant(
+        base_config(LOCAL),
+        run_id,
+        output_root,
+        source=source,
+        count=count,
+        budget=budget,
+        search=SEARCHES[method],
+    )
+    return config if scorer is None else edited(config, scorer=scorer)
 
 
 # --------------------------------------------------------------------------- runs
@@ -146,35 +144,23 @@ class RunData:
         return 1000.0 * self.total(key) / max(self.total_tokens, 1)
 
 
-def _env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
-        "RAY_USAGE_STATS_ENABLED": os.environ.get("RAY_USAGE_STATS_ENABLED", "0"),
-        "RAY_ADDRESS": os.environ.get("RAY_ADDRESS", "local"),
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-
-
-def synthesize(config: dict[str, Any], work: Path, count: int) -> RunData:
+def synthesize(config: RunConfig, work: Path, count: int) -> RunData:
     """One `jobs.synthesize` run, or the finished one already in `work` (resumed when it is
     not finished); the scorer replica's CPU seconds of the last sitting are kept beside it."""
     from pipeline.store.run_folder import RunFolder
 
-    run_id = config["run_id"]
-    output_root = Path(config["output_root"])
+    run_id = config.resolved_run_id
+    output_root = Path(config.output_root)
     cpu_path = work / f"{run_id}.cpu.json"
     data = RunData(run_id, output_root / f"run={run_id}")
     if _trees(output_root, run_id) < count or not cpu_path.exists():
-        path = work / f"{run_id}.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path = write_config(config, work / f"{run_id}.yaml")
         command = [sys.executable, "-m", "jobs.synthesize", "--config", str(path)]
-        code, cpu, wall = run_measured(command, cwd=REPO, env=_env(), log=work / f"{run_id}.log")
+        log = work / f"{run_id}.log"
+        # the runner of `support.commands`, but polling the CPU time of the run's processes
+        code, cpu, wall = run_measured(command, cwd=REPO, env=child_env(), log=log)
         if code != 0:
-            tail = (work / f"{run_id}.log").read_text()[-3000:]
-            raise RuntimeError(f"synthesis {run_id} failed (exit {code}):\n{tail}")
+            raise RuntimeError(f"synthesis {run_id} failed (exit {code}):\n{log_tail(log)}")
         cpu_path.write_text(json.dumps({"cpu_s": cpu, "wall_s": wall}))
         print(f"[synth] {run_id}: {wall:.0f} s, CPU {cpu}", file=sys.stderr)
     measured = json.loads(cpu_path.read_text())
@@ -232,14 +218,8 @@ def train_prm(
         ]
         if max_rows is not None:
             command += ["--max-rows", str(max_rows)]
-        started = time.perf_counter()
-        with log.open("w") as sink:
-            done = subprocess.run(command, cwd=REPO, env=_env(), stdout=sink, stderr=sink)
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"train-prm failed (exit {done.returncode}): {log.read_text()[-3000:]}"
-            )
-        print(f"[train] {out.name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        seconds = run_logged(command, log, what="train-prm")
+        print(f"[train] {out.name}: {seconds:.0f} s", file=sys.stderr)
     meta: dict[str, Any] = json.loads(meta_path.read_text())
     return meta
 
@@ -334,7 +314,7 @@ def measure_real(mode: RealMode, work: Path) -> RealResult:
         raise RuntimeError(f"the train run searched {sorted(searched)[:5]}...")
     source = heldout_source(held, work / "heldout.jsonl")
 
-    def heldout(method: str, kind: str, scorer: dict[str, Any] | None) -> None:
+    def heldout(method: str, kind: str, scorer: ScorerConfig | None) -> None:
         run_id = f"scorer-value-heldout-{method}-{kind}".replace("_", "-")
         config = run_config(run_id, source, mode.heldout, method, mode.budget, root, scorer)
         runs[f"heldout-{method}-{kind}"] = synthesize(config, work, mode.heldout)

@@ -7,7 +7,7 @@ the same total tokens (policy + PRM) per problem?
 1. **Round 0** (`runs.round0_config`): the embedded default as `make synth` runs it
    (base SmolLM2-135M, few-shot prompt, GenPRM, BG-MCTS, B = 300 output tokens) on
    one-step problems.  Its ``sft`` rows fine-tune SmolLM2 (TRL's SFTTrainer in the TRL
-   venv, `benchmarks.data_value.train`) into the round-0 checkpoint; its trees' ``prm``
+   venv, `benchmarks.support.trl`) into the round-0 checkpoint; its trees' ``prm``
    rows train a one-pass PRM (``python -m jobs.train_prm``).
 2. **Choosing the problems** (`plan`): the base model and the round-0 checkpoint draw k
    answers to probe problems of 2 and 3 operations; round 1 trains on the fewest
@@ -26,6 +26,8 @@ the same total tokens (policy + PRM) per problem?
    with math-verify; Wilson intervals, exact McNemar tests on the same problems, and
    means over seeds with Student-t intervals.
 
-Modules: `plan` (sizes, selections), `runs` (pipeline runs), `trl_half` (the TRL venv),
-`stats`, `report`, `main`.  Every stage is resumable under ``--work-dir``.
+Modules: `plan` (sizes, selections, training settings), `runs` (pipeline runs),
+`report`, `main`; running configs and commands, the TRL venv, grading and the statistics
+are the benchmarks' shared harness, `benchmarks.support`.  Every stage is resumable under
+``--work-dir``.
 """

@@ -3,15 +3,14 @@
     python -m benchmarks.self_improve [--quick] [--work-dir DIR]
 
 See the package docstring for what each stage does; this module runs them in order,
-each resumable (`runs.run_once`, `trl_half.run_stage`), and prints the tables.
+each resumable (`benchmarks.support.synthesis.synthesize_once`,
+`benchmarks.support.trl.run_job`), and prints the tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.data_value.measure import DEFAULT_TRL_PYTHON, REPO, check_trl_python, grade
 from benchmarks.self_improve import report
 from benchmarks.self_improve.plan import (
     MODES,
@@ -27,6 +25,7 @@ from benchmarks.self_improve.plan import (
     Problem,
     Selections,
     choose_operations,
+    hyper,
     selections,
 )
 from benchmarks.self_improve.runs import (
@@ -35,12 +34,14 @@ from benchmarks.self_improve.runs import (
     round0_config,
     round1_config,
     rows_under,
-    run_once,
     write_problems,
     write_sft,
 )
-from benchmarks.self_improve.stats import pass_at
-from benchmarks.self_improve.trl_half import hyper, run_stage
+from benchmarks.support.commands import run_module
+from benchmarks.support.grading import grade_draws, grade_now
+from benchmarks.support.stats import pass_at
+from benchmarks.support.synthesis import synthesize_once
+from benchmarks.support.trl import DEFAULT_TRL_PYTHON, check_trl_python, run_job
 from search.answers import AnswerExtraction
 
 EXTRACTION = AnswerExtraction.LAST_NUMBER  # both configs' answer_extraction
@@ -54,21 +55,20 @@ def log(message: str) -> None:
 
 def graded(texts: Sequence[str], problems: Sequence[Problem]) -> list[bool]:
     references = [str(p["answer"]) for p in problems]
-    return asyncio.run(grade(texts, references, extraction=EXTRACTION, stops=STOPS))
+    return grade_now(texts, references, extraction=EXTRACTION, stops=STOPS)
 
 
 def graded_samples(draws: Sequence[Sequence[str]], problems: Sequence[Problem]) -> list[list[bool]]:
-    k = len(draws[0]) if draws else 0
-    flat = graded([t for d in draws for t in d], [p for p in problems for _ in range(k)])
-    return [flat[i : i + k] for i in range(0, len(flat), k)]
+    references = [str(p["answer"]) for p in problems]
+    return grade_draws(draws, references, extraction=EXTRACTION, stops=STOPS)
 
 
 # --------------------------------------------------------------------------- round 0
 def round0(mode: Mode, sel: Selections, work: Path, trl: Path) -> dict[str, Any]:
     """Round 0's search, its SFT checkpoint, and both policies' pass@k on the probe."""
     config = round0_config(mode, work)
-    run_once(config, work)
-    data = read_run(work, config["run_id"])
+    synthesize_once(config, work)
+    data = read_run(work, config.resolved_run_id)
     rows = write_sft(data, work / "round0.sft.jsonl")
     probe = [p for ops in sorted(sel.probe) for p in sel.probe[ops]]
     job = {
@@ -83,7 +83,7 @@ def round0(mode: Mode, sel: Selections, work: Path, trl: Path) -> dict[str, Any]
             "seed": 0,
         },
     }
-    result = run_stage(trl, work, "round0", job)
+    result = run_job(trl, work, "round0", job, reuse=True)
     passes: dict[str, dict[int, tuple[float, float]]] = {}
     for model in ("base", "round0"):
         correct = graded_samples(result["samples"][model], probe)
@@ -94,18 +94,6 @@ def round0(mode: Mode, sel: Selections, work: Path, trl: Path) -> dict[str, Any]
             passes[model][ops] = pass_at(correct[start : start + n])
             start += n
     return {"run": data, "passes": passes, "train": result["train"]["round0"]}
-
-
-def run_module(module: str, args: Sequence[str], log_path: Path) -> None:
-    """``python -m module args`` in the project's venv, its output to `log_path`."""
-    with log_path.open("w") as out_log:
-        subprocess.run(
-            [sys.executable, "-m", module, *args],
-            cwd=REPO,
-            check=True,
-            stdout=out_log,
-            stderr=subprocess.STDOUT,
-        )
 
 
 def train_prm(mode: Mode, work: Path, run_id: str) -> Path:
@@ -146,9 +134,9 @@ def round1(
             config = round1_config(
                 method, seed, mode=mode, work=work, problems=problems, policy_gguf=policy, prm=prm
             )
-            run_once(config, work)
+            synthesize_once(config, work)
             name = f"{method}-s{seed}"
-            runs["written"][name] = read_run(work, config["run_id"])
+            runs["written"][name] = read_run(work, config.resolved_run_id)
             runs["gated"][name] = rows_under(work, config, {"min_step_value": None})
             if method == "bg_mcts" and seed < mode.gate_seeds:
                 runs["ungated"][name] = rows_under(
@@ -196,7 +184,7 @@ def train_round1(
         "prompts": [p["problem"] for p in heldout],
         "hyper": hyper(mode),
     }
-    result = run_stage(trl, work, "round1", job)
+    result = run_job(trl, work, "round1", job, reuse=True)
     for key, name in same.items():
         if name in result["completions"]:
             result["completions"][key] = result["completions"][name]

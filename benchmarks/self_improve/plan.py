@@ -90,6 +90,20 @@ TINY = Mode(
 MODES = {"quick": QUICK, "full": FULL, "tiny": TINY}
 
 
+def hyper(mode: Mode) -> dict[str, Any]:
+    """The training and generation settings the TRL half gets, the same for every
+    checkpoint (`benchmarks.support.trl`)."""
+    return {
+        "steps": mode.sft_steps,
+        "batch_size": mode.batch_size,
+        "learning_rate": mode.learning_rate,
+        "seed": 0,
+        "max_length": 512,
+        "eval_batch_size": 64,
+        "max_new_tokens": mode.max_new_tokens,
+    }
+
+
 def _stream(seed: int, operations: Iterable[int], exclude: set[str]) -> Iterator[Problem]:
     """Problems of `seed` with one of `operations`, no text in `exclude`, in index order."""
     wanted = set(operations)

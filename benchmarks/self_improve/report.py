@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmarks.self_improve.plan import Mode, Problem
 from benchmarks.self_improve.runs import RunData
-from benchmarks.self_improve.stats import auc, discordant, mcnemar_p, mean_interval, wilson
+from benchmarks.support.stats import auc, discordant, mcnemar_p, mean_interval, wilson
 
 Passes = Mapping[str, Mapping[int, tuple[float, float]]]
 

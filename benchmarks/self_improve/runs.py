@@ -1,8 +1,8 @@
 """The benchmark's pipeline runs: their configs, the runs themselves, what they made.
 
-Every run is a real ``python -m jobs.synthesize`` (`benchmarks.data_value.measure
-.run_synthesis`) under ``WORK/runs``; a run whose ``WORK/<name>.done`` marker exists is
-not run again, so an interrupted benchmark resumes.
+Every run is a real ``python -m jobs.synthesize`` (`benchmarks.support.synthesis`) under
+``WORK/runs``; a run whose ``WORK/<name>.done`` marker exists is not run again, so an
+interrupted benchmark resumes.
 
 * round 0: configs/local.yaml (the base SmolLM2 policy, GenPRM, BG-MCTS, B = 300 output
   tokens) on round 0's problems of one or two operations, with one- and two-step
@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from benchmarks.self_improve.plan import ROUND0_MAX_STEPS, ROUND0_SEED, Mode, Problem
+from benchmarks.support.commands import REPO
+from benchmarks.support.synthesis import LOCAL, LOCAL_PRM, base_config, edited, run_variant
+from pipeline.config import RunConfig
 
-from benchmarks.data_value.measure import REPO, run_config, run_synthesis
-from benchmarks.self_improve.plan import ROUND0_MAX_STEPS, Mode, Problem
-
-ROUND1_BASE = REPO / "configs" / "local-prm.yaml"
 ROUND0_PROMPT = REPO / "configs" / "prompts" / "arithmetic-fewshot-multistep.txt"
 # the process gate's threshold on the one-pass PRM's step values: its own decision
 # boundary (a step more likely wrong than right), fixed before any run was looked at
@@ -41,17 +40,41 @@ SEARCHES: dict[str, dict[str, Any]] = {
     "bg_mcts": {"algorithm": "bg_mcts"},
     "repeated_sampling": {"algorithm": "repeated_sampling", "full_max_tokens": 160},
 }
+# round 1's `search.cost`: policy output, PRM input and PRM output tokens all count
+ROUND1_COST = {
+    "policy_output": 1.0,
+    "prm_input": 1.0,
+    "prm_output": 1.0,
+    # a path is the problem and a few short lines: 384 tokens cover any score
+    "prm_reserve_input_tokens": 384,
+    "prm_reserve_output_tokens": 0,
+}
 
 
-def round0_config(mode: Mode, work: Path) -> dict[str, Any]:
+def round0_config(mode: Mode, work: Path) -> RunConfig:
     """configs/local.yaml on round 0's problems of one or two operations, its few-shot
     prompt with two-step examples beside the one-step one (the base model copies the
     form it is shown: with one-step examples only it never writes a second step)."""
-    config = run_config("bg_mcts", mode.round0_problems, mode.round0_budget, work / "runs")
-    config["run_id"] = "self-improve-round0"
-    config["source"]["max_steps"] = ROUND0_MAX_STEPS
-    config["policy"]["prompts"]["policy_instruction_file"] = str(ROUND0_PROMPT)
-    return config
+    base = base_config(LOCAL)
+    count = mode.round0_problems
+    config = run_variant(
+        base,
+        "self-improve-round0",
+        work / "runs",
+        source={
+            "kind": "arithmetic",
+            "count": count,
+            "seed": ROUND0_SEED,
+            "max_steps": ROUND0_MAX_STEPS,
+        },
+        count=count,
+        budget=mode.round0_budget,
+        search={"algorithm": "bg_mcts"},
+    )
+    prompts = edited(
+        config.policy.prompts, policy_instruction=ROUND0_PROMPT.read_text(encoding="utf-8")
+    )
+    return edited(config, policy=edited(config.policy, prompts=prompts))
 
 
 def round1_config(
@@ -63,62 +86,50 @@ def round1_config(
     problems: Path,
     policy_gguf: Path,
     prm: Path,
-) -> dict[str, Any]:
+) -> RunConfig:
     """configs/local-prm.yaml turned into one round-1 run of `method` with search seed
     `seed`, both halves of the process gate on (other gates: `rows_under`)."""
-    config: dict[str, Any] = yaml.safe_load(ROUND1_BASE.read_text())
-    config["run_id"] = f"self-improve-r1-{method.replace('_', '-')}-s{seed}"
-    config["output_root"] = str(work / "runs")
-    config["seed"] = seed
-    config["budget"] = mode.round1_budget
-    config["source"] = {
-        "kind": "jsonl",
-        "path": str(problems),
-        "columns": {"problem": "problem", "reference": "answer", "id": "id"},
-    }
-    keep = {k: config["search"][k] for k in ("temperature", "answer_extraction", "step_max_tokens")}
-    config["search"] = {
-        **keep,
-        **SEARCHES[method],
-        # every paid token counts against B: the same total for every method
-        "cost": {
-            "policy_output": 1.0,
-            "prm_input": 1.0,
-            "prm_output": 1.0,
-            # a path is the problem and a few short lines: 384 tokens cover any score
-            "prm_reserve_input_tokens": 384,
-            "prm_reserve_output_tokens": 0,
+    base = base_config(LOCAL_PRM)
+    config = run_variant(
+        base,
+        f"self-improve-r1-{method.replace('_', '-')}-s{seed}",
+        work / "runs",
+        source={
+            "kind": "jsonl",
+            "path": str(problems),
+            "columns": {"problem": "problem", "reference": "answer", "id": "id"},
         },
-    }
-    config["policy"]["engine"]["model"] = str(policy_gguf)
-    # the round-0 policy was fine-tuned on the bare problem as the user turn: no few-shot
-    config["policy"]["prompts"] = {"policy_instruction": "{problem}", "policy_stop": ["Problem:"]}
-    config["scorer"]["engine"]["model"] = str(prm)
-    # a node's value is its path's lowest step value, so the process gate's threshold
-    # reads "some step scored below it" for tree nodes and whole samples alike
-    config["scorer"]["one_pass"]["node_value"] = "min"
-    gates = dict(config["records"].get("gates", {}))
-    gates["false_equation"] = True
-    gates["min_step_value"] = STEP_VALUE_THRESHOLD
-    config["records"]["gates"] = gates
-    config["trees_per_actor"] = min(int(config.get("trees_per_actor", 16)), mode.round1_problems)
-    return config
+        count=mode.round1_problems,
+        budget=mode.round1_budget,
+        # every paid token counts against B: the same total for every method
+        search={**SEARCHES[method], "cost": ROUND1_COST},
+    )
+    policy = edited(
+        config.policy,
+        engine=edited(config.policy.engine, model=str(policy_gguf)),
+        # the round-0 policy was fine-tuned on the bare problem as the user turn: no few-shot
+        prompts={"policy_instruction": "{problem}", "policy_stop": ["Problem:"]},
+    )
+    scorer = edited(
+        config.scorer,
+        engine=edited(config.scorer.engine, model=str(prm)),
+        # a node's value is its path's lowest step value, so the process gate's threshold
+        # reads "some step scored below it" for tree nodes and whole samples alike
+        one_pass=edited(config.scorer.one_pass, node_value="min"),
+    )
+    gates = edited(config.records.gates, false_equation=True, min_step_value=STEP_VALUE_THRESHOLD)
+    return edited(
+        config,
+        seed=seed,
+        policy=policy,
+        scorer=scorer,
+        records=edited(config.records, gates=gates),
+    )
 
 
 def write_problems(problems: Sequence[Problem], path: Path) -> Path:
     path.write_text("".join(json.dumps(p) + "\n" for p in problems))
     return path
-
-
-def run_once(config: dict[str, Any], work: Path) -> None:
-    """Synthesize `config` unless its ``.done`` marker says it already finished."""
-    name = config["run_id"]
-    marker = work / f"{name}.done"
-    if marker.is_file():
-        print(f"[synth] {name}: done before, reused", flush=True)
-        return
-    run_synthesis(config, work, name)
-    marker.write_text("ok\n")
 
 
 @dataclass
@@ -206,11 +217,15 @@ def rebuilt(work: Path, run_id: str, records: dict[str, Any], extraction: str) -
     return RunData(f"{run_id} (rebuilt)", new_trees, tables, drops)
 
 
-def rows_under(work: Path, config: dict[str, Any], gates: dict[str, Any]) -> RunData:
+def rows_under(work: Path, config: RunConfig, gates: dict[str, Any]) -> RunData:
     """The rows of `config`'s run rebuilt with some of its `records.gates` changed."""
-    records = dict(config["records"])
-    records["gates"] = {**records.get("gates", {}), **gates}
-    return rebuilt(work, config["run_id"], records, config["search"]["answer_extraction"])
+    records = edited(config.records, gates=edited(config.records.gates, **gates))
+    return rebuilt(
+        work,
+        config.resolved_run_id,
+        records.model_dump(exclude_unset=True),
+        config.search.answer_extraction,
+    )
 
 
 def write_sft(data: RunData, path: Path) -> Path:

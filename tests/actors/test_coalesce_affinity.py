@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,20 +24,9 @@ from actors.serve import ServePolicy, ServeScorer, deploy_policy, deploy_scorer
 from search import parse_search_config, run_search
 from search.protocols import FinishReason, GenerationRequest, ScoreRequest
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 ENGINE = SleepConfig(latency_s=0.01, output_tokens=8, answer_every=3)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    import ray
-    from ray import serve
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    serve.shutdown()
-    ray.shutdown()
 
 
 def _service(**kw: Any) -> ServiceConfig:

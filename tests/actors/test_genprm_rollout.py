@@ -25,6 +25,8 @@ from actors.rollout import RolloutScorer, answers_match
 from search import parse_search_config, run_search
 from search.protocols import FinishReason, Generation, GenerationRequest, Score, ScoreRequest
 
+pytestmark = pytest.mark.integration
+
 # One engine (and one event loop, which its HTTP client is bound to) per module.
 on_module_loop = pytest.mark.asyncio(loop_scope="module")
 

@@ -21,6 +21,8 @@ from actors.engines.step_layout import layout, separator_id
 from actors.one_pass import OnePassScorer
 from search.protocols import ScoreRequest
 
+pytestmark = pytest.mark.integration
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

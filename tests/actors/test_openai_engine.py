@@ -28,7 +28,7 @@ from search.scripted import ScriptedScorer
 from tests.openai_server import FakeServer, Respond
 from tests.openai_server import completion as _completion
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 FAKE_KEY = "sk-fake-0123456789-SECRET"
 KEY_ENV = "BGMCTS_TEST_OPENAI_KEY"

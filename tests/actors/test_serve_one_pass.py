@@ -10,7 +10,7 @@ checked against the same engine class scoring the same steps in this process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from actors.one_pass import OnePassScorer, node_value
 from actors.serve import ServeScorer, deploy_scorer
 from search.protocols import ScoreRequest
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 # Batched against alone, float32 on CPU: the order of float sums differs, not the maths.
 TOLERANCE = 1e-5
@@ -50,17 +50,6 @@ LONG = _request(*[f"\nStep {i}: each jar holds five marbles and there are six" f
 def config(tiny_prm: Path) -> ScorerConfig:
     engine = TransformersPRMConfig(model=str(tiny_prm), context_length=CONTEXT, max_batch=8)
     return ScorerConfig(kind="one_pass", engine=engine, one_pass={"node_value": "min"})
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    import ray
-    from ray import serve
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    serve.shutdown()
-    ray.shutdown()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

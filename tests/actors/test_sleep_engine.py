@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from actors.config import ScorerConfig, ServiceConfig, SleepConfig
 from actors.engines.base import Completion, Engine, Sampling
@@ -59,17 +56,6 @@ def test_contract_stops_answers_and_judges() -> None:
     assert judged.output_tokens == 1 and len(judged.top_logprobs[0]) == 20
     assert 0.0 < judgement_score(judged.top_logprobs[0]) < 1.0
     assert asyncio.run(engine.tokenize("a b  c\nd")) == [0, 1, 2, 3]
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    import ray
-    from ray import serve
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    serve.shutdown()
-    ray.shutdown()
 
 
 def test_one_search_through_serve(ray_cluster: None) -> None:

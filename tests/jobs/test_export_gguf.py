@@ -19,6 +19,8 @@ import pytest
 
 from jobs import cli
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 

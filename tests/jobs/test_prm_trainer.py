@@ -9,6 +9,8 @@ import pytest
 from jobs.prm_data import IGNORE, Encoded
 from jobs.prm_trainer import class_weights, collate, step_loss
 
+pytestmark = pytest.mark.integration
+
 torch = pytest.importorskip("torch")
 
 

@@ -10,6 +10,8 @@ import pytest
 from jobs import cli
 from pipeline.store.run_folder import RunFolder
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("transformers")
 
 

@@ -130,7 +130,7 @@ async def test_dropped_request_is_proposed_again() -> None:
 
 # ------------------------------------------------------------------ AB-MCTS-M
 @needs_m
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize(("unit", "budget"), [("full", 250), ("sequential", 150)])
 async def test_ab_mcts_m_search(unit: str, budget: int) -> None:
     config = _config("ab_mcts_m", unit)
@@ -142,7 +142,7 @@ async def test_ab_mcts_m_search(unit: str, budget: int) -> None:
 
 
 @needs_m
-@pytest.mark.slow
+@pytest.mark.integration
 async def test_ab_mcts_m_failing_policy_terminates() -> None:
     config = _config("ab_mcts_m", "full", max_stalled_expansions=2, enable_pruning=False)
     result, algorithm = await _search(config, 600, ScriptedPolicy(p_error=1.0), seed=1)

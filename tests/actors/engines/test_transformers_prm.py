@@ -26,6 +26,8 @@ from actors.engines.factory import build_engine  # noqa: E402
 from actors.engines.step_layout import SeparatorError, layout  # noqa: E402
 from actors.engines.transformers_prm import TransformersPRMEngine  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 # A padded batch against the same path alone, float32 on CPU: the values are probabilities,
 # and batching changes only the order of float sums (matmul blocking), not the maths.
 TOLERANCE = 1e-5

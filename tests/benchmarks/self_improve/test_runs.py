@@ -17,7 +17,8 @@ from benchmarks.self_improve.runs import (
     round0_config,
     round1_config,
 )
-from pipeline.config import parse_run_config
+from benchmarks.support.synthesis import write_config
+from pipeline.config import load_run_config
 from tests.test_jobs_check import write_run
 
 
@@ -32,7 +33,8 @@ def test_round1_config_parses_and_charges_every_token_against_one_budget(tmp_pat
         policy_gguf=policy,
         prm=prm,
     )
-    parsed = parse_run_config(config)
+    # as jobs.synthesize reads it: the file the benchmark writes
+    parsed = load_run_config(write_config(config, tmp_path / "round1.yaml"))
     assert parsed.seed == 2 and parsed.budget == TINY.round1_budget
     cost = parsed.search.cost
     assert (cost.policy_output, cost.prm_input, cost.prm_output) == (1.0, 1.0, 1.0)
@@ -46,7 +48,7 @@ def test_round1_config_parses_and_charges_every_token_against_one_budget(tmp_pat
 def test_round0_config_is_the_embedded_default_on_one_and_two_step_problems(
     tmp_path: Path,
 ) -> None:
-    parsed = parse_run_config(round0_config(TINY, tmp_path))
+    parsed = load_run_config(write_config(round0_config(TINY, tmp_path), tmp_path / "r0.yaml"))
     assert parsed.source.kind == "arithmetic" and parsed.source.max_steps == 2
     assert "Step 2: Leo has 5 x 2 = 10 cards." in parsed.policy.prompts.policy_instruction
     assert parsed.scorer.kind == "genprm" and parsed.budget == TINY.round0_budget

@@ -17,7 +17,7 @@ from pipeline.evaluation.runner import run_evaluation
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def test_services_grid_writes_graded_trees_and_a_report(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def test_parquet_rows_past_the_bounds_are_error_rows(tmp_path: Path) -> None:
     assert errors["p.parquet:row 2"].startswith("p.parquet:row 2: cannot convert the row")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_run_over_hostile_lines_writes_one_error_row_each_and_searches_the_rest(
     tmp_path: Path,
 ) -> None:

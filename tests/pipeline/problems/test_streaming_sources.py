@@ -184,25 +184,6 @@ def test_check_source_raises_what_load_records_raises(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- through Ray
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    """A local Ray for the module; the start is retried (Ray gives a new node 30 s to
-    register, which a loaded shared 2-core machine can run out of)."""
-    import ray
-
-    for attempt in range(3):
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-            break
-        except Exception as exc:  # Ray raises a bare Exception for this timeout
-            if "timed out during startup" not in str(exc) or attempt == 2:
-                raise
-            ray.shutdown()
-    yield
-    ray.shutdown()
-
-
-@pytest.mark.slow
 def test_ray_read_path_and_resume_filter(ray_cluster: None, tmp_path: Path) -> None:
     from pipeline.run.stream import problem_stream, read_records
 

@@ -38,7 +38,7 @@ REPO = "bgmcts/synth-data"
 TEST_FRACTION = 0.5  # r1's problems p0, p1, p2: test, train, test; r1-new's p0, p1: train, test
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.integration,
     # huggingface_hub's LFS PUT passes a file object as `data=` (httpx deprecation, not ours).
     pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning"),
 ]

@@ -49,10 +49,7 @@ def _config(root: Path, problems: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    import ray
-    from ray import serve
-
+def run(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     from pipeline.run.synthesis import synthesize
 
     tmp = tmp_path_factory.mktemp("progress")
@@ -64,19 +61,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     ]
     problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     log = io.StringIO()
-    try:
-        summary = synthesize(
-            parse_run_config(_config(tmp / "out", problems)), progress=log, progress_every_s=0.5
-        )
-    finally:
-        if ray.is_initialized():
-            serve.shutdown()  # type: ignore[no-untyped-call]
-            ray.shutdown()
+    summary = synthesize(
+        parse_run_config(_config(tmp / "out", problems)), progress=log, progress_every_s=0.5
+    )
     assert summary.searched == 3
     return summary.run_dir, log.getvalue()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_progress_shows_nodes_while_the_batch_is_still_running(run: tuple[Path, str]) -> None:
     _, log = run
     views = [tuple(int(g) for g in m.groups()) for m in LINE.finditer(log)]
@@ -117,7 +109,7 @@ def _recomputed(run_dir: Path) -> dict[str, Any]:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_report_numbers_come_from_the_parquet_and_every_png_is_valid(
     run: tuple[Path, str],
 ) -> None:
@@ -155,7 +147,7 @@ def _table_rows(run_dir: Path, name: str) -> list[dict[str, Any]]:
     return pq.read_table(folder).to_pylist() if folder.is_dir() else []
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_data_yield_matches_the_training_tables_and_the_report(run: tuple[Path, str]) -> None:
     run_dir, _ = run
     trees = pq.read_table(run_dir / "trees").to_pylist()
@@ -183,7 +175,7 @@ def test_data_yield_matches_the_training_tables_and_the_report(run: tuple[Path, 
         assert f"{count:,} ({rates})" in markdown
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_trees_written_before_the_yield_columns_are_left_out_of_the_yield(
     run: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -215,7 +207,7 @@ def test_trees_written_before_the_yield_columns_are_left_out_of_the_yield(
     assert table["dpo_pairs"].sum() == kept["dpo_pairs"].sum()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_report_command_rewrites_the_report(run: tuple[Path, str]) -> None:
     from jobs.cli import main
 
@@ -228,7 +220,7 @@ def test_report_command_rewrites_the_report(run: tuple[Path, str]) -> None:
     assert json.loads((run_dir / REPORT_JSON).read_text()) == before
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
 def test_the_report_is_published_with_the_card(
     run: tuple[Path, str], hub: HubServer, monkeypatch: pytest.MonkeyPatch

@@ -25,7 +25,7 @@ from pipeline.store.run_folder import RunFolder
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def _search_actor_pids() -> list[int]:
@@ -55,7 +55,9 @@ def _search_actor_pids() -> list[int]:
     return [pid for pid, cmd in commands.items() if "SearchActor" in cmd and descends(pid)]
 
 
-def test_killed_search_actor_is_restarted_and_every_problem_written_once(tmp_path: Path) -> None:
+def test_killed_search_actor_is_restarted_and_every_problem_written_once(
+    own_ray: None, tmp_path: Path
+) -> None:
     import ray
     from ray import serve
 

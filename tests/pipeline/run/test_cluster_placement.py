@@ -18,11 +18,10 @@ from pipeline.run.synthesis import synthesize
 from pipeline.store.run_folder import RunFolder
 from tests.cluster import actor_nodes, cluster_run_config, rehearsal_cluster
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.e2e
 def test_replicas_on_gpu_nodes_search_actors_on_cpu_nodes_driver_on_head(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ray
     from ray import serve

@@ -12,7 +12,6 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,34 +26,10 @@ from tests.tiny_run import REPO, run_config, tiny_run_config
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-pytestmark = pytest.mark.slow
+# synthesize() joins the test process's shared cluster (tests/conftest.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("ray_cluster")]
 
 SLOW = "(this one is slow)"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ray_cluster() -> Iterator[None]:
-    """One local Ray for the module (synthesize() joins it), stopped at the end.
-
-    Ray gives a new node 30 s to register (hard-coded); on a shared 2-core machine under
-    heavy load that can run out, so the start is tried up to three times.
-    """
-    import ray
-    from ray import serve
-
-    for attempt in range(3):
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-            break
-        except Exception as exc:  # Ray raises a bare Exception for this timeout
-            if "timed out during startup" not in str(exc) or attempt == 2:
-                raise
-            ray.shutdown()
-    yield
-
-    if ray.is_initialized():
-        serve.shutdown()  # type: ignore[no-untyped-call]
-        ray.shutdown()
 
 
 def test_smoke_config_runs_the_whole_pipeline(tmp_path: Path) -> None:

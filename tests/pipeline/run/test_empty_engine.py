@@ -77,7 +77,7 @@ def _run(config: Path) -> tuple[int, str]:
     return job.returncode, err.decode(errors="replace")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_an_engine_that_answers_nothing_gives_error_rows_and_a_rerun_completes(
     tmp_path: Path, engine: tuple[Engine, FakeServer]
 ) -> None:

@@ -24,7 +24,7 @@ import yaml
 from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import start_synthesize_job, tiny_run_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def _job(config: Path) -> subprocess.Popen[bytes]:

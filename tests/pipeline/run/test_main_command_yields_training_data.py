@@ -65,8 +65,9 @@ def test_llamacpp_sampling_with_a_seed_is_reproducible() -> None:
     assert (first_a, first_b) == (again_a, again_b)
 
 
-def test_main_config_on_a_slice_writes_sft_rows_and_dpo_pairs(tmp_path: Path) -> None:
-    import ray
+def test_main_config_on_a_slice_writes_sft_rows_and_dpo_pairs(
+    ray_cluster: None, tmp_path: Path
+) -> None:
 
     data = yaml.safe_load((REPO / "configs" / "local.yaml").read_text())
     data["source"]["limit"] = SLICE_PROBLEMS
@@ -76,14 +77,7 @@ def test_main_config_on_a_slice_writes_sft_rows_and_dpo_pairs(tmp_path: Path) ->
     if "policy_instruction_file" in prompts:  # relative to the repository, as for `make synth`
         prompts["policy_instruction_file"] = str(REPO / prompts["policy_instruction_file"])
     config = parse_run_config(data)
-    try:
-        summary = synthesize(config, progress=None)
-    finally:
-        from ray import serve
-
-        if ray.is_initialized():
-            serve.shutdown()
-            ray.shutdown()
+    summary = synthesize(config, progress=None)
     assert summary.searched == SLICE_PROBLEMS and summary.errors == 0
     run_dir = tmp_path / "out" / "run=slice"
     sft = pq.read_table(run_dir / "sft").to_pylist()

@@ -81,13 +81,11 @@ def test_unreadable_ledger_is_a_clear_error(tmp_path: Path) -> None:
         Ledger(tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
 def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
-    tmp_path: Path, hub: HubServer, monkeypatch: pytest.MonkeyPatch
+    ray_cluster: None, tmp_path: Path, hub: HubServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ray
-    from ray import serve
 
     from jobs.nightly import main
 
@@ -106,15 +104,10 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
         folder = tmp_path / "out" / f"run=n-{date}" / "trees"
         return sorted(pq.read_table(folder).column("problem_id").to_pylist())
 
-    try:
-        assert main(["--config", str(path), "--date", "2026-11-20"]) == 0
-        assert main(["--config", str(path), "--date", "2026-11-21"]) == 0
-        assert main(["--config", str(path), "--date", "2026-11-21"]) == 0  # rerun: resume
-        assert main(["--config", str(path), "--date", "2026-11-22"]) == 0  # source exhausted
-    finally:
-        if ray.is_initialized():
-            serve.shutdown()  # type: ignore[no-untyped-call]
-            ray.shutdown()
+    assert main(["--config", str(path), "--date", "2026-11-20"]) == 0
+    assert main(["--config", str(path), "--date", "2026-11-21"]) == 0
+    assert main(["--config", str(path), "--date", "2026-11-21"]) == 0  # rerun: resume
+    assert main(["--config", str(path), "--date", "2026-11-22"]) == 0  # source exhausted
     assert trees("2026-11-20") == ["p1", "p2"]
     assert trees("2026-11-21") == ["p3", "p4"]  # the rerun wrote no row twice
     ledger = Ledger(tmp_path / "out").nights
@@ -212,9 +205,9 @@ def test_plain_run_id_prefixes_are_accepted(tmp_path: Path) -> None:
         assert parse_run_config(config).nightly.run_id_prefix == prefix
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_night_that_starts_while_the_previous_one_runs_is_not_searched_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ray_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """D2 starts, takes its slice and finishes while D1 is still searching; then D1
     finishes and saves its final state; then D3: every problem is searched exactly once.
@@ -223,8 +216,6 @@ def test_a_night_that_starts_while_the_previous_one_runs_is_not_searched_again(
     a wrapper around the real `synthesize` that runs night D2 (its own ledger, its own
     run) inside D1's search, which is where a second cron-started job would overlap.
     """
-    import ray
-    from ray import serve
 
     from jobs.nightly import main
     from pipeline.run import synthesis
@@ -244,14 +235,9 @@ def test_a_night_that_starts_while_the_previous_one_runs_is_not_searched_again(
         return real(night, **kwargs)
 
     monkeypatch.setattr(synthesis, "synthesize", d1_overlapped_by_d2)
-    try:
-        assert main(["--config", str(path), "--date", "2026-11-20"]) == 0
-        monkeypatch.setattr(synthesis, "synthesize", real)
-        assert main(["--config", str(path), "--date", "2026-11-22"]) == 0
-    finally:
-        if ray.is_initialized():
-            serve.shutdown()  # type: ignore[no-untyped-call]
-            ray.shutdown()
+    assert main(["--config", str(path), "--date", "2026-11-20"]) == 0
+    monkeypatch.setattr(synthesis, "synthesize", real)
+    assert main(["--config", str(path), "--date", "2026-11-22"]) == 0
     searched = {
         date: sorted(
             pq.read_table(tmp_path / "out" / f"run=n-{date}" / "trees")

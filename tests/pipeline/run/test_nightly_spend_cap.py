@@ -129,12 +129,11 @@ def _tree(problem_id: str, night: RunConfig, c_used: float) -> dict[str, Any]:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_spend_cap_stops_the_night_at_the_right_problem_and_the_next_night_resumes(
+    ray_cluster: None,
     tmp_path: Path,
 ) -> None:
-    import ray
-    from ray import serve
 
     from jobs.nightly import main
 
@@ -152,13 +151,8 @@ def test_spend_cap_stops_the_night_at_the_right_problem_and_the_next_night_resum
             )
         )
 
-    try:
-        assert main(["--config", str(path), "--date", "2026-11-20"]) == 0
-        assert main(["--config", str(path), "--date", "2026-11-21"]) == 0
-    finally:
-        if ray.is_initialized():
-            serve.shutdown()  # type: ignore[no-untyped-call]
-            ray.shutdown()
+    assert main(["--config", str(path), "--date", "2026-11-20"]) == 0
+    assert main(["--config", str(path), "--date", "2026-11-21"]) == 0
     first, second = trees("2026-11-20"), trees("2026-11-21")
     # 3 problems a night, but only 2 x B = 400 fit in 450: p1, p2; every search ran to B
     assert [p for p, _ in first] == ["p1", "p2"]

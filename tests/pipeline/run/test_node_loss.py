@@ -28,7 +28,7 @@ from pipeline.store.request_log import FOLDER
 from pipeline.store.run_folder import RunFolder
 from tests.cluster import actor_nodes, cluster_run_config, rehearsal_cluster, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 PROBLEMS = 10
 
@@ -71,7 +71,7 @@ def _exactly_once(out: Path, run_id: str) -> list[dict[str, Any]]:
 
 
 def test_lost_search_node_resumes_its_trees_on_a_replacement_node(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ray
     from ray import serve
@@ -105,7 +105,7 @@ def test_lost_search_node_resumes_its_trees_on_a_replacement_node(
 
 
 def test_lost_policy_node_is_bridged_by_the_default_retries(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ray
     from ray import serve

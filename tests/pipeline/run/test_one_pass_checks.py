@@ -68,11 +68,21 @@ def _config(tmp_path: Path, model: Path, separator: str) -> RunConfig:
     return base.model_copy(update={"scorer": scorer})
 
 
-def _exit(config: RunConfig, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    import ray
+@pytest.fixture(autouse=True)
+def _refused_before_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run here must be refused before Ray starts: reaching it fails the test.  (The
+    test process may already hold the shared cluster, so `ray.is_initialized()` cannot
+    tell.)"""
+    from pipeline.run import synthesis
 
+    def reached(*args: object, **kwargs: object) -> bool:
+        raise AssertionError("the run reached Ray: it should have been refused before")
+
+    monkeypatch.setattr(synthesis, "start_ray", reached)
+
+
+def _exit(config: RunConfig, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     status = guarded(lambda: synthesize(config) and 0, verbose=False)
-    assert not ray.is_initialized()  # refused before Ray starts
     return status, capsys.readouterr().err
 
 
@@ -158,12 +168,9 @@ def test_the_shipped_config_without_its_checkpoint_says_how_to_make_it(tmp_path:
 
 def _main(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """`python -m jobs.synthesize --config CONFIG` in this process: status and stderr."""
-    import ray
-
     from jobs.synthesize import main
 
     status = main(["--config", str(config)])
-    assert not ray.is_initialized()  # refused before Ray starts
     return status, capsys.readouterr().err
 
 

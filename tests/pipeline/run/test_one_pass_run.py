@@ -24,7 +24,7 @@ from search.answers import AnswerExtraction, answer_span
 from search.protocols import ScoreRequest
 from tests.tiny_run import local_prm_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 # The replica batches paths, this check scores them one at a time: float sums in another
 # order, the same values to float32 rounding.
@@ -74,20 +74,15 @@ def _one_pass_q(checkpoint: Path, requests: list[ScoreRequest]) -> list[float]:
     return [asyncio.run(score(r)) for r in requests]
 
 
-def test_local_prm_config_runs_with_one_pass_scores(tmp_path: Path, tiny_prm: Path) -> None:
-    import ray
-    from ray import serve
+def test_local_prm_config_runs_with_one_pass_scores(
+    ray_cluster: None, tmp_path: Path, tiny_prm: Path
+) -> None:
 
     config = parse_run_config(
         local_prm_config(tmp_path / "out", tiny_prm, problems=3, budget=96, run_id="prm")
     )
     assert config.scorer.kind == "one_pass"
-    try:
-        summary = synthesize(config, progress=None)
-    finally:
-        if ray.is_initialized():
-            serve.shutdown()
-            ray.shutdown()
+    summary = synthesize(config, progress=None)
     assert (summary.searched, summary.errors) == (3, 0)
     folder = RunFolder.open(tmp_path / "out", "prm")
     trees = folder.read("trees").to_pylist()

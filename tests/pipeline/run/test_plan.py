@@ -24,9 +24,12 @@ GPU_CONFIG = "configs/math500-qwen2.5-7b.yaml"
 NEEDS_VLLM = "the cluster's nodes need: vllm (pip install '.[gpu]')"
 REPO = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is not None, reason="checks a machine without vllm"
-)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is not None, reason="checks a machine without vllm"
+    ),
+]
 
 
 def _bgmcts(*args: str) -> subprocess.CompletedProcess[str]:

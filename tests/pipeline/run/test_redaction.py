@@ -163,7 +163,7 @@ def _leaks(texts: Iterator[tuple[str, str]]) -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_no_credential_from_a_url_reaches_any_log_file_or_output(
     tmp_path: Path, openai_server: OpenAIServer, ray_tmp: Path
 ) -> None:
@@ -281,7 +281,7 @@ ray.shutdown()
 """
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_every_ray_worker_of_the_job_redacts_its_log_lines(ray_tmp: Path) -> None:
     """The job's `worker_process_setup_hook`: tasks, actors and Serve replicas redact what
     any logger writes (Ray's, Serve's, a library's, a traceback), not only ours."""

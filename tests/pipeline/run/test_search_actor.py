@@ -21,28 +21,24 @@ from pipeline.run.search_actor import SearchActor
 from pipeline.run.stream_rows import Problem, decode_records, problem_row, tally_row
 from tests.tiny_run import tiny_run_config
 
+pytestmark = pytest.mark.integration
+
 ENGINE = {"kind": "sleep", "latency_s": 0.0, "output_tokens": 8, "answer_every": 2}
 
 
 @pytest.fixture(scope="module")
-def serve_apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    import ray
-    from ray import serve
-
+def serve_apps(
+    ray_cluster: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("actor")
     config = tiny_run_config(
         tmp, [{"id": "x", "question": "1+1?", "answer": "2"}], budget=64, engine=ENGINE
     )
     config["replay"] = {"enabled": False}
     run = RunConfig.model_validate(config)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        deploy_policy(run.policy)
-        deploy_scorer(run.scorer)
-        yield config
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    deploy_policy(run.policy)
+    deploy_scorer(run.scorer)
+    yield config
 
 
 def _batch(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:

@@ -145,7 +145,7 @@ def test_quota_and_full_disk_errors_are_told_from_others() -> None:
     assert out_of_space(OSError(errno.EACCES, "Permission denied")) is None
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_full_disk_is_exit_2_naming_the_root_and_the_space_and_a_rerun_completes(
     tmp_path: Path, tiny_disk: Path
 ) -> None:

@@ -113,7 +113,7 @@ def _source_and_config(tmp_path: Path, root: str, run_id: str) -> tuple[Path, Pa
     return problems, path
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
 def test_a_stalled_holder_overtaken_on_a_bucket_stops_and_every_problem_counts_once(
     s3: S3Server,

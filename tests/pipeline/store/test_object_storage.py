@@ -220,7 +220,7 @@ def _synthesize(
     )
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
 def test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_published(
     s3: S3Server, hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

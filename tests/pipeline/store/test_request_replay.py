@@ -28,7 +28,7 @@ from pipeline.store.request_log import FOLDER, tree_name
 from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import run_config, start_synthesize_job
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 ENGINE = {"kind": "load_model", "output_tokens": 16, "answer_every": 4, "time_scale": 1.0}
 # columns that name the run or the moment, not the tree
@@ -137,10 +137,9 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int]:
 
 
 def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node(
+    ray_cluster: None,
     tmp_path: Path,
 ) -> None:
-    import ray
-    from ray import serve
 
     ids = [f"p{i}" for i in range(9)]
     problems, config = _killed_run(tmp_path, ids, "killed")
@@ -152,25 +151,20 @@ def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node
     assert done and unfinished, "the kill must land mid-run"
     logged = _logged_requests(run_dir)
     assert logged > 0
-    try:
-        summary = synthesize(parse_run_config(config), progress=None)
-        after_rerun = _served()
-        rerun_requests, rerun_tokens = _delta({}, after_rerun)
-        # the same unfinished problems from scratch: no log, nothing to replay
-        alone = tmp_path / "alone.jsonl"
-        alone.write_text(
-            "".join(
-                line + "\n"
-                for line in problems.read_text().splitlines()
-                if json.loads(line)["id"] in unfinished
-            )
+    summary = synthesize(parse_run_config(config), progress=None)
+    after_rerun = _served()
+    rerun_requests, rerun_tokens = _delta({}, after_rerun)
+    # the same unfinished problems from scratch: no log, nothing to replay
+    alone = tmp_path / "alone.jsonl"
+    alone.write_text(
+        "".join(
+            line + "\n"
+            for line in problems.read_text().splitlines()
+            if json.loads(line)["id"] in unfinished
         )
-        reference = synthesize(parse_run_config(_config(alone, out, "reference")), progress=None)
-        ref_requests, ref_tokens = _delta(after_rerun, _served())
-    finally:
-        if ray.is_initialized():
-            serve.shutdown()  # type: ignore[no-untyped-call]
-            ray.shutdown()
+    )
+    reference = synthesize(parse_run_config(_config(alone, out, "reference")), progress=None)
+    ref_requests, ref_tokens = _delta(after_rerun, _served())
     rerun = RunFolder.open(out, "killed")
     ref = RunFolder.open(out, "reference")
     trees = rerun.read("trees").column("problem_id").to_pylist()
@@ -189,14 +183,12 @@ def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node
 
 
 def test_a_folder_where_a_segment_was_does_not_stop_the_rerun(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ray_cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The request log is a saving, not a record: a folder left where a killed tree's
     segment file was (as object stores and FUSE mounts leave them) is skipped with a
     warning naming it, the tree is searched afresh and the rerun completes, every
     problem once; the folder is left where it is, the rest of the log cleaned."""
-    import ray
-    from ray import serve
 
     ids = [f"p{i}" for i in range(8)]
     _, config = _killed_run(tmp_path, ids, "planted")
@@ -213,13 +205,8 @@ def test_a_folder_where_a_segment_was_does_not_stop_the_rerun(
     planted = logged[0]
     planted.unlink()
     planted.mkdir()
-    try:
-        with caplog.at_level(logging.WARNING, logger="pipeline.store.request_log"):
-            summary = synthesize(parse_run_config(config), progress=None)
-    finally:
-        if ray.is_initialized():
-            serve.shutdown()  # type: ignore[no-untyped-call]
-            ray.shutdown()
+    with caplog.at_level(logging.WARNING, logger="pipeline.store.request_log"):
+        summary = synthesize(parse_run_config(config), progress=None)
     trees = RunFolder.open(out, "planted").read("trees").column("problem_id").to_pylist()
     assert sorted(trees) == ids and summary.errors == 0  # every problem exactly once
     assert f"{planted} cannot be deleted (IsADirectoryError" in caplog.text

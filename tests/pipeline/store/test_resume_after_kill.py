@@ -25,7 +25,7 @@ import yaml
 from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import one_pass_scorer, start_synthesize_job, tiny_run_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def _write_config(tmp_path: Path, scorer: dict[str, Any] | None) -> Path:

@@ -1,4 +1,4 @@
-"""benchmarks/self_improve/stats.py against values worked out by hand."""
+"""benchmarks/support/stats.py against values worked out by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,22 @@ import math
 
 import pytest
 
-from benchmarks.self_improve.stats import discordant, mean_interval, pass_at
+from benchmarks.support.stats import auc, discordant, mcnemar_p, mean_interval, pass_at, wilson
+
+
+def test_wilson_interval_matches_known_values() -> None:
+    low, high = wilson(5, 10)
+    assert (round(low, 4), round(high, 4)) == (0.2366, 0.7634)
+    low, high = wilson(0, 10)
+    assert low == pytest.approx(0.0, abs=1e-12) and round(high, 4) == 0.2775
+    assert all(math.isnan(x) for x in wilson(0, 0))
+
+
+def test_exact_mcnemar() -> None:
+    assert mcnemar_p(0, 0) == 1.0
+    assert mcnemar_p(2, 0) == 0.5  # 2 x (1/2)^2
+    assert mcnemar_p(23, 14) == pytest.approx(0.18774, abs=1e-5)
+    assert mcnemar_p(14, 23) == mcnemar_p(23, 14)
 
 
 def test_pass_at_one_and_k() -> None:
@@ -31,8 +46,6 @@ def test_student_t_interval_of_three_seeds() -> None:
 
 
 def test_auc_counts_right_above_wrong_and_ties_half() -> None:
-    from benchmarks.self_improve.stats import auc
-
     assert auc([0.9, 0.8, 0.1], [True, True, False]) == 1.0
     assert auc([0.1, 0.9], [True, False]) == 0.0
     assert auc([0.5, 0.5, 0.7], [True, False, False]) == pytest.approx(0.25)  # (0.5 + 0) / 2
