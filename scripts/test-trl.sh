@@ -35,4 +35,6 @@ fi
 RUN_ROOT=$(mktemp -d)
 trap 'rm -rf "$RUN_ROOT"' EXIT
 RUN_DIR=$(.venv/bin/python -m tests.trl.build_run "$RUN_ROOT" | tail -n 1)
-BGMCTS_TRL_RUN_DIR="$RUN_DIR" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/trl "$@"
+# Two workers, whole files each: the self-improvement loop (minutes) beside the trainers.
+BGMCTS_TRL_RUN_DIR="$RUN_DIR" "$VENV/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+    --durations=10 tests/trl "$@"

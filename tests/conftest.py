@@ -36,6 +36,7 @@ def start_local_ray(**options: Any) -> None:
     import ray
 
     settings: dict[str, Any] = {
+        "address": "local",  # never a cluster `ray start` left running (another test's)
         "num_cpus": 2,
         "include_dashboard": False,
         "log_to_driver": False,

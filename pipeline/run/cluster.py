@@ -34,7 +34,10 @@ def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
     if address:
         ray.init(address=address, log_to_driver=False, logging_level=level, runtime_env=runtime_env)
     else:
+        # "local": a new cluster of this process's own.  Without it, Ray joins whatever
+        # cluster `ray start` left running on this machine, and refuses `num_cpus` there.
         ray.init(
+            address="local",
             num_cpus=num_cpus,
             include_dashboard=False,
             log_to_driver=False,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -105,6 +106,27 @@ def _killed_run(tmp_path: Path, ids: list[str], run_id: str) -> tuple[Path, dict
     return problems, config
 
 
+IDS = [f"p{i}" for i in range(9)]
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One job over IDS, killed mid-run, once no killed writer is left (its problems and
+    run folder under the returned folder): each test reruns a copy of its own, since the
+    kill is the slow part and a rerun changes the folder."""
+    work = tmp_path_factory.mktemp("killed")
+    _killed_run(work, IDS, "killed")
+    _logged_requests(work / "out" / "run=killed")
+    return work
+
+
+def _copy_of(killed: Path, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """The killed run copied to tmp_path: its problem file and its config there."""
+    shutil.copytree(killed, tmp_path, dirs_exist_ok=True)
+    problems = tmp_path / "problems.jsonl"
+    return problems, _config(problems, tmp_path / "out", "killed")
+
+
 def _rows(folder: RunFolder, kind: str, ids: set[str]) -> list[dict[str, Any]]:
     rows = [
         {k: v for k, v in row.items() if k not in VOLATILE}
@@ -137,12 +159,10 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int]:
 
 
 def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node(
-    ray_cluster: None,
-    tmp_path: Path,
+    ray_cluster: None, killed: Path, tmp_path: Path
 ) -> None:
-
-    ids = [f"p{i}" for i in range(9)]
-    problems, config = _killed_run(tmp_path, ids, "killed")
+    ids = IDS
+    problems, config = _copy_of(killed, tmp_path)
     out = tmp_path / "out"
     run_dir = out / "run=killed"
     folder = RunFolder.open(out, "killed")
@@ -183,19 +203,17 @@ def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node
 
 
 def test_a_folder_where_a_segment_was_does_not_stop_the_rerun(
-    ray_cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ray_cluster: None, killed: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The request log is a saving, not a record: a folder left where a killed tree's
     segment file was (as object stores and FUSE mounts leave them) is skipped with a
     warning naming it, the tree is searched afresh and the rerun completes, every
     problem once; the folder is left where it is, the rest of the log cleaned."""
-
-    ids = [f"p{i}" for i in range(8)]
-    _, config = _killed_run(tmp_path, ids, "planted")
+    ids = IDS
+    _, config = _copy_of(killed, tmp_path)
     out = tmp_path / "out"
-    run_dir = out / "run=planted"
-    _logged_requests(run_dir)  # until the killed writers are gone
-    done = set(RunFolder.open(out, "planted").read("trees").column("problem_id").to_pylist())
+    run_dir = out / "run=killed"
+    done = set(RunFolder.open(out, "killed").read("trees").column("problem_id").to_pylist())
     logged = [
         segment
         for problem in sorted(set(ids) - done)
@@ -207,7 +225,7 @@ def test_a_folder_where_a_segment_was_does_not_stop_the_rerun(
     planted.mkdir()
     with caplog.at_level(logging.WARNING, logger="pipeline.store.request_log"):
         summary = synthesize(parse_run_config(config), progress=None)
-    trees = RunFolder.open(out, "planted").read("trees").column("problem_id").to_pylist()
+    trees = RunFolder.open(out, "killed").read("trees").column("problem_id").to_pylist()
     assert sorted(trees) == ids and summary.errors == 0  # every problem exactly once
     assert f"{planted} cannot be deleted (IsADirectoryError" in caplog.text
     assert planted.is_dir()
