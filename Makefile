@@ -43,13 +43,16 @@ typecheck: $(STAMP)
 # whole files to its workers, so a file's module fixtures (a run, a Serve deployment) are
 # built once, and each worker keeps one local Ray cluster for the files it runs.
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
-# Where the run's coverage goes (coverage.py through pytest-cov): `make test-all COV=1`.
+# Line coverage (coverage.py through pytest-cov) with COV=1: the fast tier starts the data
+# file, the heavy tiers add to it, and the main suite's total is printed after them.
 COV ?=
-COVERAGE := $(if $(COV),--cov=search --cov=actors --cov=pipeline --cov=jobs --cov-report=term:skip-covered --cov-report=json:coverage.json)
+COV_FLAGS := --cov=search --cov=actors --cov=pipeline --cov=jobs --cov-report=
+COVERAGE = $(if $(COV),$(COV_FLAGS) $(1))
+COV_TOTAL = $(if $(COV),@echo "line coverage of the main suite: $$($(BIN)/coverage report --format=total)%")
 
 # plain Python: search, records, configs, scripted engines (no Ray, no model)
 unit: $(STAMP)
-	$(PYTEST) -m "not integration and not e2e" --durations=10
+	$(PYTEST) -m "not integration and not e2e" --durations=10 $(call COVERAGE)
 
 # a real Ray cluster, a real model or a subprocess of a command
 test-integration: $(STAMP)
@@ -61,11 +64,13 @@ test-e2e: $(STAMP)
 
 # the two slower tiers in one run (CI runs it after `make test`), the 30 slowest printed
 test-heavy: $(STAMP)
-	$(PYTEST) -m "integration or e2e" --durations=30 $(COVERAGE)
+	$(PYTEST) -m "integration or e2e" --durations=30 $(call COVERAGE,--cov-append)
+	$(COV_TOTAL)
 
 # every tier in one run; `make test-all COV=1` measures line coverage too
 test-all: $(STAMP)
-	$(PYTEST) --durations=30 $(COVERAGE)
+	$(PYTEST) --durations=30 $(call COVERAGE)
+	$(COV_TOTAL)
 
 # docs/configuration.md and docs/records.md, from the config models and the record schemas.
 docs: $(STAMP)
@@ -93,4 +98,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.decontamination --quick
 
 clean:
-	rm -rf $(VENV) .venv-vllm .venv-trl .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-vllm .venv-trl .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage coverage.json
