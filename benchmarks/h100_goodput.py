@@ -95,21 +95,35 @@ def _problem(i: int) -> str:
     return f"Problem {i}: {words} What is {i} + {i}?"
 
 
+def h100_engine(
+    curve: EngineCurve,
+    name: str,
+    lengths: tuple[int, int],
+    seed: int,
+    *,
+    cache_tokens: int = 400_000,
+    time_scale: float = 1.0,
+) -> LoadModelEngine:
+    """A load-model engine at the H100's shape: outputs of `lengths` (STEP for the policy,
+    ANALYSIS for GenPRM), a 32K context and an answer every 8 steps."""
+    return LoadModelEngine(
+        curve=curve,
+        cache_tokens=cache_tokens,
+        time_scale=time_scale,
+        output_tokens=lengths[0],
+        output_tokens_max=lengths[1],
+        context_length=32_768,
+        answer_every=8,
+        seed=seed,
+        name=name,
+    )
+
+
 def _engines(
     time_scale: float, shared: bool, curve: EngineCurve
 ) -> tuple[LoadModelEngine, LoadModelEngine]:
     def engine(name: str, lengths: tuple[int, int], seed: int) -> LoadModelEngine:
-        return LoadModelEngine(
-            curve=curve,
-            cache_tokens=400_000,
-            time_scale=time_scale,
-            output_tokens=lengths[0],
-            output_tokens_max=lengths[1],
-            context_length=32_768,
-            answer_every=8,
-            seed=seed,
-            name=name,
-        )
+        return h100_engine(curve, name, lengths, seed, time_scale=time_scale)
 
     if shared:  # one engine serves both roles; lengths up to the longer cap
         one = engine("h100", (STEP[0], ANALYSIS[1]), 1)

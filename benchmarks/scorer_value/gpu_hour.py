@@ -46,6 +46,7 @@ from benchmarks.h100_goodput import (
     K,
     VirtualClockLoop,
     _TreeStream,
+    h100_engine,
 )
 from search import parse_search_config
 from search.protocols import Generation, GenerationRequest, Score, ScoreRequest
@@ -109,16 +110,8 @@ def _engines(scorer: Scorer, curve: EngineCurve) -> tuple[EnginePolicy, Any, Con
     batcher = ContinuousBatcher(curve, PrefixCache(CACHE_TOKENS, 16), 1.0)
 
     def engine(name: str, lengths: tuple[int, int], seed: int) -> LoadModelEngine:
-        built = LoadModelEngine(
-            curve=curve,
-            cache_tokens=0,  # replaced: both engines run on the one batcher below
-            output_tokens=lengths[0],
-            output_tokens_max=lengths[1],
-            context_length=32_768,
-            answer_every=8,
-            seed=seed,
-            name=name,
-        )
+        # cache_tokens 0: its own cache is replaced, both engines run on the one batcher
+        built = h100_engine(curve, name, lengths, seed, cache_tokens=0)
         built.batcher = batcher
         return built
 
