@@ -15,6 +15,12 @@ class EngineError(RuntimeError):
     """An engine could not start or serve (missing model file, package, dead server)."""
 
 
+def short_name(model: str) -> str:
+    """An engine's default name: the last part of its model's id or folder ("org/Model-7B"
+    and "/models/Model-7B/" are both "Model-7B")."""
+    return model.rstrip("/").rsplit("/", 1)[-1]
+
+
 @dataclass(frozen=True, slots=True)
 class Sampling:
     """How to sample one continuation: everything an engine's `complete` needs but the prompt.

@@ -15,7 +15,10 @@ Tokens are whitespace words (as the sleep and load-model engines count them), ea
 distinct word one id; a whitespace-only text such as the default separator "\\n" is a
 single token of its own.  Values are a stable hash of the path up to each step (in
 (0, 1)), so the same path always gets the same values; they mean nothing, timing is
-what this engine is for.
+what this engine is for.  That is why it is not a `OnePassEngine`
+(`actors.engines.one_pass_engine`): there are no rows of logits to read.  It still lays
+out and refuses paths as those engines do: one longer than the context, or with no step,
+is answered before any prefill (`step_layout.unscorable`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from typing import TYPE_CHECKING
 from actors.engines.base import StepValues
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.load_model import curve_and_rest
-from actors.engines.step_layout import layout
+from actors.engines.sleep import plain_chat
+from actors.engines.step_layout import layout, unscorable
 
 if TYPE_CHECKING:
     from actors.config import LoadModelPRMConfig
@@ -80,13 +84,11 @@ class LoadModelPRMEngine:
         separator = self._ids(self.separator)
         if len(separator) != 1:  # an empty separator: nothing to read a value at
             return StepValues((), 0, error=f"step separator {self.separator!r} is no token")
-        ids = layout(self._ids, prompt, steps, separator[0], bos).input_ids
-        if len(ids) > self.context_length:
-            return StepValues(
-                (),
-                len(ids),
-                error=f"context_overflow: {len(ids)} tokens > context {self.context_length}",
-            )
+        path = layout(self._ids, prompt, steps, separator[0], bos)
+        refused = unscorable(path, self.context_length)  # as a real engine refuses it
+        if refused is not None:
+            return refused
+        ids = path.input_ids
         tokens = [str(i) for i in ids]
         cache = self.batcher.cache
         # Looked up on arrival (the batcher looks again on admission, which a sibling
@@ -118,10 +120,7 @@ class LoadModelPRMEngine:
     async def render_chat(
         self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
     ) -> str:
-        lines = [f"{m['role']}: {m['content']}" for m in messages]
-        if not continue_final:
-            lines.append("assistant: ")
-        return "\n".join(lines)
+        return plain_chat(messages, continue_final=continue_final)
 
     async def tokenize(self, text: str) -> list[int]:
         return self._ids(text)

@@ -101,12 +101,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from actors.engines.base import Completion, EngineError, Sampling, TopLogprobs
+from actors.engines.base import Completion, EngineError, Sampling, TopLogprobs, short_name
 from actors.redact import redact_text
 from search.protocols import FinishReason
 
 if TYPE_CHECKING:
     from actors.config import OpenAIConfig
+    from actors.engines.openai_pooling import OpenAIPoolingEngine
 
 ChatTemplateMode = Literal["auto", "hf", "llamacpp", "vllm", "none"]
 
@@ -147,22 +148,13 @@ class OpenAIEngine:
             raise EngineError(f"unknown chat_template mode {chat_template!r}")
         if chat_template == "hf" and not tokenizer_path:
             raise EngineError("chat_template='hf' needs tokenizer_path (a local tokenizer folder)")
-        key = (os.environ.get(api_key_env) or None) if api_key_env else None
-        required = not _is_loopback(base_url) if api_key_required is None else api_key_required
-        if key is None and required:
-            where = (
-                f"set the environment variable {api_key_env}"
-                if api_key_env
-                else ("name the environment variable that holds it in api_key_env")
-            )
-            raise EngineError(
-                f"no API key for {redact_text(base_url)}: {where}, or pass api_key_required=False "
-                "for a server without authentication"
-            )
-        self.name = name or model.rstrip("/").rsplit("/", 1)[-1]
+        key = api_key(
+            base_url, api_key_env, api_key_required, without="pass api_key_required=False"
+        )
+        self.name = name or short_name(model)
         self.model = model
         self.base_url = base_url.rstrip("/")
-        self.server_url = (server_url or _server_root(self.base_url)).rstrip("/")
+        self.server_url = (server_url or server_root(self.base_url)).rstrip("/")
         self.api_key_env = api_key_env
         self.context_length = context_length
         self.chat_template: ChatTemplateMode = chat_template
@@ -175,7 +167,7 @@ class OpenAIEngine:
             timeout=request_timeout_s,
             max_retries=max_retries,
         )
-        self._has_key = key is not None
+        self.has_key = key is not None  # the key itself is kept by the client only
         self._reports_stop: bool | None = None  # learnt from the first stopped answer
         self._renderer: str | None = "hf" if tokenizer_path and chat_template == "auto" else None
         self._tokenize_style: str | None = None
@@ -200,11 +192,7 @@ class OpenAIEngine:
         )
 
     def __repr__(self) -> str:
-        key = f"${self.api_key_env}" if self._has_key else "none"
-        return (
-            f"OpenAIEngine(name={self.name!r}, base_url={redact_text(self.base_url)!r}, "
-            f"model={self.model!r}, api_key={key})"
-        )
+        return keyed_repr(self, base_url=self.base_url)
 
     __str__ = __repr__
 
@@ -335,7 +323,7 @@ class OpenAIEngine:
 
     def _error_text(self, exc: BaseException) -> str:
         text = f"{type(exc).__name__}: {exc}"
-        key = self._client.api_key if self._has_key else ""
+        key = self._client.api_key if self.has_key else ""
         if key:
             text = text.replace(key, "***")
         # The URL may carry credentials (user:key@host, ?api_key=): never in a message.
@@ -465,11 +453,50 @@ class OpenAIEngine:
         await self._client.close()
 
 
-def _server_root(base_url: str) -> str:
+def server_root(base_url: str) -> str:
+    """The server's own root, where vLLM's `/tokenize` and `/pooling` live: the API's base
+    URL without its `/v1`."""
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
-def _is_loopback(url: str) -> bool:
+def api_key(
+    base_url: str, api_key_env: str | None, api_key_required: bool | None, *, without: str
+) -> str | None:
+    """The API key from the environment variable `api_key_env` (None: no key).
+
+    A key is required unless `api_key_required` says otherwise or, left None, the server is
+    on this machine (`is_loopback`); a missing required key is an EngineError that names the
+    variable, and `without` says how to go on without a key.
+    """
+    key = (os.environ.get(api_key_env) or None) if api_key_env else None
+    required = not is_loopback(base_url) if api_key_required is None else api_key_required
+    if key is None and required:
+        where = (
+            f"set the environment variable {api_key_env}"
+            if api_key_env
+            else "name the environment variable that holds it in api_key_env"
+        )
+        raise EngineError(
+            f"no API key for {redact_text(base_url)}: {where}, or {without} "
+            "for a server without authentication"
+        )
+    return key
+
+
+def keyed_repr(engine: OpenAIEngine | OpenAIPoolingEngine, **url: str) -> str:
+    """How an engine that holds an API key prints: its URL redacted (`url`, one keyword:
+    the field's name and value) and its key only as the name of its variable, so that no
+    log line or error carries the key."""
+    ((field, value),) = url.items()
+    key = f"${engine.api_key_env}" if engine.has_key else "none"
+    return (
+        f"{type(engine).__name__}(name={engine.name!r}, {field}={redact_text(value)!r}, "
+        f"model={engine.model!r}, api_key={key})"
+    )
+
+
+def is_loopback(url: str) -> bool:
+    """Whether `url`'s host is this machine (localhost or a loopback address)."""
     host = urlsplit(url).hostname or ""
     if host == "localhost":
         return True

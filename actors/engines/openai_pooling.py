@@ -8,7 +8,8 @@ STEP pooling, which vLLM 0.32 answers with the rows of token 151651 only (Qwen's
 [token ids], "task": "token_classify", "use_activation": false}` answers `data[0].data`,
 one row of raw class logits per input token.  The engine sends the path as token ids built by
 `actors.engines.step_layout.layout`, so the server scores exactly the training layout, and
-reads each step's value at its separator itself (`actors.engines.pooling_values`); a
+reads each step's value at its separator itself (`actors.engines.one_pass_engine`, the
+part every one-pass engine shares: this module only talks to the server); a
 server whose pooler leaves tokens out (STEP) is told apart by its row count and answered
 with an error naming the flag.
 
@@ -32,17 +33,16 @@ Bearer token and kept out of errors and `repr`.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
-from actors.engines.base import EngineError, StepValues
-from actors.engines.openai_compat import _is_loopback, _server_root
-from actors.engines.pooling_values import values_at
-from actors.engines.step_layout import layout, separator_id, unscorable
+from actors.engines.base import EngineError, StepValues, short_name
+from actors.engines.one_pass_engine import OnePassEngine, TokenRows
+from actors.engines.openai_compat import api_key, keyed_repr, server_root
+from actors.engines.step_layout import StepLayout
 from actors.redact import redact_text
 
 if TYPE_CHECKING:
@@ -55,8 +55,10 @@ _NOT_POOLING = (
 )
 
 
-class OpenAIPoolingEngine:
+class OpenAIPoolingEngine(OnePassEngine):
     """A process reward model behind a vLLM server (see the module docstring)."""
+
+    source: ClassVar[str] = "/pooling"
 
     def __init__(
         self,
@@ -70,28 +72,20 @@ class OpenAIPoolingEngine:
         request_timeout_s: float = 120.0,
         name: str | None = None,
     ) -> None:
-        key = (os.environ.get(api_key_env) or None) if api_key_env else None
-        required = not _is_loopback(base_url) if api_key_required is None else api_key_required
-        if key is None and required:
-            where = f"set the environment variable {api_key_env}" if api_key_env else "set one"
-            raise EngineError(
-                f"no API key for {redact_text(base_url)}: {where}, or api_key_env: null for "
-                "a server without authentication"
-            )
-        self.server_url = _server_root(base_url.rstrip("/")).rstrip("/")
+        key = api_key(base_url, api_key_env, api_key_required, without="api_key_env: null")
+        self.server_url = server_root(base_url.rstrip("/")).rstrip("/")
         self.model = model
-        self.name = name or model.rstrip("/").rsplit("/", 1)[-1]
+        self.name = name or short_name(model)
         self.context_length = context_length
         self.step_separator = step_separator
         self.api_key_env = api_key_env
-        self._has_key = key is not None
+        self.has_key = key is not None  # the key itself is kept by the client only
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.AsyncClient(
             base_url=self.server_url, headers=headers, timeout=request_timeout_s
         )
-        self._ids: OrderedDict[str, list[int]] = OrderedDict()
-        self._separator: int | None = None
-        self._bos: list[int] | None = None  # [] or [bos], once asked
+        self._ids_cache: OrderedDict[str, list[int]] = OrderedDict()
+        self._special: list[int] | None = None  # [] or [bos], once asked
 
     @classmethod
     def from_config(
@@ -110,41 +104,41 @@ class OpenAIPoolingEngine:
         )
 
     def __repr__(self) -> str:
-        key = f"${self.api_key_env}" if self._has_key else "none"
-        return (
-            f"OpenAIPoolingEngine(name={self.name!r}, server={redact_text(self.server_url)!r}, "
-            f"model={self.model!r}, api_key={key})"
-        )
+        return keyed_repr(self, server=self.server_url)
 
     __str__ = __repr__
 
-    async def score_steps(self, prompt: str, steps: Sequence[str]) -> StepValues:
-        input_tokens = 0
-        try:
-            if self._separator is None:
-                separator = (await self._token_ids([self.step_separator]))[self.step_separator]
-                self._separator = separator_id(lambda _: separator, self.step_separator)
-            if self._bos is None:
-                self._bos = await self._special_prefix()
-            known = await self._token_ids([prompt, *steps])
-            bos = self._bos[0] if self._bos else None
-            path = layout(known.__getitem__, prompt, steps, self._separator, bos)
-        except (EngineError, ValueError) as exc:  # a dead server, a separator of 2 tokens
-            return StepValues((), 0, error=str(exc))
+    # -- the one-pass engine's parts ----------------------------------------------------
+
+    async def _ids(self, texts: Sequence[str]) -> dict[str, list[int]]:
+        """The ids of each text, from the cache or the server (all missing ones at once)."""
+        cache = self._ids_cache
+        missing = list(dict.fromkeys(t for t in texts if t not in cache))
+        answers = await asyncio.gather(*(self._tokenize(t, special=False) for t in missing))
+        for text, ids in zip(missing, answers, strict=True):
+            cache[text] = ids
+        found = {}
+        for text in texts:
+            cache.move_to_end(text)
+            found[text] = cache[text]
+        while len(cache) > TOKEN_CACHE:
+            cache.popitem(last=False)
+        return found
+
+    async def _bos(self) -> int | None:
+        if self._special is None:
+            self._special = await self._special_prefix()
+        return self._special[0] if self._special else None
+
+    async def _rows(self, path: StepLayout) -> TokenRows | StepValues:
         input_tokens = len(path.input_ids)
-        refused = unscorable(path, self.context_length)
-        if refused is not None:
-            return refused
         body = {
             "model": self.model,
             "input": path.input_ids,
             "task": "token_classify",
             "use_activation": False,
         }
-        try:
-            status, data = await self._post("/pooling", body)
-        except EngineError as exc:
-            return StepValues((), input_tokens, error=str(exc))
+        status, data = await self._post("/pooling", body)
         if status in (404, 405, 501) or (status >= 400 and "support" in str(data).lower()):
             return StepValues(
                 (),
@@ -152,26 +146,14 @@ class OpenAIPoolingEngine:
                 error=f"{redact_text(self.server_url)} {_NOT_POOLING}: "
                 f"/pooling answered {status} {redact_text(str(data))[:200]}",
             )
-        rows = _rows(data) if status == 200 else None
+        rows = _answer_rows(data) if status == 200 else None
         if rows is None:
             return StepValues(
                 (), input_tokens, error=f"/pooling: {status} {redact_text(str(data))[:300]}"
             )
-        return values_at(rows, path.positions, input_tokens, _cached(data), source="/pooling")
+        return TokenRows(rows, _cached(data))
 
-    async def _token_ids(self, texts: Sequence[str]) -> dict[str, list[int]]:
-        """The ids of each text, from the cache or the server (all missing ones at once)."""
-        missing = list(dict.fromkeys(t for t in texts if t not in self._ids))
-        answers = await asyncio.gather(*(self._tokenize(t, special=False) for t in missing))
-        for text, ids in zip(missing, answers, strict=True):
-            self._ids[text] = ids
-        found = {}
-        for text in texts:
-            self._ids.move_to_end(text)
-            found[text] = self._ids[text]
-        while len(self._ids) > TOKEN_CACHE:
-            self._ids.popitem(last=False)
-        return found
+    # -- the server ---------------------------------------------------------------------
 
     async def _special_prefix(self) -> list[int]:
         ids = await self._tokenize("", special=True)
@@ -229,13 +211,13 @@ class OpenAIPoolingEngine:
         return str(text["prompt"])
 
     async def tokenize(self, text: str) -> list[int]:
-        return (await self._token_ids([text]))[text]
+        return (await self._ids([text]))[text]
 
     async def close(self) -> None:
         await self._client.aclose()
 
 
-def _rows(data: Any) -> list[list[float]] | None:
+def _answer_rows(data: Any) -> list[list[float]] | None:
     """`data[0].data` of a /pooling answer, when it is one list of numbers per token."""
     try:
         rows = data["data"][0]["data"]

@@ -141,16 +141,22 @@ class SleepEngine:
     async def render_chat(
         self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
     ) -> str:
-        lines = [f"{m['role']}: {m['content']}" for m in messages]
-        if not continue_final:
-            lines.append("assistant: ")
-        return "\n".join(lines)
+        return plain_chat(messages, continue_final=continue_final)
 
     async def tokenize(self, text: str) -> list[int]:
         return list(range(len(text.split())))
 
     async def close(self) -> None:
         return None
+
+
+def plain_chat(messages: Sequence[Mapping[str, str]], *, continue_final: bool) -> str:
+    """The chat of an engine without a model: "role: content" lines, and an open assistant
+    line unless the last message is to be continued."""
+    lines = [f"{m['role']}: {m['content']}" for m in messages]
+    if not continue_final:
+        lines.append("assistant: ")
+    return "\n".join(lines)
 
 
 def _top(yes: float, k: int) -> TopLogprobs:
@@ -161,4 +167,4 @@ def _top(yes: float, k: int) -> TopLogprobs:
     return tuple((token, math.log(p)) for token, p in entries[:k])
 
 
-__all__ = ["ANSWER_TEXT", "SleepEngine"]
+__all__ = ["ANSWER_TEXT", "SleepEngine", "plain_chat"]

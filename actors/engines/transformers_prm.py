@@ -3,12 +3,14 @@
 The embedded default's trained scorer: SmolLM2-135M with a two-class head on every token,
 as `bgmcts train-prm` saves it (`save_pretrained`: config.json, weights, tokenizer files).
 A path is laid out by `actors.engines.step_layout` (the layout the trainer used) and one
-forward pass gives every step's value: the softmax probability of class 1 ("good step") at
-the separator closing the step.
+forward pass gives every step's value: the probability of a good step at the separator
+closing the step (`actors.engines.one_pass_engine`, which lays out, checks and reads for
+every one-pass engine; this module only runs the model).
 
 Concurrent `score_steps` calls are gathered into one padded forward: the first waiting
-call opens a window of `batch_window_s`, and whatever arrived by then (at most `max_batch`
-paths) is laid out, right-padded with an attention mask and run at once.  Right padding
+path opens a window of `batch_window_s`, and whatever arrived by then (at most `max_batch`
+paths) is right-padded with an attention mask and run at once; a path that is not to
+be scored (too long, no step) never waits for one.  Right padding
 keeps every real token at the position it has alone (the causal mask never lets a token
 see the padding after it), so a path's values in a batch equal its values alone up to
 float rounding (tests/actors/engines/test_transformers_prm.py bounds the difference).
@@ -26,26 +28,24 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from actors.engines.base import EngineCapacity, EngineError, EngineLoad, StepValues
-from actors.engines.step_layout import StepLayout, layout, separator_id, unscorable
+from actors.engines.one_pass_engine import OnePassEngine, TokenRows
+from actors.engines.step_layout import StepLayout, layout, separator_id
 
 if TYPE_CHECKING:
     from actors.config import TransformersPRMConfig
 
-POSITIVE_CLASS = 1  # the trainer's label of a good step (TRL's stepwise labels: 1 good, 0 bad)
-
 
 @dataclass
 class _Request:
-    prompt: str
-    steps: tuple[str, ...]
-    future: asyncio.Future[StepValues]
+    path: StepLayout
+    future: asyncio.Future[TokenRows | StepValues]
     arrived: float = field(default_factory=time.monotonic)
 
 
-class TransformersPRMEngine:
+class TransformersPRMEngine(OnePassEngine):
     """A token-classification PRM served by transformers in this process (CPU).
 
     `cache_stats()` counts the prompt tokens computed; none are ever cached.  There is
@@ -59,6 +59,8 @@ class TransformersPRMEngine:
     not for throughput; a large PRM belongs on vLLM's pooling runner with its prefix
     cache.
     """
+
+    source: ClassVar[str] = "transformers_prm"
 
     def __init__(
         self,
@@ -92,6 +94,7 @@ class TransformersPRMEngine:
         # The trainer's rule: a BOS first when the tokenizer has one (SmolLM2 does;
         # Qwen2.5's tokenizer has none).
         self.bos: int | None = self._tokenizer.bos_token_id
+        self.step_separator = step_separator
         self.separator = separator_id(self._encode, step_separator)
         pad = self._tokenizer.pad_token_id
         # Any id serves as padding: right of every real token, masked, never read.
@@ -157,15 +160,7 @@ class TransformersPRMEngine:
     async def score_steps(self, prompt: str, steps: Sequence[str]) -> StepValues:
         if self._closed:
             return StepValues((), 0, error="the transformers_prm engine is closed")
-        loop = asyncio.get_running_loop()
-        request = _Request(prompt, tuple(steps), loop.create_future())
-        self._pending.append(request)
-        if self._dispatcher is None or self._dispatcher.done():
-            self._full = asyncio.Event()  # a fresh one for this event loop
-            self._dispatcher = loop.create_task(self._dispatch())
-        if len(self._pending) >= self.max_batch:
-            self._full.set()
-        return await request.future
+        return await super().score_steps(prompt, steps)
 
     async def render_chat(
         self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
@@ -194,11 +189,39 @@ class TransformersPRMEngine:
                 request.future.set_result(StepValues((), 0, error="engine closed"))
         await asyncio.to_thread(self._executor.shutdown, wait=True)
 
+    # -- the one-pass engine's parts ----------------------------------------------------
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    async def _ids(self, texts: Sequence[str]) -> dict[str, list[int]]:
+        return {text: self._encode(text) for text in texts}
+
+    async def _bos(self) -> int | None:
+        return self.bos
+
+    def path_layout(self, prompt: str, steps: Sequence[str]) -> StepLayout:
+        """`lay_out` without an event loop: the tokenizer is here (benchmarks use it)."""
+        assert self.separator is not None  # found when the engine was built
+        return layout(self._encode, prompt, steps, self.separator, self.bos)
+
+    async def _rows(self, path: StepLayout) -> TokenRows | StepValues:
+        """The path waits for a padded forward with the paths that arrive in its window."""
+        loop = asyncio.get_running_loop()
+        request = _Request(path, loop.create_future())
+        self._pending.append(request)
+        if self._dispatcher is None or self._dispatcher.done():
+            self._full = asyncio.Event()  # a fresh one for this event loop
+            self._dispatcher = loop.create_task(self._dispatch())
+        if len(self._pending) >= self.max_batch:
+            self._full.set()
+        return await request.future
+
     # -- batching -----------------------------------------------------------------------
 
     async def _dispatch(self) -> None:
-        """Run padded forwards while calls wait: each waits for its window (or a full
-        batch), then takes up to `max_batch` of the oldest calls."""
+        """Run padded forwards while paths wait: each waits for its window (or a full
+        batch), then takes up to `max_batch` of the oldest paths."""
         loop = asyncio.get_running_loop()
         while self._pending:
             wait = self._pending[0].arrived + self.batch_window_s - time.monotonic()
@@ -213,9 +236,10 @@ class TransformersPRMEngine:
             if not batch:
                 continue
             self._running = len(batch)
+            results: Sequence[TokenRows | StepValues]
             try:
-                work = [(r.prompt, r.steps) for r in batch]
-                results = await loop.run_in_executor(self._executor, self._score_batch, work)
+                paths = [r.path for r in batch]
+                results = await loop.run_in_executor(self._executor, self.forward, paths)
             except Exception as exc:  # a model failure answers every caller, never hangs one
                 error = f"transformers_prm forward failed: {type(exc).__name__}: {exc}"
                 results = [StepValues((), 0, error=error) for _ in batch]
@@ -225,30 +249,9 @@ class TransformersPRMEngine:
                 if not request.future.done():
                     request.future.set_result(result)
 
-    def _encode(self, text: str) -> list[int]:
-        return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def path_layout(self, prompt: str, steps: Sequence[str]) -> StepLayout:
-        """The ids this engine scores for a path, and where each step's value is read."""
-        return layout(self._encode, prompt, steps, self.separator, self.bos)
-
-    def _score_batch(self, work: Sequence[tuple[str, tuple[str, ...]]]) -> list[StepValues]:
-        """Lay out every path and score those that fit in one padded forward (worker thread)."""
-        layouts = [self.path_layout(p, s) for p, s in work]
-        results: list[StepValues | None] = [None] * len(layouts)
-        scored: list[int] = []
-        for i, path in enumerate(layouts):
-            results[i] = unscorable(path, self.context_length)  # no forward needed
-            if results[i] is None:
-                scored.append(i)
-        if scored:
-            values = self.forward([layouts[i] for i in scored])
-            for i, path_values in zip(scored, values, strict=True):
-                results[i] = StepValues(path_values, len(layouts[i].input_ids))
-        return [r for r in results if r is not None]
-
-    def forward(self, paths: Sequence[StepLayout]) -> list[tuple[float, ...]]:
-        """One right-padded forward over `paths`: each path's values at its separators."""
+    def forward(self, paths: Sequence[StepLayout]) -> list[TokenRows]:
+        """One right-padded forward over `paths` (worker thread): each path's rows of class
+        logits, its padding left out."""
         torch = self._torch
         longest = max(len(p.input_ids) for p in paths)
         ids = torch.full((len(paths), longest), self._pad, dtype=torch.long)
@@ -257,14 +260,13 @@ class TransformersPRMEngine:
             ids[row, : len(path.input_ids)] = torch.tensor(path.input_ids, dtype=torch.long)
             mask[row, : len(path.input_ids)] = 1
         with torch.inference_mode():
-            logits = self._model(input_ids=ids, attention_mask=mask).logits
-        good = logits.float().softmax(dim=-1)[..., POSITIVE_CLASS]
+            logits = self._model(input_ids=ids, attention_mask=mask).logits.float()
         real = sum(len(p.input_ids) for p in paths)
         self.forwards += 1
         self.sequences += len(paths)
         self.prompt_tokens_evaluated += real
         self.padded_tokens += len(paths) * longest - real
-        return [tuple(good[row, p.positions].tolist()) for row, p in enumerate(paths)]
+        return [TokenRows(logits[row, : len(p.input_ids)].tolist()) for row, p in enumerate(paths)]
 
 
-__all__ = ["POSITIVE_CLASS", "TransformersPRMEngine"]
+__all__ = ["TransformersPRMEngine"]

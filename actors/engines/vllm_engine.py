@@ -23,6 +23,9 @@ that starts with BOS (Llama 3's "<|begin_of_text|>") must not get a second one,
 which vLLM's completion path would add.  A prompt that does not fit the context
 is a CONTEXT_OVERFLOW before any request.
 
+`InProcessVLLM` is what this engine shares with the one-pass PRM on vLLM's pooling
+runner (`actors.engines.vllm_pooling`): starting vLLM, its capacity, its tokenizer.
+
 `vllm` is imported lazily so the module imports (and type-checks) on machines
 without it; constructing a `VLLMEngine` there raises a clear EngineError.
 """
@@ -34,7 +37,7 @@ import inspect
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, Unpack
 
 from actors.engines.base import (
     Completion,
@@ -43,55 +46,54 @@ from actors.engines.base import (
     EngineLoad,
     Sampling,
     TopLogprobs,
+    short_name,
 )
 from search.protocols import FinishReason
 
 if TYPE_CHECKING:
-    from actors.config import VLLMConfig
+    from actors.config import VLLMConfig, VLLMPoolingConfig
 
 _CONTEXT_ERROR = re.compile(
     r"maximum (context|model) length|context length|exceeds? .*context", re.IGNORECASE
 )
 
 
-class VLLMTokenizer:
-    """The tokenizer side both vLLM engines share: the engine's own tokenizer, fetched once,
-    and its chat template."""
+class VLLMStart(TypedDict, total=False):
+    """How to start vLLM, the fields both in-process engines take (`InProcessVLLM`)."""
 
-    _llm: Any
-    _tokenizer: Any
-
-    async def _get_tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            tokenizer = self._llm.get_tokenizer()  # a coroutine in older vLLM versions
-            self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
-        return self._tokenizer
-
-    async def render_chat(
-        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
-    ) -> str:
-        tokenizer = await self._get_tokenizer()
-        try:
-            rendered = tokenizer.apply_chat_template(
-                [dict(m) for m in messages],
-                tokenize=False,
-                add_generation_prompt=not continue_final,
-                continue_final_message=continue_final,
-            )
-        except Exception as exc:  # jinja and template errors
-            raise EngineError(f"vLLM's tokenizer could not apply the chat template: {exc}") from exc
-        return str(rendered)
+    context_length: int
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    seed: int
+    enable_prefix_caching: bool
+    max_num_seqs: int | None
+    name: str | None
 
 
-class VLLMEngine(VLLMTokenizer):
-    """A Hugging Face model folder (or hub id on a connected node) served by vLLM.
+def start_fields(config: VLLMConfig | VLLMPoolingConfig) -> VLLMStart:
+    """The `VLLMStart` fields of an `engine:` block (`kind: vllm` or `vllm_pooling`)."""
+    return VLLMStart(
+        context_length=config.max_model_len,
+        tensor_parallel_size=config.tensor_parallel_size,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        enable_prefix_caching=config.enable_prefix_caching,
+        max_num_seqs=config.max_num_seqs,
+        seed=config.seed,
+    )
 
-    `model` is a model folder or id (`from_config` takes the `engine:` block of a
-    service config instead).  `engine_args` passes any further `AsyncEngineArgs`
+
+class InProcessVLLM:
+    """What both in-process vLLM engines share: starting vLLM, what it can hold, its own
+    tokenizer and chat template, and shutting it down.
+
+    `model` is a model folder or id.  `engine_args` passes any further `AsyncEngineArgs`
     field (e.g. `dtype`, `enforce_eager`); one that an argument here already sets is
     refused (`vllm_engine_args`).  Starting the engine loads the model and may take a
     minute; construct it once per process.
     """
+
+    # Said after the model's name when vLLM cannot start it (" for pooling").
+    starting_for: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -116,32 +118,23 @@ class VLLMEngine(VLLMTokenizer):
             max_num_seqs=max_num_seqs,
             engine_args=engine_args,
         )
-        vllm = _import_vllm()
-        args = vllm.AsyncEngineArgs(**kwargs)
+        vllm = import_vllm()
         try:
+            args = self._async_engine_args(vllm, kwargs)
             self._llm: Any = vllm.AsyncLLMEngine.from_engine_args(args)
         except Exception as exc:  # vLLM raises many types while starting
-            raise EngineError(f"vLLM could not start {model!r}: {exc}") from exc
-        self._sampling_params: Any = vllm.SamplingParams
-        self._final_only: Any = _final_only_kind()
+            raise EngineError(f"vLLM could not start {model!r}{self.starting_for}: {exc}") from exc
+        self._vllm: Any = vllm
         self._tokenizer: Any = None
-        self.name = name or model.rstrip("/").rsplit("/", 1)[-1]
+        self.name = name or short_name(model)
         self.context_length = context_length
         self.prompt_tokens_seen = 0
         self.cached_tokens_seen = 0
 
-    @classmethod
-    def from_config(cls, config: VLLMConfig) -> VLLMEngine:
-        """From the `engine:` block of a service config (`kind: vllm`)."""
-        return cls(
-            config.model,
-            context_length=config.max_model_len,
-            tensor_parallel_size=config.tensor_parallel_size,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            enable_prefix_caching=config.enable_prefix_caching,
-            max_num_seqs=config.max_num_seqs,
-            seed=config.seed,
-        )
+    def _async_engine_args(self, vllm: Any, kwargs: dict[str, Any]) -> Any:
+        """vLLM's `AsyncEngineArgs` from its keyword arguments (an engine whose arguments
+        need vLLM's own classes builds them here, where vLLM is imported)."""
+        return vllm.AsyncEngineArgs(**kwargs)
 
     @property
     def prefix_cache_hit_rate(self) -> float | None:
@@ -176,6 +169,62 @@ class VLLMEngine(VLLMTokenizer):
             prefix_hit_rate=self.prefix_cache_hit_rate,
         )
 
+    async def _get_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            tokenizer = self._llm.get_tokenizer()  # a coroutine in older vLLM versions
+            self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
+        return self._tokenizer
+
+    def _encode(self, text: str) -> list[int]:
+        """The ids of `text` without special tokens (once `_get_tokenizer` has run)."""
+        return [int(t) for t in self._tokenizer.encode(text, add_special_tokens=False)]
+
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
+    ) -> str:
+        tokenizer = await self._get_tokenizer()
+        try:
+            rendered = tokenizer.apply_chat_template(
+                [dict(m) for m in messages],
+                tokenize=False,
+                add_generation_prompt=not continue_final,
+                continue_final_message=continue_final,
+            )
+        except Exception as exc:  # jinja and template errors
+            raise EngineError(f"vLLM's tokenizer could not apply the chat template: {exc}") from exc
+        return str(rendered)
+
+    async def tokenize(self, text: str) -> list[int]:
+        await self._get_tokenizer()
+        return self._encode(text)
+
+    async def close(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            await asyncio.to_thread(llm.shutdown)
+
+
+class VLLMEngine(InProcessVLLM):
+    """A Hugging Face model folder (or hub id on a connected node) served by vLLM for
+    generation; `InProcessVLLM` says what the arguments are, `from_config` takes the
+    `engine:` block of a service config instead."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        engine_args: Mapping[str, Any] | None = None,
+        **start: Unpack[VLLMStart],
+    ) -> None:
+        super().__init__(model, engine_args=engine_args, **start)
+        self._sampling_params: Any = self._vllm.SamplingParams
+        self._final_only: Any = _final_only_kind()
+
+    @classmethod
+    def from_config(cls, config: VLLMConfig) -> VLLMEngine:
+        """From the `engine:` block of a service config (`kind: vllm`)."""
+        return cls(config.model, **start_fields(config))
+
     def load(self) -> EngineLoad:
         """Slots and the prompt-token counters of this engine's requests; the scheduler's
         running and waiting queues are internal to vLLM (and move between versions), so
@@ -192,8 +241,8 @@ class VLLMEngine(VLLMTokenizer):
             return Completion("", 0, FinishReason.LENGTH)
         prompt_ids: list[int] = []
         try:
-            tokenizer = await self._get_tokenizer()
-            prompt_ids = [int(t) for t in tokenizer.encode(prompt, add_special_tokens=False)]
+            await self._get_tokenizer()
+            prompt_ids = self._encode(prompt)
             if len(prompt_ids) >= self.context_length:  # not even one token would fit
                 return Completion("", 0, FinishReason.CONTEXT_OVERFLOW, len(prompt_ids))
             nucleus = {"top_p": sampling.top_p, "top_k": sampling.top_k}
@@ -285,15 +334,6 @@ class VLLMEngine(VLLMTokenizer):
         tokenizer = self._tokenizer
         return str(tokenizer.decode([token_id])) if tokenizer is not None else str(token_id)
 
-    async def tokenize(self, text: str) -> list[int]:
-        tokenizer = await self._get_tokenizer()
-        return [int(t) for t in tokenizer.encode(text, add_special_tokens=False)]
-
-    async def close(self) -> None:
-        llm, self._llm = self._llm, None
-        if llm is not None:
-            await asyncio.to_thread(llm.shutdown)
-
 
 def vllm_engine_args(
     model: str,
@@ -332,7 +372,9 @@ def vllm_engine_args(
     return named | extra
 
 
-def _import_vllm() -> Any:
+def import_vllm() -> Any:
+    """The `vllm` package, imported only when an engine starts (a node without vLLM can
+    import this module, and type-check it)."""
     try:
         import vllm
     except ImportError as exc:

@@ -34,7 +34,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         AsyncLLMEngine=SimpleNamespace(from_engine_args=lambda args: SimpleNamespace()),
         SamplingParams=object,
     )
-    monkeypatch.setattr(vllm_engine, "_import_vllm", lambda: fake)
+    monkeypatch.setattr(vllm_engine, "import_vllm", lambda: fake)
     return calls
 
 

@@ -219,11 +219,11 @@ async def test_a_separator_of_two_tokens_is_an_error(
     which: str, request: pytest.FixtureRequest
 ) -> None:
     engine = request.getfixturevalue(which)
-    engine.step_separator, engine._separator = "ab", None
+    engine.step_separator, engine.separator = "ab", None
     try:
         bad = await engine.score_steps("prompt", ["step"])
     finally:
-        engine.step_separator, engine._separator = SEPARATOR, None
+        engine.step_separator, engine.separator = SEPARATOR, None
     assert bad.values == () and "exactly one" in (bad.error or "")
 
 
