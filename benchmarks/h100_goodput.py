@@ -169,7 +169,7 @@ def _snapshot(engines: tuple[LoadModelEngine, ...]) -> list[dict[str, Any]]:
     return [dict(e.stats()) for e in engines]
 
 
-class _TreeStream:
+class TreeStream:
     """The tree slots: each search that ends makes room for a new problem, and a new
     tree starts only while fewer than `target` are in flight (continuing trees never
     wait)."""
@@ -273,7 +273,7 @@ async def _run(
     start = admitted_trees(setting, policy_engine, scorer_engine)
     controller = AdmissionController(start, setting.trees) if setting.admission else None
     engines = tuple({id(e): e for e in (policy_engine, scorer_engine)}.values())
-    stream = _TreeStream(start, config, policy, scorer)
+    stream = TreeStream(start, config, policy, scorer)
     stream.admit()
     steering = asyncio.ensure_future(stream.steer(controller, engines, 10.0, time_scale))
     try:

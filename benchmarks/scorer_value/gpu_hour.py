@@ -44,8 +44,8 @@ from benchmarks.h100_goodput import (
     H100,
     STEP,
     K,
+    TreeStream,
     VirtualClockLoop,
-    _TreeStream,
     h100_engine,
 )
 from search import parse_search_config
@@ -151,7 +151,7 @@ async def _run(
             "max_inflight_expansions": setting.inflight,
         }
     )
-    stream = _TreeStream(setting.trees, config, counted, prm)  # type: ignore[arg-type]
+    stream = TreeStream(setting.trees, config, counted, prm)  # type: ignore[arg-type]
     stream.admit()
     loop = asyncio.get_running_loop()
     try:

@@ -17,7 +17,7 @@ from pipeline.report.anytime import METRICS
 
 DPI = 120
 # one shape per method, so coinciding budget dots of two methods stay distinguishable
-_SHAPES = ("o", "s", "D", "^", "v", "P", "X", "<", ">", "h")
+SHAPES = ("o", "s", "D", "^", "v", "P", "X", "<", ">", "h")
 FIGURE_FILES = {metric: f"{metric}_vs_tokens.png" for metric in METRICS}
 _LABELS = {
     "accuracy": ("Accuracy", "Accuracy vs. consumed tokens"),
@@ -50,7 +50,7 @@ def plot_metric(
         color = colors[i % len(colors)]
         curve = curves[curves["method"] == method]
         label = f"{method} (App. C redistributed)" if method in redistributed else method
-        shape = _SHAPES[i % len(_SHAPES)]
+        shape = SHAPES[i % len(SHAPES)]
         ax.plot(curve["tokens"], curve[metric], color=color, linewidth=1.8)
         handles.append(
             Line2D([], [], color=color, marker=shape, markeredgecolor="black", label=label)

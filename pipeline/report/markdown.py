@@ -54,7 +54,7 @@ def scientific(value: float) -> str:
     return f"{mantissa}×10{power}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "r") -> str:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "r") -> str:
     separator = [":--"] + ["--:" if align == "r" else ":--"] * (len(header) - 1)
     lines = [header, separator, *rows]
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)
@@ -93,7 +93,7 @@ def accuracy_markdown(table: Any) -> str:
         row.append(fraction(sum(means) / len(means)) if means else "–")
         rows.append(row)
     header = ["Method \\ Budget B", *(tokens_label(b) for b in budgets), "avg"]
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def answered_markdown(table: Any) -> str:
@@ -116,7 +116,7 @@ def answered_markdown(table: Any) -> str:
                     fraction(float(cell["precision"])),
                 ]
         rows.append(row)
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def percentiles_markdown(table: Any) -> str:
@@ -131,7 +131,7 @@ def percentiles_markdown(table: Any) -> str:
         ]
         for _, r in table.iterrows()
     ]
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 META_VALUE_CHARS = 300  # meta.json may hold a whole config; the file itself has the rest
@@ -166,11 +166,13 @@ def summary_markdown(run: RunData) -> str:
     timed = isinstance(wall, int | float) and not isinstance(wall, bool)
     if isinstance(wall, int | float) and timed:
         rows.append(["wall time of the run", f"{wall:.1f} s"])
-    text = _table(["", ""], rows, align="l")
+    text = markdown_table(["", ""], rows, align="l")
     other = {k: v for k, v in run.meta.items() if not (timed and k == "wall_time_s")}
     if other:
         meta_rows = [[str(k), _meta_value(v)] for k, v in other.items()]
-        text += "\n\nRun metadata (`meta.json`):\n\n" + _table(["key", "value"], meta_rows, "l")
+        text += "\n\nRun metadata (`meta.json`):\n\n" + markdown_table(
+            ["key", "value"], meta_rows, "l"
+        )
     return text
 
 

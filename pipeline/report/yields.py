@@ -25,8 +25,8 @@ import matplotlib.pyplot as plt
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
 from pipeline.records import YIELD_COUNTS
-from pipeline.report.curves import _SHAPES, DPI, tokens_label
-from pipeline.report.markdown import _table
+from pipeline.report.curves import DPI, SHAPES, tokens_label
+from pipeline.report.markdown import markdown_table
 
 YIELD_FIGURE = "yield_vs_budget.png"
 TOKEN_COLUMNS = ("policy_output_tokens", "prm_input_tokens", "prm_output_tokens")
@@ -108,7 +108,7 @@ def yield_markdown(table: Any) -> str:
         ]
         for _, r in table.iterrows()
     ]
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def plot_yield(table: Any, path: Path) -> Path:
@@ -123,7 +123,7 @@ def plot_yield(table: Any, path: Path) -> Path:
             ax.plot(
                 mine["budget"],
                 mine[f"{count}_per_1k_total"],
-                marker=_SHAPES[i % len(_SHAPES)],
+                marker=SHAPES[i % len(SHAPES)],
                 color=colors[i % len(colors)],
                 label=method,
             )
