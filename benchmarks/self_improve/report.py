@@ -37,13 +37,15 @@ def synthesis_table(runs: Mapping[str, Mapping[str, RunData]]) -> list[str]:
     header = (
         f"{'run':<22} {'problems':>8} {'tok/prob':>8} {'policy':>7} {'PRM':>7} {'solved':>6} "
         f"{'right':>5} {'sft':>4} {'dpo':>4} {'step':>4} {'prm':>4} {'kto':>4} "
-        f"{'gate eq':>7} {'gate PRM':>8} {'nodes':>5} {'depth':>5} {'yield/1k':>8} {'AUC':>5}"
+        f"{'eq paths':>8} {'eq steps':>8} {'PRM paths':>9} {'nodes':>5} {'depth':>5} "
+        f"{'yield/1k':>8} {'AUC':>5}"
     )
     lines = ["## round-1 synthesis at equal total tokens (policy + PRM) per problem", header]
     for name, data in runs["gated"].items():
         trees = data.trees
         # the PRM half drops what the runs wrote; the rows counted are the false-equation
-        # half's, the ones the checkpoints train on
+        # half's, the ones the checkpoints train on.  Paths kept out and prm steps relabelled
+        # are counted apart: a step is not a row
         prm_drops = (
             runs["written"][name].process_drops()["low_step_value"] if "written" in runs else 0
         )
@@ -59,17 +61,19 @@ def synthesis_table(runs: Mapping[str, Mapping[str, RunData]]) -> list[str]:
             + " ".join(
                 f"{len(data.tables[t]):>4}" for t in ("sft", "dpo", "step_dpo", "prm", "kto")
             )
-            + f" {drops['false_equation']:>7} {prm_drops:>8} "
+            + f" {drops['false_equation']:>8} {data.relabelled_steps():>8} {prm_drops:>9} "
             f"{sum(t['n_nodes'] for t in trees) / n:>5.1f} "
             f"{sum(t['max_depth'] for t in trees) / n:>5.1f} "
             f"{1000 * right / max(data.total_tokens, 1):>8.3f} {answer_auc(data):>5.2f}"
         )
     lines.append(
         "solved: problems with a right answered node; right: correct trajectories after the "
-        "false-equation gate (the rows trained on); gate eq: rows it kept out; gate PRM: rows "
-        "the PRM half (a step below the threshold) kept out of what the run wrote; yield/1k: "
-        "right per 1,000 total tokens; AUC: the PRM's value of an answered node against its "
-        "answer being right"
+        "false-equation gate (the rows trained on); eq paths: paths that gate kept out, summed "
+        "over the tables (sft, kto, the dpo and step_dpo chosen side: one path counts once per "
+        "table); eq steps: prm steps it relabelled bad (their rows stay); PRM paths: paths the "
+        "PRM half (a step below the threshold) kept out of what the run wrote, summed the same "
+        "way; yield/1k: right per 1,000 total tokens; AUC: the PRM's value of an answered node "
+        "against its answer being right"
     )
     return lines
 

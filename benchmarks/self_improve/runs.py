@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,13 +149,23 @@ class RunData:
         )
 
     def process_drops(self) -> dict[str, int]:
-        """What the process gate kept out, per check, over every table."""
+        """Paths the process gate kept out, per check, summed over the tables (a path kept
+        out of sft and of kto counts once in each); prm's relabelled steps are not paths
+        (`relabelled_steps`)."""
+        from pipeline.records import gate_unit
+
         out = dict.fromkeys(PROCESS_GATE_KEYS, 0)
         for gate, dropped in self.gate_drops.items():
             check = gate.rsplit(".", 1)[-1]
-            if check in out:
+            if check in out and gate_unit(gate) == "paths":
                 out[check] += dropped
         return out
+
+    def relabelled_steps(self) -> int:
+        """prm steps the false-equation check relabelled from good to bad (their rows stay)."""
+        from pipeline.records import gate_unit
+
+        return sum(n for gate, n in self.gate_drops.items() if gate_unit(gate) == "steps")
 
 
 TABLES = ("sft", "dpo", "step_dpo", "prm", "kto")
@@ -166,55 +176,47 @@ def read_run(work: Path, run_id: str) -> RunData:
 
     folder = RunFolder.open(work / "runs", run_id)
     trees = folder.read("trees").to_pylist()
+    tables = {name: folder.read(name).to_pylist() for name in (*TABLES, "nodes")}
+    return RunData(run_id, trees, tables, gate_drops(trees))
+
+
+def gate_drops(trees: Sequence[dict[str, Any]]) -> Counter[str]:
+    """The trees' ``gate_drops`` summed per gate (`pipeline.records.gate_unit`: each
+    gate's unit)."""
     drops: Counter[str] = Counter()
     for t in trees:
         for d in t["gate_drops"] or []:
             drops[d["gate"]] += d["dropped"]
-    tables = {name: folder.read(name).to_pylist() for name in (*TABLES, "nodes")}
-    return RunData(run_id, trees, tables, drops)
+    return drops
 
 
-def rebuilt(work: Path, run_id: str, records: dict[str, Any], extraction: str) -> RunData:
+def rebuilt(
+    work: Path,
+    run_id: str,
+    records: dict[str, Any],
+    extraction: str,
+    instruction: str = "{problem}",
+) -> RunData:
     """A run's training rows built again from its trees (``tree_nodes``, ``trees``) under
-    another `records:` config: the same searches, other gates."""
-    from pipeline.records.build import records_for
-    from pipeline.records.config import RecordsConfig
-    from pipeline.records.rebuild import rebuild_result
+    another `records:` config (`pipeline.records.rebuild_records`): the same searches,
+    other gates.  `extraction` and `instruction` are the run's (its search's answer
+    extraction, its policy prompt: round 1's is the bare problem)."""
+    from pipeline.records import RecordsConfig, rebuild_records
     from pipeline.store.run_folder import RunFolder
     from search.answers import AnswerExtraction
 
     folder = RunFolder.open(work / "runs", run_id)
-    trees = folder.read("trees").to_pylist()
-    nodes: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in folder.read("tree_nodes").to_pylist():
-        nodes[str(row["problem_id"])].append(row)
-    config = RecordsConfig.model_validate(records)
-
-    async def build_all() -> list[dict[str, list[dict[str, Any]]]]:
-        return await asyncio.gather(
-            *(
-                records_for(
-                    rebuild_result(nodes[str(t["problem_id"])], t),
-                    t["reference"],
-                    problem_id=str(t["problem_id"]),
-                    run_id=run_id,
-                    config=config,
-                    contamination=t["contaminated"],
-                    instruction="{problem}",
-                    extraction=AnswerExtraction(extraction),
-                )
-                for t in trees
-            )
+    built = asyncio.run(
+        rebuild_records(
+            folder.read("trees").to_pylist(),
+            folder.read("tree_nodes").to_pylist(),
+            config=RecordsConfig.model_validate(records),
+            extraction=AnswerExtraction(extraction),
+            instruction=instruction,
         )
-
-    built = asyncio.run(build_all())
-    tables = {name: [r for b in built for r in b[name]] for name in (*TABLES, "nodes")}
-    new_trees = [b["trees"][0] for b in built]
-    drops: Counter[str] = Counter()
-    for t in new_trees:
-        for d in t["gate_drops"] or []:
-            drops[d["gate"]] += d["dropped"]
-    return RunData(f"{run_id} (rebuilt)", new_trees, tables, drops)
+    )
+    tables = {name: built.get(name, []) for name in (*TABLES, "nodes")}
+    return RunData(f"{run_id} (rebuilt)", built["trees"], tables, gate_drops(built["trees"]))
 
 
 def rows_under(work: Path, config: RunConfig, gates: dict[str, Any]) -> RunData:
@@ -225,6 +227,7 @@ def rows_under(work: Path, config: RunConfig, gates: dict[str, Any]) -> RunData:
         config.resolved_run_id,
         records.model_dump(exclude_unset=True),
         config.search.answer_extraction,
+        config.policy.prompts.policy_instruction,
     )
 
 

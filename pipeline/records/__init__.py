@@ -39,13 +39,15 @@ The modules, in layers: each imports only modules listed above it.
 * `grading` - `grade_result` labels every answered node (reference or pseudo
   labels; the rules are there) into a `GradedTree`; `grade_for_records` does so
   under a `RecordsConfig`, the training prompt and the split included;
-* `context` - what every builder takes (`BuildContext`: the config, the run id,
-  the model names) and a gated builder gives back (`Built`: rows and gate drops),
-  and the columns every row of a problem shares;
-* `trajectories` - what the training builders share: chat turns, (near)
-  duplicates, the self-correction rule and the gates every table applies;
-* `pools` - `preference_pools`, the gated chosen and rejected candidates that
-  `dpo` and `step_dpo` pair;
+* `context` - what every builder takes (`BuildContext`: the config, the run id, the
+  model names) and a gated builder gives back (`Built`: rows, and what its gates did, one
+  unit per count: paths dropped, pairs dropped, steps relabelled; `gate_unit` reads the
+  unit of a ``trees.gate_drops`` key), and the columns every row of a problem shares;
+* `trajectories` - what the training builders share: chat turns, (near) duplicates,
+  questions about one path;
+* `paths` - `GatedPaths`: a tree's answered paths judged by every gate once, from which
+  each training table picks its candidates and counts its own drops, and the gated
+  chosen and rejected pools that `dpo` and `step_dpo` pair;
 * one module per record type, its schema next to its builder: `nodes`, `trees`,
   `sft`, `dpo`, `step_dpo`, `prm`, `kto`, `tree_nodes`, `errors` (each training module's
   docstring holds its rules);
@@ -53,9 +55,11 @@ The modules, in layers: each imports only modules listed above it.
 * `yields` - the data yield of a search, read off its built rows (its columns, which
   `trees` and `eval_trees` share and the data-yield tables sum, live in `schema`);
 * `build` - `records_for`: one result graded and turned into every record type
-  (and what decontamination removes), each builder run once;
+  (and what decontamination removes), the paths gated once, each builder run once;
 * `rebuild` - `rebuild_result`, a `SearchResult` rebuilt from its ``tree_nodes``
-  and ``trees`` rows (to relabel an old run, or the tests' real-model fixture).
+  and ``trees`` rows (the tests' real-model fixture), and `rebuild_records`, a run's
+  every record type built again from those rows under a records config (to relabel an
+  old run, or to see what other gates would have kept).
 
 Everything here is pure (no file I/O, no Ray); a sink writes the tables.
 """
@@ -73,7 +77,7 @@ from pipeline.records.config import (
     SelfCorrection,
     TrainingPromptConfig,
 )
-from pipeline.records.context import BuildContext, Built
+from pipeline.records.context import BuildContext, Built, gate_unit
 from pipeline.records.dpo import DPO_SCHEMA, PAIR_POOL, dpo_rows
 from pipeline.records.errors import ERRORS_SCHEMA, error_row
 from pipeline.records.grading import (
@@ -85,8 +89,9 @@ from pipeline.records.grading import (
 )
 from pipeline.records.kto import KTO_SCHEMA, kto_rows
 from pipeline.records.nodes import NODES_SCHEMA, node_rows
+from pipeline.records.paths import GatedPaths
 from pipeline.records.prm import PRM_SCHEMA, prm_rows
-from pipeline.records.rebuild import rebuild_result
+from pipeline.records.rebuild import rebuild_records, rebuild_result
 from pipeline.records.schema import (
     MESSAGE_TYPE,
     MESSAGES_TYPE,
@@ -132,6 +137,7 @@ __all__ = [
     "BuildContext",
     "Built",
     "DpoConfig",
+    "GatedPaths",
     "GatesConfig",
     "GradedTree",
     "LabelSource",
@@ -148,11 +154,13 @@ __all__ = [
     "doc_field",
     "dpo_rows",
     "error_row",
+    "gate_unit",
     "grade_for_records",
     "grade_result",
     "kto_rows",
     "node_rows",
     "prm_rows",
+    "rebuild_records",
     "rebuild_result",
     "record_schema",
     "records_for",

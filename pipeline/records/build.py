@@ -1,7 +1,9 @@
 """`records_for`: one search result graded and turned into every record type's rows.
 
-`rows_for` runs every builder once on the graded tree; the data yield (`trees`'
-yield columns) is read off the rows it built (`pipeline.records.yields.counts`).
+`rows_for` judges the tree's answered paths by the gates once (`GatedPaths`) and runs
+every builder once on them; each builder counts its own drops, and the `trees` row's
+``gate_drops`` holds them all (`gate_counts`).  The data yield (`trees`' yield columns)
+is read off the rows it built (`pipeline.records.yields.counts`).
 
 Decontamination
     `records_for` takes the benchmark a problem overlaps (found by
@@ -16,11 +18,12 @@ from collections import Counter
 
 from actors.prompts import POLICY_INSTRUCTION
 from pipeline.records.config import RecordsConfig
-from pipeline.records.context import BuildContext, Built, Drops
+from pipeline.records.context import BuildContext, Built, Drops, gate_counts
 from pipeline.records.dpo import dpo_rows
 from pipeline.records.grading import GradedTree, grade_for_records
 from pipeline.records.kto import kto_rows
 from pipeline.records.nodes import node_rows
+from pipeline.records.paths import GatedPaths
 from pipeline.records.prm import prm_rows
 from pipeline.records.schema import Row
 from pipeline.records.sft import capped, sft_candidates
@@ -71,7 +74,8 @@ async def records_for(
 def rows_for(
     graded: GradedTree, context: BuildContext, contamination: str | None = None
 ) -> dict[str, list[Row]]:
-    """Every record type's rows of one graded tree, each builder run once."""
+    """Every record type's rows of one graded tree: the paths gated once, each builder run
+    once on them."""
     records: dict[str, list[Row]] = {
         "nodes": node_rows(graded, context),
         "tree_nodes": tree_node_rows(graded, context),
@@ -79,16 +83,17 @@ def rows_for(
     drops: Drops = Counter()
     yields = NO_YIELD
     if contamination is None:
-        candidates = sft_candidates(graded, context)
+        paths = GatedPaths(graded, context.config)
+        candidates = sft_candidates(graded, context, paths)
         built: dict[str, Built] = {
             "sft": capped(candidates, context.config.gates.sft_top_k),
-            "dpo": dpo_rows(graded, context),
-            "step_dpo": step_dpo_rows(graded, context),
-            "prm": prm_rows(graded, context),
-            "kto": kto_rows(graded, context),
+            "dpo": dpo_rows(graded, context, paths),
+            "step_dpo": step_dpo_rows(graded, context, paths),
+            "prm": prm_rows(graded, context, paths),
+            "kto": kto_rows(graded, context, paths),
         }
         records |= {name: b.rows for name, b in built.items()}
-        drops = sum((b.drops for b in built.values()), drops)
+        drops = gate_counts(built.values())
         yields = counts(candidates, built["dpo"], built["step_dpo"], built["prm"])
     records["trees"] = [
         tree_row(graded, context, contaminated=contamination, gate_drops=drops, yields=yields)

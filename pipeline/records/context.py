@@ -2,8 +2,11 @@
 
 * `BuildContext`: the records config (`records:`), the run id and the model names, one
   object instead of the config unpacked into keyword arguments at every call;
-* `Built`: a gated builder's rows and what each of its gates dropped (``"sft.truncated"``
-  -> 2), summed into ``trees.gate_drops``;
+* `Built`: a gated builder's rows and what its gates did, each count in the unit its name
+  says: ``dropped_paths`` (answered paths a gate kept out: ``"sft.truncated"`` -> 2),
+  ``dropped_pairs`` (dpo and step_dpo pairs a pair gate kept out) and ``relabelled_steps``
+  (prm steps a gate turned from good to bad; the row stays).  `gate_counts` puts the three
+  side by side in ``trees.gate_drops``, and `gate_unit` reads a key's unit back from there;
 * `BuildContext.shared_columns`: the columns every row of one problem holds the same
   value in (problem id, run id, split, label source, difficulty, reference), written
   once here for every record type.
@@ -12,14 +15,23 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pipeline.records.config import RecordsConfig
 from pipeline.records.grading import GradedTree
 from pipeline.records.schema import Row
 
+# gate key ("<record>.<gate>", "<record>.<side>.<gate>") -> how many
 Drops = Counter[str]
+GateUnit = Literal["paths", "pairs", "steps"]
+
+# The gates that judge a candidate pair of dpo or step_dpo (every other gate judges a path),
+# and the one count of steps relabelled rather than rows kept out.  `gate_unit` reads
+# ``trees.gate_drops`` with them; the builders name their keys with them.
+PAIR_GATES = ("edit_distance", "q_margin", "rejected_step")
+PRM_FALSE_EQUATION = "prm.false_equation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +58,15 @@ class BuildContext:
 
 @dataclass(frozen=True, slots=True)
 class Built:
-    """One gated builder's rows of one problem and what each of its gates dropped."""
+    """One gated builder's rows of one problem and what its gates did, one unit per count."""
 
     rows: list[Row]
-    drops: Drops = field(default_factory=Counter)
+    # answered paths (one trajectory each) a gate kept out of this table
+    dropped_paths: Drops = field(default_factory=Counter)
+    # dpo and step_dpo: candidate pairs a pair gate kept out (both paths passed theirs)
+    dropped_pairs: Drops = field(default_factory=Counter)
+    # prm: steps a gate relabelled from good to bad; their rows stay in the table
+    relabelled_steps: Drops = field(default_factory=Counter)
 
 
 def count(drops: Drops, key: str, dropped: int) -> None:
@@ -58,4 +75,36 @@ def count(drops: Drops, key: str, dropped: int) -> None:
         drops[key] += dropped
 
 
-__all__ = ["BuildContext", "Built", "Drops", "count"]
+def gate_counts(built: Iterable[Built]) -> Drops:
+    """Every count of `built` by key, as ``trees.gate_drops`` holds them: the keys of the
+    three units never meet (`gate_unit` tells them apart), so nothing is added across units."""
+    out: Drops = Counter()
+    for b in built:
+        out.update(b.dropped_paths)
+        out.update(b.dropped_pairs)
+        out.update(b.relabelled_steps)
+    return out
+
+
+def gate_unit(key: str) -> GateUnit:
+    """What a ``trees.gate_drops`` key counts: ``paths`` kept out of a table, ``pairs`` kept
+    out of dpo or step_dpo, or prm ``steps`` relabelled bad."""
+    if key == PRM_FALSE_EQUATION:
+        return "steps"
+    record, _, gate = key.partition(".")
+    if record in ("dpo", "step_dpo") and gate in PAIR_GATES:
+        return "pairs"
+    return "paths"
+
+
+__all__ = [
+    "PAIR_GATES",
+    "PRM_FALSE_EQUATION",
+    "BuildContext",
+    "Built",
+    "Drops",
+    "GateUnit",
+    "count",
+    "gate_counts",
+    "gate_unit",
+]

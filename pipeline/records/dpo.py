@@ -1,7 +1,7 @@
 """The ``dpo`` record: TRL preference pairs, a correct against an incorrect trajectory.
 
 Per problem, correct trajectories (chosen) against incorrect ones
-(rejected), both through the gates first (`pipeline.records.pools`: no truncated
+(rejected), both through the gates first (`pipeline.records.paths`: no truncated
 text, no self-correction trace, near duplicates removed (the best-Q copy of a
 correct one, the worst-Q copy of an incorrect one), and no rejected text that
 states the reference anywhere; at most `PAIR_POOL` of each).  Every
@@ -43,7 +43,7 @@ from rapidfuzz.distance import Levenshtein
 
 from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
-from pipeline.records.pools import preference_pools
+from pipeline.records.paths import GatedPaths, gated
 from pipeline.records.schema import MESSAGES_TYPE, doc_field, record_schema, shared_fields
 from pipeline.records.trajectories import (
     answers_in_path,
@@ -110,11 +110,12 @@ DPO_SCHEMA = record_schema(
 PAIR_POOL = 64
 
 
-def dpo_rows(graded: GradedTree, context: BuildContext) -> Built:
-    """`dpo` pairs of one problem (rules in the module docstring)."""
+def dpo_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None = None) -> Built:
+    """`dpo` pairs of one problem (rules in the module docstring); `paths`: the tree's paths
+    judged once for every table (`pipeline.records.paths`)."""
     config = context.config
-    pools = preference_pools(graded, config.gates, "dpo", config.self_correction)
-    pairs, pair_drops = _pairs(graded, context, pools.chosen, pools.rejected)
+    pools = gated(graded, context, paths).pools("dpo")
+    pairs, dropped_pairs = _pairs(graded, context, pools.chosen, pools.rejected)
     shared = context.shared_columns(graded, DPO_SCHEMA)
     rows = []
     for c, r, div, distance in pairs:
@@ -140,14 +141,14 @@ def dpo_rows(graded: GradedTree, context: BuildContext) -> Built:
                 **shared,
             }
         )
-    return Built(rows, pools.drops + pair_drops)
+    return Built(rows, dropped_paths=pools.dropped_paths, dropped_pairs=dropped_pairs)
 
 
 def _pairs(
     graded: GradedTree, context: BuildContext, good: list[Node], bad: list[Node]
 ) -> tuple[list[tuple[Node, Node, Divergence, int]], Drops]:
     """(chosen, rejected, where they part, edit distance) in the pairing rule's order,
-    each node at most once, and what the pair gates dropped."""
+    each node at most once, and the pairs each pair gate kept out."""
     config = context.config
     gates, pairing = config.gates, config.pairing
     tree = graded.result.tree
@@ -171,7 +172,7 @@ def _pairs(
     else:
         rng.shuffle(candidates)
     pairs: list[tuple[Node, Node, Divergence, int]] = []
-    drops: Drops = Counter()
+    dropped: Drops = Counter()
     used: set[int] = set()  # every node (so every trajectory) is used at most once
     for c, r, div in candidates:
         if len(pairs) >= max(0, config.max_pairs_per_problem):
@@ -179,15 +180,15 @@ def _pairs(
         if c.id in used or r.id in used:
             continue
         if gates.min_q_margin is not None and c.q - r.q < gates.min_q_margin:
-            count(drops, "dpo.q_margin", 1)
+            count(dropped, "dpo.q_margin", 1)
             continue
         distance = Levenshtein.distance(graded.training(c).text, graded.training(r).text)
         if distance < gates.min_edit_distance:
-            count(drops, "dpo.edit_distance", 1)
+            count(dropped, "dpo.edit_distance", 1)
             continue
         used.update((c.id, r.id))
         pairs.append((c, r, div, distance))
-    return pairs, drops
+    return pairs, dropped
 
 
 __all__ = ["DPO_SCHEMA", "PAIR_POOL", "dpo_rows"]

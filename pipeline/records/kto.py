@@ -1,8 +1,8 @@
 """The ``kto`` record: TRL unpaired preference rows, every distinct answered trajectory.
 
 Every distinct answered trajectory of a problem (best Q first), labelled
-desirable when correct, through the gates of the preference pools
-(`pipeline.records.pools`): no truncated text, no desirable text with a false
+desirable when correct, through the gates the preference pools pass
+(`pipeline.records.paths`): no truncated text, no desirable text with a false
 equation or a low step value (the process gates), no self-correction trace, no
 near duplicate, and no undesirable text that states the reference.  With
 ``gates.unpaired_from: mixed`` only problems whose tree holds both right and wrong
@@ -17,6 +17,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
+from pipeline.records.paths import GatedPaths, gated, ordered
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
     MESSAGES_TYPE,
@@ -24,7 +25,7 @@ from pipeline.records.schema import (
     record_schema,
     shared_fields,
 )
-from pipeline.records.trajectories import assistant_turn, select_paths, user_turn
+from pipeline.records.trajectories import trajectory_columns
 
 KTO_SCHEMA = record_schema(
     "kto",
@@ -51,36 +52,26 @@ KTO_SCHEMA = record_schema(
 """`kto`: every distinct answered trajectory with its label."""
 
 
-def kto_rows(graded: GradedTree, context: BuildContext) -> Built:
+def kto_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None = None) -> Built:
     """`kto` rows: every distinct answered trajectory (best Q first) with its label.
 
     The same self-correction rule as SFT applies to both labels, so desirable
-    rows are the SFT rows before `min_sft_score` and `sft_top_k`.
+    rows are the SFT rows before `min_sft_score` and `sft_top_k`.  `paths`: the tree's
+    paths judged once for every table (`pipeline.records.paths`).
     """
     config = context.config
-    ordered = sorted(graded.answered(), key=lambda n: (-n.q, n.id))
+    candidates = ordered(graded.answered())
     if config.gates.unpaired_from == "mixed" and graded.difficulty != "mixed":
-        drops: Drops = Counter()
-        count(drops, "kto.not_mixed", len(ordered))
-        return Built([], drops)
-    paths, drops = select_paths(
-        graded, ordered, config.dedupe, config.self_correction, record="kto", gates=config.gates
-    )
+        dropped: Drops = Counter()
+        count(dropped, "kto.not_mixed", len(candidates))
+        return Built([], dropped_paths=dropped)
+    selected, dropped = gated(graded, context, paths).select(candidates, "kto")
     shared = context.shared_columns(graded, KTO_SCHEMA)
     rows = [
-        {
-            "prompt": user_turn(graded),
-            "completion": assistant_turn(graded.training(n).text),
-            "label": bool(graded.labels[n.id]),
-            "node_id": n.id,
-            "answer": n.answer,
-            "score": n.q,
-            "answers_in_path": answers,
-            **shared,
-        }
-        for n, answers in paths
+        trajectory_columns(graded, n, answers) | {"label": bool(graded.labels[n.id])} | shared
+        for n, answers in selected
     ]
-    return Built(rows, drops)
+    return Built(rows, dropped_paths=dropped)
 
 
 __all__ = ["KTO_SCHEMA", "kto_rows"]

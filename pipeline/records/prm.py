@@ -21,7 +21,8 @@ A step is judged by its own arithmetic too (``gates.false_equation``, on by
 default): the first step that states a false equation (``7 - 9 = 1``,
 `pipeline.records.equations`) and every step after it are labelled bad, value
 0.0, whatever the tree below says (they build on the wrong number); counted as
-``prm.false_equation``, the steps relabelled from good to bad.
+``prm.false_equation``, the steps relabelled from good to bad (a count of steps,
+`Built.relabelled_steps`: the rows stay).
 
 Paths that never reached an answer have no value of their own: with
 ``prm.unanswered_branches`` every scored leaf's path becomes a row too, its
@@ -34,12 +35,15 @@ unless ``prm.pseudo_labels``.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from pipeline.records.config import PrmConfig
-from pipeline.records.context import BuildContext, Built, count
+from pipeline.records.context import PRM_FALSE_EQUATION, BuildContext, Built, Drops, count
 from pipeline.records.equations import states_false_equation
 from pipeline.records.grading import GradedTree
+from pipeline.records.paths import GatedPaths, gated
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
     Row,
@@ -49,7 +53,7 @@ from pipeline.records.schema import (
     shared_fields,
 )
 from pipeline.records.training_text import line_owners, tidy
-from pipeline.records.trajectories import has_empty_step, select_paths
+from pipeline.records.trajectories import has_empty_step
 from pipeline.records.tree_paths import SubtreeAnswers, subtree_answers
 from search.tree import Node
 
@@ -106,43 +110,36 @@ PRM_SCHEMA = record_schema(
 """`prm`: step-level labels of every answered path, from the subtree under each step."""
 
 
-def prm_rows(graded: GradedTree, context: BuildContext) -> Built:
+# Gates the prm table leaves open.  A wrong path that states the reference stays: its
+# steps' labels say which step went wrong.  So does a path with a false equation (its steps
+# are relabelled instead, `_false_equation_is_bad`), and one with a low Q: the PRM's own
+# verdict is nothing new to train it on.  Near duplicates stay too (only identical paths
+# are one row): two wordings of one path are two examples of its steps.
+PRM_OPEN_GATES = frozenset({"states_reference", "false_equation", "low_step_value"})
+
+
+def prm_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None = None) -> Built:
     """`prm` rows: one per answered path (distinct trajectory), labels from the subtree.
 
     Without a reference the labels would be pseudo labels (for ``prm_threshold``,
     the PRM's own scores): the record is then empty unless `prm.pseudo_labels`.
-    `pseudo_threshold` labels the unanswered-branch steps.
+    `pseudo_threshold` labels the unanswered-branch steps.  `paths`: the tree's paths
+    judged once for every table (`pipeline.records.paths`).
     """
     config = context.config
     if graded.pseudo and not config.prm.pseudo_labels:
         return Built([])
     tree = graded.result.tree
     below = subtree_answers(tree, graded.labels)
-    paths, drops = select_paths(
-        graded,
-        graded.answered(),
-        config.dedupe,
-        config.self_correction,
-        record="prm",
-        # near duplicates stay (only identical paths are one row), and a wrong path that
-        # states the reference stays: its steps' labels say which step went wrong.  So does a
-        # path with a false equation (its steps are relabelled below instead), and one with a
-        # low Q: the PRM's own verdict is nothing new to train it on
-        gates=config.gates.model_copy(
-            update={
-                "near_duplicate": 1.0,
-                "rejected_states_reference": False,
-                "false_equation": False,
-                "min_step_value": None,
-            }
-        ),
+    selected, dropped = gated(graded, context, paths).select(
+        graded.answered(), "prm", near_duplicate=1.0, open_gates=PRM_OPEN_GATES
     )
     shared = context.shared_columns(graded, PRM_SCHEMA)
     threshold = config.pseudo_threshold
     rows = [
         _row(graded, node, graded.training(node).text, answers, below, threshold, config.prm)
         | shared
-        for node, answers in paths
+        for node, answers in selected
     ]
     if config.prm.unanswered_branches:
         for leaf in tree.nodes:
@@ -153,10 +150,10 @@ def prm_rows(graded: GradedTree, context: BuildContext) -> Built:
             text = tidy(tree.assistant_text(leaf), graded.fold_blank_lines)
             answers = sum(n.answered for n in tree.path(leaf))
             rows.append(_row(graded, leaf, text, answers, below, threshold, config.prm) | shared)
+    relabelled: Drops = Counter()
     if config.gates.false_equation:
-        relabelled = sum(_false_equation_is_bad(row) for row in rows)
-        count(drops, "prm.false_equation", relabelled)
-    return Built(rows, drops)
+        count(relabelled, PRM_FALSE_EQUATION, sum(_false_equation_is_bad(row) for row in rows))
+    return Built(rows, dropped_paths=dropped, relabelled_steps=relabelled)
 
 
 def _false_equation_is_bad(row: Row) -> int:
@@ -214,4 +211,4 @@ def _row(
     }
 
 
-__all__ = ["PRM_SCHEMA", "prm_rows"]
+__all__ = ["PRM_OPEN_GATES", "PRM_SCHEMA", "prm_rows"]

@@ -4,16 +4,25 @@
 from Parquet alone: `rebuild_result` rebuilds the `SearchResult` a search returned
 (the tree node by node, its token counts and stop reason), and `records_for` then
 gives every record type again under today's rules.  The tests' fixture of real
-SmolLM2 trees (`tests/fixtures/`) is rebuilt this way, and so can any old run be.
+SmolLM2 trees (`tests/fixtures/`) is rebuilt this way, and so can any old run be:
+`rebuild_records` does it for a whole run's rows, under a records config of the
+caller's (the same searches under other gates, or an old run under today's rules).
 (Not to be confused with `actors.replay`, which replays a run's paid requests.)
 The anytime trace is not kept per node, so the rebuilt result has none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from actors.prompts import POLICY_INSTRUCTION
+from pipeline.records.build import records_for
+from pipeline.records.config import RecordsConfig
+from pipeline.records.schema import Row
+from search.answers import AnswerExtraction
 from search.driver import SearchResult
 from search.protocols import FinishReason, TokenCounts
 from search.tree import Tree
@@ -69,4 +78,49 @@ def rebuild_result(nodes: Sequence[Mapping[str, Any]], tree: Mapping[str, Any]) 
     )
 
 
-__all__ = ["rebuild_result"]
+async def rebuild_records(
+    trees: Sequence[Mapping[str, Any]],
+    tree_nodes: Iterable[Mapping[str, Any]],
+    *,
+    config: RecordsConfig,
+    extraction: AnswerExtraction,
+    instruction: str = POLICY_INSTRUCTION,
+) -> dict[str, list[Row]]:
+    """Every record type's rows of a run's trees built again under `config`, each table's
+    rows in the order of `trees`.
+
+    `trees` and `tree_nodes` are the run's rows of those two tables (any order; a tree's
+    nodes are found by ``problem_id``).  Each tree keeps what its row says of it: its
+    reference, run id, models and contamination.  `extraction` is the run's
+    `search.answer_extraction` and `instruction` its `policy.prompts.policy_instruction`
+    (neither is in the rows: they are the run's config, and the training texts and
+    prompts depend on them).
+    """
+    nodes: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in tree_nodes:
+        nodes[str(row["problem_id"])].append(row)
+    built = await asyncio.gather(
+        *(
+            records_for(
+                rebuild_result(nodes[str(tree["problem_id"])], tree),
+                tree["reference"],
+                problem_id=str(tree["problem_id"]),
+                run_id=str(tree["run_id"]),
+                config=config,
+                policy_model=tree["policy_model"],
+                prm_model=tree["prm_model"],
+                contamination=tree["contaminated"],
+                instruction=instruction,
+                extraction=extraction,
+            )
+            for tree in trees
+        )
+    )
+    tables: dict[str, list[Row]] = defaultdict(list)
+    for records in built:
+        for name, rows in records.items():
+            tables[name].extend(rows)
+    return dict(tables)
+
+
+__all__ = ["rebuild_records", "rebuild_result"]

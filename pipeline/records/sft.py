@@ -33,11 +33,13 @@ ends right after its answer statement.  Nobody in this project reads a
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
+from pipeline.records.paths import GatedPaths, gated, ordered
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
     MESSAGES_TYPE,
@@ -45,7 +47,7 @@ from pipeline.records.schema import (
     record_schema,
     shared_fields,
 )
-from pipeline.records.trajectories import assistant_turn, select_paths, user_turn
+from pipeline.records.trajectories import trajectory_columns
 
 SFT_SCHEMA = record_schema(
     "sft",
@@ -74,48 +76,41 @@ SFT_SCHEMA = record_schema(
 """`sft`: supervised fine-tuning rows from correct answered nodes."""
 
 
-def sft_rows(graded: GradedTree, context: BuildContext) -> Built:
+def sft_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None = None) -> Built:
     """The `sft` table's rows: `sft_candidates` `capped` at `gates.sft_top_k`."""
-    return capped(sft_candidates(graded, context), context.config.gates.sft_top_k)
+    return capped(sft_candidates(graded, context, paths), context.config.gates.sft_top_k)
 
 
-def sft_candidates(graded: GradedTree, context: BuildContext) -> Built:
+def sft_candidates(
+    graded: GradedTree, context: BuildContext, paths: GatedPaths | None = None
+) -> Built:
     """`sft` rows from the nodes labelled correct with Q >= `min_sft_score`, best Q first,
-    through every gate but the per-problem cap (the module docstring says which)."""
+    through every gate but the per-problem cap (the module docstring says which); `paths`:
+    the tree's paths judged once for every table (`pipeline.records.paths`)."""
     config = context.config
-    drops: Drops = Counter()
+    dropped: Drops = Counter()
     correct = [n for n in graded.answered() if graded.labels[n.id]]
-    picked = sorted((n for n in correct if n.q >= config.min_sft_score), key=lambda n: (-n.q, n.id))
-    count(drops, "sft.min_score", len(correct) - len(picked))
-    paths, gated = select_paths(
-        graded, picked, config.dedupe, config.self_correction, record="sft", gates=config.gates
-    )
+    picked = ordered([n for n in correct if n.q >= config.min_sft_score])
+    count(dropped, "sft.min_score", len(correct) - len(picked))
+    selected, gated_out = gated(graded, context, paths).select(picked, "sft")
     shared = context.shared_columns(graded, SFT_SCHEMA)
     rows = [
-        {
-            "prompt": user_turn(graded),
-            "completion": assistant_turn(graded.training(n).text),
-            "node_id": n.id,
-            "answer": n.answer,
-            "score": n.q,
-            "depth": n.depth,
-            "answers_in_path": answers,
-            "truncated": graded.training(n).truncated,
-            **shared,
-        }
-        for n, answers in paths
+        trajectory_columns(graded, n, answers)
+        | {"depth": n.depth, "truncated": graded.training(n).truncated}
+        | shared
+        for n, answers in selected
     ]
-    return Built(rows, drops + gated)
+    return Built(rows, dropped_paths=dropped + gated_out)
 
 
 def capped(candidates: Built, top_k: int) -> Built:
     """At most `top_k` of the (best-first) candidates, the rest counted as ``sft.top_k``
-    drops; 0: every one."""
+    dropped paths; 0: every one."""
     if not top_k:
         return candidates
-    drops = candidates.drops.copy()
-    count(drops, "sft.top_k", len(candidates.rows) - top_k)
-    return Built(candidates.rows[:top_k], drops)
+    dropped = candidates.dropped_paths.copy()
+    count(dropped, "sft.top_k", len(candidates.rows) - top_k)
+    return replace(candidates, rows=candidates.rows[:top_k], dropped_paths=dropped)
 
 
 __all__ = ["SFT_SCHEMA", "capped", "sft_candidates", "sft_rows"]

@@ -1,7 +1,7 @@
 """The ``step_dpo`` record: step-level preference pairs, in the columns Step-DPO publishes.
 
 A correct and an incorrect trajectory of one problem (from the same gated pools dpo
-pairs, `pipeline.records.pools`) that share their first steps and then part: the
+pairs, `pipeline.records.paths`) that share their first steps and then part: the
 prompt, the shared steps (``initial_reason_steps``), the first step where each goes
 its own way (``chosen`` / ``rejected``), both whole texts
 (``full_chosen`` / ``full_rejected``) and the reference ``answer`` - the column
@@ -28,7 +28,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
-from pipeline.records.pools import preference_pools
+from pipeline.records.paths import GatedPaths, gated
 from pipeline.records.schema import Row, doc_field, record_schema, shared_fields
 from pipeline.records.training_text import line_owners
 from pipeline.records.trajectories import common_prefix
@@ -65,15 +65,18 @@ STEP_DPO_SCHEMA = record_schema(
 """`step_dpo`: the first differing step of a correct and an incorrect trajectory."""
 
 
-def step_dpo_rows(graded: GradedTree, context: BuildContext) -> Built:
-    """`step_dpo` pairs of one problem (rules in the module docstring)."""
+def step_dpo_rows(
+    graded: GradedTree, context: BuildContext, paths: GatedPaths | None = None
+) -> Built:
+    """`step_dpo` pairs of one problem (rules in the module docstring); `paths`: the tree's
+    paths judged once for every table (`pipeline.records.paths`)."""
     if graded.reference is None:
         return Built([])
     config = context.config
     gates = config.gates
-    pools = preference_pools(graded, gates, "step_dpo", config.self_correction)
+    pools = gated(graded, context, paths).pools("step_dpo")
     good, bad = pools.chosen, pools.rejected
-    drops: Drops = Counter()
+    dropped_pairs: Drops = Counter()
     tree = graded.result.tree
     below = subtree_answers(tree, graded.labels)
     lines = {n.id: graded.training(n).lines for n in (*good, *bad)}
@@ -96,10 +99,10 @@ def step_dpo_rows(graded: GradedTree, context: BuildContext) -> Built:
         if c.id in used or r.id in used or step in seen:
             continue
         if below[owners[r.id][shared].id].correct:
-            count(drops, "step_dpo.rejected_step", 1)
+            count(dropped_pairs, "step_dpo.rejected_step", 1)
             continue
         if gates.min_q_margin is not None and c.q - r.q < gates.min_q_margin:
-            count(drops, "step_dpo.q_margin", 1)
+            count(dropped_pairs, "step_dpo.q_margin", 1)
             continue
         used.update((c.id, r.id))
         seen.add(step)
@@ -121,7 +124,7 @@ def step_dpo_rows(graded: GradedTree, context: BuildContext) -> Built:
                 **shared_columns,
             }
         )
-    return Built(rows, pools.drops + drops)
+    return Built(rows, dropped_paths=pools.dropped_paths, dropped_pairs=dropped_pairs)
 
 
 __all__ = ["STEP_DPO_SCHEMA", "step_dpo_rows"]

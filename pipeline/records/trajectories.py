@@ -1,28 +1,24 @@
-"""What the training builders (sft, dpo, kto, prm, step_dpo) share: turns, paths, gates.
+"""What the training builders (sft, dpo, kto, prm, step_dpo) share: turns and paths.
 
 * `user_turn` / `assistant_turn`: the training prompt (`records.prompt`, the same
   user turn in every table) and one assistant message;
 * `distinct_trajectories`: the first node of every distinct training text, and
   with a similarity below 1 the first of every group of near duplicates
   (rapidfuzz's normalised Indel similarity of the texts);
-* `answers_in_path` and `select_paths`: the self-correction rule (a path that
-  answered before its last node, or whose text states more than one answer, is a
-  self-correction trace) and the gates every training table applies, each gate's
-  drops counted per record and gate (``"sft.truncated"``), the process gates of
-  correct paths (a false equation, a low step value) among them.
+* `trajectory_columns`: the columns an sft and a kto row share;
+* `answers_in_path` (the self-correction rule counts them), `common_prefix`,
+  `lowest_step_value` and `has_empty_step`: questions about one path that the gates
+  (`pipeline.records.paths`) and the pair builders ask.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from rapidfuzz.distance import Indel
 
-from pipeline.records.config import GatesConfig, SelfCorrection
-from pipeline.records.context import Drops, count
-from pipeline.records.equations import states_false_equation
 from pipeline.records.grading import GradedTree
+from pipeline.records.schema import Row
 from pipeline.records.tree_paths import answers_on_path
 from search.tree import Node, Tree
 
@@ -60,83 +56,21 @@ def distinct_trajectories(
     return out
 
 
+def trajectory_columns(graded: GradedTree, node: Node, answers: int) -> Row:
+    """The columns an sft and a kto row share: the user turn, the trajectory ending at
+    `node` as one assistant message, its node, answer and score, and `answers` on its path."""
+    return {
+        "prompt": user_turn(graded),
+        "completion": assistant_turn(graded.training(node).text),
+        "node_id": node.id,
+        "answer": node.answer,
+        "score": node.q,
+        "answers_in_path": answers,
+    }
+
+
 def answers_in_path(graded: GradedTree, node: Node) -> int:
     return len(answers_on_path(graded.result.tree, node))
-
-
-def select_paths(
-    graded: GradedTree,
-    nodes: Sequence[Node],
-    dedupe: bool,
-    self_correction: SelfCorrection,
-    *,
-    record: str = "",
-    gates: GatesConfig | None = None,
-) -> tuple[list[tuple[Node, int]], Drops]:
-    """(node, answers_in_path) of `nodes` after the gates, and what each gate dropped.
-
-    First, always, ``empty_step``: a path with a step of no text but white space
-    (`Node.empty`, an engine that answered with nothing) is never a training row.
-    Then, with `gates` (`records.gates`): ``truncated`` (`drop_truncated`) and
-    ``no_statement`` (`require_statement`: the text states no answer); then the
-    process gates of correct paths: ``false_equation`` (`false_equation`: the text
-    states arithmetic that does not hold) and ``low_step_value`` (`min_step_value`:
-    a node on the path has a Q below it); then
-    ``duplicate`` (with `dedupe`; near duplicates by `gates.near_duplicate`, exact
-    copies without gates); then the self-correction rule (``self_correction``): a
-    path is a self-correction trace when an earlier node on it answered or its
-    training text states more than one answer; last, with
-    `gates.rejected_states_reference`, ``states_reference``: an incorrect path whose
-    text states the reference.
-    """
-    if self_correction not in ("exclude", "include", "only"):
-        raise ValueError(f"unknown self_correction rule {self_correction!r}")
-    drops: Drops = Counter()
-
-    def gate(name: str, nodes: list[Node], keep: Callable[[Node], bool]) -> list[Node]:
-        kept = [n for n in nodes if keep(n)]
-        count(drops, f"{record}.{name}", len(nodes) - len(kept))
-        return kept
-
-    tree = graded.result.tree
-    picked = gate("empty_step", list(nodes), lambda n: not has_empty_step(tree, n))
-    if gates is not None and gates.drop_truncated:
-        picked = gate("truncated", picked, lambda n: not graded.training(n).truncated)
-    if gates is not None and gates.require_statement:
-        picked = gate("no_statement", picked, lambda n: graded.training(n).statements > 0)
-    # the process gates: a correct path is a good example only when its steps are; a wrong
-    # path is a bad example whatever its steps, so the negative side is left alone
-    if gates is not None and gates.false_equation:
-        picked = gate(
-            "false_equation",
-            picked,
-            lambda n: not graded.labels[n.id] or not states_false_equation(graded.training(n).text),
-        )
-    if gates is not None and gates.min_step_value is not None:
-        floor = gates.min_step_value
-        picked = gate(
-            "low_step_value",
-            picked,
-            lambda n: not graded.labels[n.id] or lowest_step_value(tree, n) >= floor,
-        )
-    if dedupe:
-        similarity = 1.0 if gates is None else gates.near_duplicate
-        kept = distinct_trajectories(picked, graded, similarity)
-        count(drops, f"{record}.duplicate", len(picked) - len(kept))
-        picked = kept
-    many = {n.id for n in picked if graded.training(n).statements > 1}
-    answers = {n.id: answers_in_path(graded, n) for n in picked}
-    if self_correction == "exclude":
-        picked = gate("self_correction", picked, lambda n: answers[n.id] == 1 and n.id not in many)
-    elif self_correction == "only":
-        picked = gate("self_correction", picked, lambda n: answers[n.id] > 1 or n.id in many)
-    if gates is not None and gates.rejected_states_reference:
-        picked = gate(
-            "states_reference",
-            picked,
-            lambda n: graded.labels[n.id] or n.id not in graded.states_reference,
-        )
-    return [(n, answers[n.id]) for n in picked], drops
 
 
 def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
@@ -166,6 +100,6 @@ __all__ = [
     "distinct_trajectories",
     "has_empty_step",
     "lowest_step_value",
-    "select_paths",
+    "trajectory_columns",
     "user_turn",
 ]

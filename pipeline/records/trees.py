@@ -85,7 +85,10 @@ TREES_SCHEMA = record_schema(
             "gate_drops",
             pa.list_(pa.field("element", GATE_DROP, nullable=False)),
             "what each quality gate kept out of the training rows of this problem: "
-            "(gate, dropped), the gate named <record>.<gate> (records.gates)",
+            "(gate, dropped), the gate named <record>.<gate> (records.gates); `dropped` counts "
+            "paths, except the pair gates dpo.edit_distance, dpo.q_margin, step_dpo.q_margin "
+            "and step_dpo.rejected_step (pairs) and prm.false_equation (steps relabelled bad, "
+            "their rows kept)",
         ),
         *shared_fields("split"),
         *YIELD_FIELDS,

@@ -26,6 +26,7 @@ from pipeline.records.config import RecordsConfig
 from pipeline.records.context import BuildContext, Built
 from pipeline.records.dpo import dpo_rows
 from pipeline.records.grading import GradedTree
+from pipeline.records.paths import GatedPaths
 from pipeline.records.prm import prm_rows
 from pipeline.records.schema import NO_YIELD, YIELD_COUNTS, YIELD_FIELDS
 from pipeline.records.sft import sft_candidates
@@ -45,11 +46,12 @@ def counts(sft_candidates: Built, dpo: Built, step_dpo: Built, prm: Built) -> di
 def yield_counts(graded: GradedTree, config: RecordsConfig | None = None) -> dict[str, int]:
     """The four counts of `graded` under `config` (default `RecordsConfig()`)."""
     context = BuildContext(config or RecordsConfig())
+    paths = GatedPaths(graded, context.config)  # judged once for the four builders
     return counts(
-        sft_candidates(graded, context),
-        dpo_rows(graded, context),
-        step_dpo_rows(graded, context),
-        prm_rows(graded, context),
+        sft_candidates(graded, context, paths),
+        dpo_rows(graded, context, paths),
+        step_dpo_rows(graded, context, paths),
+        prm_rows(graded, context, paths),
     )
 
 

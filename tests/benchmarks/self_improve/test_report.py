@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from benchmarks.self_improve.plan import TINY
-from benchmarks.self_improve.report import lines
+from benchmarks.self_improve.report import lines, synthesis_table
 from benchmarks.self_improve.runs import RunData
 
 
@@ -68,3 +68,28 @@ def test_last_lines_are_the_means_over_seeds() -> None:
     text = "\n".join(out)
     assert "bg_mcts-s0 vs bg_mcts-s0-ungated: +0.250" in text
     assert "<- round 1" in text
+
+
+def test_the_synthesis_table_counts_paths_kept_out_and_steps_relabelled_apart() -> None:
+    drops = Counter(
+        {
+            "sft.false_equation": 1,
+            "kto.false_equation": 1,
+            "dpo.chosen.false_equation": 1,
+            "prm.false_equation": 5,  # steps relabelled bad, not paths kept out
+            "dpo.q_margin": 4,  # pairs: no process gate
+            "sft.low_step_value": 2,
+        }
+    )
+    data = dataclasses.replace(run("bg_mcts", 2), gate_drops=drops)
+    assert data.process_drops() == {"false_equation": 3, "low_step_value": 2}
+    assert data.relabelled_steps() == 5
+    header, row = synthesis_table({"gated": {"bg_mcts-s0": data}, "written": {"bg_mcts-s0": data}})[
+        1:3
+    ]
+
+    def cell(name: str) -> str:
+        end = header.index(name) + len(name)
+        return row[end - len(name) : end].strip()
+
+    assert (cell("eq paths"), cell("eq steps"), cell("PRM paths")) == ("3", "5", "2")

@@ -1,5 +1,6 @@
 """The row builders one by one, on a small hand-built tree graded by real math-verify:
-each takes (graded tree, BuildContext) and gives back its rows and its gates' drops."""
+each takes (graded tree, BuildContext) and gives back its rows and its gates' counts,
+each in its own unit (paths dropped, pairs dropped, steps relabelled)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from pipeline.records import (
     to_table,
 )
 from pipeline.records.build import rows_for
+from pipeline.records.context import gate_counts, gate_unit
 from pipeline.records.dpo import dpo_rows
 from pipeline.records.kto import kto_rows
-from pipeline.records.pools import preference_pools
+from pipeline.records.paths import GatedPaths
 from pipeline.records.prm import prm_rows
 from pipeline.records.sft import sft_candidates, sft_rows
 from pipeline.records.step_dpo import step_dpo_rows
@@ -94,7 +96,7 @@ async def test_sft_caps_its_table_but_the_yield_counts_every_candidate() -> None
     table = sft_rows(graded, context)
     assert [r["node_id"] for r in candidates.rows] == [1, 2, 3]  # best Q first
     assert [r["node_id"] for r in table.rows] == [1]
-    assert table.drops["sft.top_k"] == 2 and "sft.top_k" not in candidates.drops
+    assert table.dropped_paths["sft.top_k"] == 2 and "sft.top_k" not in candidates.dropped_paths
     assert yield_counts(graded, context.config)["correct_trajectories"] == 3
     records = rows_for(graded, context)
     assert len(records["sft"]) == 1 and records["trees"][0]["correct_trajectories"] == 3
@@ -102,16 +104,16 @@ async def test_sft_caps_its_table_but_the_yield_counts_every_candidate() -> None
 
 async def test_every_gate_counts_what_it_drops() -> None:
     graded, context = await _graded(gates={"min_q_margin": 0.99})
-    assert sft_rows(graded, context).drops["sft.truncated"] == 1  # node 5, cut by the cap
-    assert kto_rows(graded, context).drops["kto.truncated"] == 1
+    assert sft_rows(graded, context).dropped_paths["sft.truncated"] == 1  # node 5, cut by the cap
+    assert kto_rows(graded, context).dropped_paths["kto.truncated"] == 1
     dpo = dpo_rows(graded, context)
-    assert dpo.rows == [] and dpo.drops["dpo.q_margin"] >= 1
-    assert dpo.drops["dpo.chosen.truncated"] == 1
+    assert dpo.rows == [] and dpo.dropped_pairs["dpo.q_margin"] >= 1
+    assert dpo.dropped_paths["dpo.chosen.truncated"] == 1
     steps = step_dpo_rows(graded, context)
-    assert steps.rows == [] and steps.drops["step_dpo.chosen.truncated"] == 1
+    assert steps.rows == [] and steps.dropped_paths["step_dpo.chosen.truncated"] == 1
     drops = {d["gate"]: d["dropped"] for d in rows_for(graded, context)["trees"][0]["gate_drops"]}
     assert drops["sft.truncated"] == drops["kto.truncated"] == 1
-    assert drops["dpo.q_margin"] == dpo.drops["dpo.q_margin"]
+    assert drops["dpo.q_margin"] == dpo.dropped_pairs["dpo.q_margin"]
 
 
 async def test_kto_from_mixed_problems_only_counts_the_rest() -> None:
@@ -120,7 +122,7 @@ async def test_kto_from_mixed_problems_only_counts_the_rest() -> None:
     graded, context = await _graded("42", gates={"unpaired_from": "mixed"})
     built = kto_rows(graded, context)
     assert graded.difficulty == "none_correct"
-    assert built.rows == [] and built.drops == {"kto.not_mixed": len(TEXTS)}
+    assert built.rows == [] and built.dropped_paths == {"kto.not_mixed": len(TEXTS)}
 
 
 async def test_every_row_carries_the_shared_columns_its_schema_has() -> None:
@@ -155,27 +157,80 @@ async def test_prm_yield_leaves_out_the_branches_that_never_answered() -> None:
 
 async def test_pools_sort_both_sides_and_name_their_record() -> None:
     graded, context = await _graded()
-    pools = preference_pools(graded, context.config.gates, "dpo", "exclude")
+    paths = GatedPaths(graded, context.config)
+    pools = paths.pools("dpo")
     assert [n.id for n in pools.chosen] == [1, 2, 3]  # best Q first, node 5 truncated
     assert [n.id for n in pools.rejected] == [4]  # worst Q first
-    assert pools.drops == {"dpo.chosen.truncated": 1}
-    again = preference_pools(graded, context.config.gates, "step_dpo", "exclude")
-    assert again.drops == {"step_dpo.chosen.truncated": 1}
+    assert pools.dropped_paths == {"dpo.chosen.truncated": 1}
+    pools.chosen.reverse()  # a table may reorder its own candidates (random pairing does)
+    again = paths.pools("step_dpo")
+    assert again.dropped_paths == {"step_dpo.chosen.truncated": 1}
+    assert [n.id for n in again.chosen] == [1, 2, 3]
 
 
-async def test_rows_for_runs_every_builder_once(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_rows_for_runs_every_builder_once_on_paths_judged_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     calls: list[str] = []
     for name in ("sft_candidates", "dpo_rows", "step_dpo_rows", "prm_rows", "kto_rows"):
         real = getattr(build, name)
 
         def counted(*args: Any, _real: Any = real, _name: str = name) -> Any:
             calls.append(_name)
+            assert isinstance(args[-1], GatedPaths)  # the paths rows_for judged
             return _real(*args)
 
         monkeypatch.setattr(build, name, counted)
+    judged: list[int] = []
+    real_judge = GatedPaths._judge
+
+    def judge(self: GatedPaths, node: Any) -> Any:
+        judged.append(node.id)
+        return real_judge(self, node)
+
+    monkeypatch.setattr(GatedPaths, "_judge", judge)
     graded, context = await _graded()
     rows_for(graded, context)
     assert sorted(calls) == ["dpo_rows", "kto_rows", "prm_rows", "sft_candidates", "step_dpo_rows"]
+    # every answered path judged by the gates once, for all five tables
+    assert sorted(judged) == sorted(n.id for n in graded.answered())
+
+
+async def test_every_count_has_one_unit_and_the_trees_row_keeps_each_apart() -> None:
+    graded, context = await _graded(gates={"min_q_margin": 0.99})
+    paths = GatedPaths(graded, context.config)
+    built = [
+        sft_rows(graded, context, paths),
+        dpo_rows(graded, context, paths),
+        step_dpo_rows(graded, context, paths),
+        prm_rows(graded, context, paths),
+        kto_rows(graded, context, paths),
+    ]
+    units: dict[str, set[str]] = {"paths": set(), "pairs": set(), "steps": set()}
+    for b in built:
+        units["paths"] |= set(b.dropped_paths)
+        units["pairs"] |= set(b.dropped_pairs)
+        units["steps"] |= set(b.relabelled_steps)
+    assert units["paths"] and units["pairs"], units
+    for unit, keys in units.items():
+        assert {gate_unit(key) for key in keys} <= {unit}, (unit, keys)
+    assert gate_unit("prm.false_equation") == "steps"
+    assert gate_unit("dpo.chosen.q_margin") == "paths"  # no such gate, but a path's key
+    trees = rows_for(graded, context)["trees"][0]
+    assert {d["gate"]: d["dropped"] for d in trees["gate_drops"]} == gate_counts(built)
+
+
+async def test_paths_judged_for_another_tree_or_config_are_refused() -> None:
+    graded, context = await _graded()
+    other, _ = await _graded()
+    with pytest.raises(ValueError, match="another tree"):
+        sft_rows(graded, context, GatedPaths(other, context.config))
+    with pytest.raises(ValueError, match="another records config"):
+        kto_rows(graded, context, GatedPaths(graded, RecordsConfig(dedupe=False)))
+    with pytest.raises(ValueError, match="can be left open"):
+        GatedPaths(graded, context.config).select(
+            graded.answered(), "x", open_gates=frozenset({"truncated"})
+        )
 
 
 def test_the_old_self_correction_key_still_works_with_a_warning() -> None:

@@ -14,7 +14,7 @@ from pipeline.records.context import BuildContext
 from pipeline.records.dpo import dpo_rows
 from pipeline.records.grading import GradedTree
 from pipeline.records.kto import kto_rows
-from pipeline.records.pools import preference_pools
+from pipeline.records.paths import GatedPaths
 from pipeline.records.prm import prm_rows
 from pipeline.records.sft import sft_rows
 from pipeline.records.step_dpo import step_dpo_rows
@@ -120,7 +120,7 @@ async def test_the_negative_side_keeps_a_wrong_path_with_a_false_equation() -> N
     carla = Carla()
     graded, context = await _graded(carla)
     assert graded.labels[carla.wrong_false] is False
-    pools = preference_pools(graded, context.config.gates, "dpo", "exclude")
+    pools = GatedPaths(graded, context.config).pools("dpo")
     assert carla.wrong_false in {n.id for n in pools.rejected}
     assert carla.lucky not in {n.id for n in pools.chosen}
     undesirable = {r["node_id"] for r in kto_rows(graded, context).rows if not r["label"]}
@@ -139,7 +139,7 @@ async def test_prm_relabels_the_false_step_and_every_later_one_and_counts_them()
     assert row["values"][1:] == [0.0, 0.0] and row["values"][0] == plain[carla.lucky]["values"][0]
     # the row stays (its first step is a good example), and a wrong path's labels were bad
     # already: only the two steps of the lucky path went from good to bad
-    assert built.drops["prm.false_equation"] == 2
+    assert built.relabelled_steps == {"prm.false_equation": 2} and not built.dropped_paths
     assert {r["node_id"] for r in built.rows} == set(plain)
     wrong = next(r for r in built.rows if r["node_id"] == carla.wrong_false)
     assert wrong["labels"] == plain[carla.wrong_false]["labels"] == [False]
@@ -162,7 +162,7 @@ async def test_min_step_value_drops_a_right_path_through_a_low_q_step() -> None:
     assert {carla.wrong_false, carla.wrong_after_step1} <= undesirable
     plain = prm_rows(*(await _graded(carla)))
     assert prm_rows(graded, context).rows == plain.rows
-    assert not any("low_step_value" in key for key in prm_rows(graded, context).drops)
+    assert not any("low_step_value" in key for key in prm_rows(graded, context).dropped_paths)
 
 
 def test_defaults_and_clear_errors() -> None:
