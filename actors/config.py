@@ -8,8 +8,12 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from actors.engines.base import EngineError
+from actors.errors import EngineError
 from actors.prompts import PromptConfig
+from search.scorer_kinds import DEFAULT_SCORER_KIND, ScorerKindName, decodes
+
+# The engine field an error about a model folder concerns (`EngineError.field`).
+MODEL = "engine.model"
 
 CONTEXT_OVERFLOW = (
     "tokens of one sequence (prompt and completion); a longer prompt comes back as a "
@@ -65,6 +69,11 @@ class _Engine(_Strict):
     # a path's steps and decodes nothing); False: it generates text (`Engine`).  A scorer of
     # kind one_pass needs the first, the policy and GenPRM the second.
     scores_steps: ClassVar[bool] = False
+    # Where a one-pass engine's vocabulary is found before the engine is built, so that a
+    # run can refuse a step separator that is not one token before it starts: "module:
+    # function" (`actors.engines.vocabulary`), imported only by that check.  None: nothing
+    # to look at before the engine runs (a remote server's), or no step separator at all.
+    vocabulary: ClassVar[str | None] = None
 
     def check_model(self) -> str | None:
         """Look for the model files the engine loads here (none by default).
@@ -72,11 +81,6 @@ class _Engine(_Strict):
         Raises EngineError for one that must be on this machine; returns a warning, naming
         the field under `engine.`, for one that may live only on the nodes that run it.
         """
-        return None
-
-    def check_step_separator(self, separator: str) -> None:
-        """Raise ValueError when the model's vocabulary does not hold `separator` as exactly
-        one token (where the model is here to look at; a remote one cannot be checked)."""
         return None
 
 
@@ -179,6 +183,7 @@ class VLLMPoolingConfig(_Engine):
     builds: ClassVar[str] = "actors.engines.vllm_pooling:VLLMPoolingEngine"
     packages: ClassVar[tuple[Package, ...]] = (Package("vllm", "'.[gpu]'"),)
     scores_steps: ClassVar[bool] = True
+    vocabulary: ClassVar[str | None] = "actors.engines.vocabulary:model_folder"
 
     kind: Literal["vllm_pooling"] = Field(
         "vllm_pooling", description="a process reward model on vLLM's pooling runner (GPU)"
@@ -211,9 +216,6 @@ class VLLMPoolingConfig(_Engine):
         """As `VLLMConfig`: a folder not here may be on the GPU nodes (a warning)."""
         return _folder_warning("engine.model", self.model)
 
-    def check_step_separator(self, separator: str) -> None:
-        _check_local_separator(self.model, separator, "engine.model")
-
 
 class OpenAIPoolingConfig(_Engine):
     """A one-pass PRM behind vLLM's OpenAI-compatible server (its `/pooling` endpoint), started
@@ -242,25 +244,6 @@ class OpenAIPoolingConfig(_Engine):
     request_timeout_s: float = Field(
         120.0, gt=0, description="seconds one HTTP request may take before it fails"
     )
-
-
-def _check_local_separator(model: str, separator: str, field: str) -> None:
-    """Refuse a separator that is not one token of a model folder that is here (a hub id or
-    a folder on other nodes cannot be looked at; neither can a model without transformers)."""
-    folder = Path(model).expanduser()
-    if not (folder / "tokenizer_config.json").is_file():
-        return
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        return
-    from actors.engines.step_layout import separator_id
-
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    try:
-        separator_id(lambda text: tokenizer.encode(text, add_special_tokens=False), separator)
-    except ValueError as exc:
-        raise ValueError(f"{field} {model}: {exc}") from exc
 
 
 class SleepConfig(_Engine):
@@ -347,6 +330,7 @@ class TransformersPRMConfig(_Engine):
         Package("transformers", "'.[prm]'"),
     )
     scores_steps: ClassVar[bool] = True
+    vocabulary: ClassVar[str | None] = "actors.engines.vocabulary:model_folder"
 
     kind: Literal["transformers_prm"] = Field(
         "transformers_prm", description="a one-pass PRM checkpoint on CPU (transformers)"
@@ -378,46 +362,36 @@ class TransformersPRMConfig(_Engine):
             # the usual cause: no checkpoint trained yet; say how to make one (one line)
             raise EngineError(
                 f"engine.model: {folder} is not a folder here; train one from a run's trees: "
-                f"make prm RUNS=<run folder> PRM_OUT={folder} (bgmcts train-prm)"
+                f"make prm RUNS=<run folder> PRM_OUT={folder} (bgmcts train-prm)",
+                field=MODEL,
             )
         path = folder / "config.json"
         if not path.is_file():
-            raise EngineError(f"engine.model: {folder} has no config.json (not a checkpoint)")
+            raise EngineError(
+                f"engine.model: {folder} has no config.json (not a checkpoint)", field=MODEL
+            )
         try:
             config = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise EngineError(f"engine.model: {path} is not readable JSON ({exc})") from exc
+            raise EngineError(
+                f"engine.model: {path} is not readable JSON ({exc})", field=MODEL
+            ) from exc
         architectures = config.get("architectures") or []
         if not any(a.endswith(PRM_ARCHITECTURES) for a in architectures):
             kind = "/".join(architectures) or "model of no stated architecture"
             raise EngineError(
                 f"engine.model: {folder} is a {kind}, not a token classifier "
-                "(*ForTokenClassification or *ForProcessRewardModel)"
+                "(*ForTokenClassification or *ForProcessRewardModel)",
+                field=MODEL,
             )
         # transformers writes id2label only when num_labels is not its default of 2
         labels = len(config["id2label"]) if "id2label" in config else config.get("num_labels", 2)
         if labels != 2:
             raise EngineError(
-                f"engine.model: {folder} has {labels} labels; a PRM has 2 (bad step, good step)"
+                f"engine.model: {folder} has {labels} labels; a PRM has 2 (bad step, good step)",
+                field=MODEL,
             )
         return None
-
-    def check_step_separator(self, separator: str) -> None:
-        """Tokenize the separator with the checkpoint's own tokenizer (only the tokenizer is
-        loaded); nothing to check when the folder is not here (check_model says so)."""
-        if not Path(self.model).expanduser().is_dir():
-            return
-        from transformers import AutoTokenizer
-
-        from actors.engines.step_layout import SeparatorError, separator_id
-
-        tokenizer = AutoTokenizer.from_pretrained(str(Path(self.model).expanduser()))
-        try:
-            separator_id(
-                lambda t: list(tokenizer(t, add_special_tokens=False)["input_ids"]), separator
-            )
-        except SeparatorError as exc:  # the caller names the field (`check_step_separator`)
-            raise ValueError(str(exc)) from exc
 
 
 # The architectures a one-pass PRM checkpoint can have: a class per token (transformers'
@@ -435,6 +409,7 @@ class LoadModelPRMConfig(_Engine):
 
     builds: ClassVar[str] = "actors.engines.load_model_prm:LoadModelPRMEngine"
     scores_steps: ClassVar[bool] = True
+    vocabulary: ClassVar[str | None] = "actors.engines.vocabulary:words"
 
     kind: Literal["load_model_prm"] = Field(
         "load_model_prm", description="no model: a one-pass PRM's continuous-batching timing"
@@ -458,14 +433,6 @@ class LoadModelPRMConfig(_Engine):
         4096, ge=256, description="the longest path scored; a longer one is an error value"
     )
     seed: int = Field(0, description="seeds the step values (a hash of the path)")
-
-    def check_step_separator(self, separator: str) -> None:
-        """Its tokens are whitespace words, a whitespace-only text one token of its own."""
-        if not separator or len(separator.split()) > 1:
-            raise ValueError(
-                f"{separator!r} is not one token of the load_model_prm engine "
-                "(one word, or whitespace only)"
-            )
 
 
 def _folder_warning(field: str, folder: str) -> str | None:
@@ -657,8 +624,8 @@ class OnePassSettings(_Strict):
 class ScorerConfig(ServiceConfig):
     """The scorer's Serve deployment: a service config plus the scoring protocol's settings."""
 
-    kind: Literal["genprm", "one_pass"] = Field(
-        "genprm",
+    kind: ScorerKindName = Field(
+        DEFAULT_SCORER_KIND,
         description="the scoring protocol: genprm = GenPRM, a generative PRM (Sec. 4.1, the "
         "paper's); one_pass = a discriminative PRM that scores a path in one forward pass",
     )
@@ -670,7 +637,7 @@ class ScorerConfig(ServiceConfig):
     @model_validator(mode="after")
     def _engine_fits_kind(self) -> ScorerConfig:
         """A one-pass scorer needs an engine that scores steps, GenPRM one that generates."""
-        wanted = self.kind == "one_pass"
+        wanted = not decodes(self.kind)
         if self.engine.scores_steps != wanted:
             does = "scores steps (a one-pass PRM)" if self.engine.scores_steps else "generates text"
             needs = "a one-pass PRM engine" if wanted else "an engine that generates text"

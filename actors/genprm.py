@@ -45,7 +45,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from actors.engines.base import Completion, Engine, EngineError, Sampling, TopLogprobs
+from actors.engines.base import Completion, Engine, Sampling, TopLogprobs
+from actors.errors import EngineError
 from actors.prompts import (
     PRM_ANALYSIS_END,
     PRM_ANALYSIS_PREFIX,

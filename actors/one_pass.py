@@ -34,7 +34,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from actors.config import OnePassSettings
-from actors.engines.base import EngineError, StepScoringEngine, StepValues
+from actors.engines.base import StepScoringEngine, StepValues
+from actors.errors import EngineError
 from search.protocols import Score, ScoreRequest
 from search.step_text import split_steps, text_lines
 

@@ -30,6 +30,7 @@ from contextvars import ContextVar
 from typing import Any, Protocol
 
 from actors.progress import Counters
+from actors.scorer_kinds import SCORER_KINDS
 from search.protocols import (
     FinishReason,
     Generation,
@@ -84,14 +85,13 @@ def service_salt(service: Any) -> str:
     run's leaves GenPRM's out (they change nothing it scores)."""
     fields = set(ANSWER_FIELDS)
     kind = getattr(service, "kind", None)
-    fields -= {settings for other, settings in KIND_SETTINGS.items() if other != kind}
+    fields -= {other.settings_field for other in SCORER_KINDS.values() if other.name != kind}
     return _key("service", (service.model_dump(mode="json", include=fields),))
 
 
-# the service config fields that change answers (not replicas, timeouts, routing)
-ANSWER_FIELDS = {"engine", "prompts", "genprm", "one_pass", "kind"}
-# scorer kind -> the field of its settings (`actors.config.ScorerConfig`)
-KIND_SETTINGS = {"genprm": "genprm", "one_pass": "one_pass"}
+# the service config fields that change answers (not replicas, timeouts, routing): the
+# engine, the prompts, and a scorer's kind and the settings of each kind
+ANSWER_FIELDS = {"engine", "prompts", "kind", *(k.settings_field for k in SCORER_KINDS.values())}
 
 
 def _key(kind: str, fields: Sequence[Any]) -> str:

@@ -41,20 +41,15 @@ from actors.engines.base import (
     engine_capacity,
     engine_load,
 )
-from actors.engines.factory import (
-    build_engine,
-    build_scorer_engine,
-    check_engine,
-    check_scorer_engine,
-)
+from actors.engines.factory import build_engine, build_scorer_engine, check_engine
 from actors.policy import EnginePolicy
 from actors.redact import install_log_redaction, redact_text
+from actors.scorer_kinds import build_scorer, check_scorer_engine
 from search.protocols import (
     FinishReason,
     Generation,
     GenerationRequest,
     Score,
-    Scorer,
     ScoreRequest,
 )
 
@@ -208,28 +203,6 @@ class PolicyServer(_EngineReports):
 
     async def stats(self) -> dict[str, Any]:
         return {"name": self.policy.name, **self.engine.stats()}
-
-
-def build_scorer(config: ScorerConfig, engine: Any) -> Scorer:
-    """The scorer of `config.kind` on `engine` (a `StepScoringEngine` for one_pass,
-    a generating `Engine` for genprm: `ScorerConfig` refuses the other pairs)."""
-    if config.kind == "one_pass":
-        from actors.one_pass import OnePassScorer
-
-        return OnePassScorer(engine, config.one_pass)
-    from actors.genprm import GenPRMScorer
-
-    return GenPRMScorer(
-        engine,
-        samples=config.genprm.samples,
-        max_analysis_tokens=config.genprm.max_analysis_tokens,
-        temperature=config.genprm.temperature,
-        top_p=config.genprm.top_p,
-        top_k=config.genprm.top_k,
-        analysis_turn=config.genprm.analysis_turn,
-        after_answer=config.genprm.prm_after_answer,
-        system_prompt=config.prompts.prm_system,
-    )
 
 
 @serve.deployment

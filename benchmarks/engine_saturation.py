@@ -64,6 +64,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from benchmarks.support.procstat import descendants, machine_ticks, proc_table
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.run.synthesis import synthesize
+from search.scorer_kinds import GENPRM
 
 SLOW_MARKER = "(a long one)"
 QUICK = {"actors": 1, "trees": 48, "problems": 96}
@@ -196,7 +197,7 @@ def _config(
             "policy": {"engine": engine, "max_ongoing_requests": 100_000},
             "scorer": {
                 "engine": engine,
-                "genprm": {"max_analysis_tokens": args.output_tokens},
+                GENPRM: {"max_analysis_tokens": args.output_tokens},
                 "max_ongoing_requests": 100_000,
             },
             "records": {"decontamination": {"enabled": False}},

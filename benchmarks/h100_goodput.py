@@ -54,6 +54,7 @@ from actors.engines.load_model import LoadModelEngine
 from actors.genprm import GenPRMScorer
 from actors.policy import EnginePolicy
 from search import SearchConfig, parse_search_config, run_search
+from search.scorer_kinds import GENPRM
 
 H100 = EngineCurve(
     decode_base_s=0.0074, decode_per_seq_s=0.000051, prefill_tokens_per_s=24_000.0, max_seqs=256
@@ -128,7 +129,7 @@ def _engines(
     if shared:  # one engine serves both roles; lengths up to the longer cap
         one = engine("h100", (STEP[0], ANALYSIS[1]), 1)
         return one, one
-    return engine("policy", STEP, 1), engine("genprm", ANALYSIS, 2)
+    return engine("policy", STEP, 1), engine(GENPRM, ANALYSIS, 2)
 
 
 def admitted_trees(setting: Setting, policy: LoadModelEngine, scorer: LoadModelEngine) -> int:

@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from search.scorer_kinds import GENPRM
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -58,7 +60,7 @@ def _config(out: Path, args: argparse.Namespace, run_id: str, **extra: Any) -> d
     )
     config["policy"]["engine"] = engine
     config["scorer"]["engine"] = engine
-    config["scorer"]["genprm"] = {"samples": 1, "max_analysis_tokens": args.step_tokens}
+    config["scorer"][GENPRM] = {"samples": 1, "max_analysis_tokens": args.step_tokens}
     return config
 
 

@@ -41,6 +41,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from benchmarks.support.procstat import descendants, machine_ticks, proc_table
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.run.synthesis import synthesize
+from search.scorer_kinds import GENPRM
 
 _TICK = os.sysconf("SC_CLK_TCK")
 ROLES = ("search actor", "policy replica", "scorer replica", "Serve controller", "Ray system")
@@ -191,7 +192,7 @@ def _config(args: argparse.Namespace, trees: int, problems: int, root: Path) -> 
             "source": {"kind": "bundled", "dataset": "gsm8k", "split": "test", "limit": problems},
             "search": {"algorithm": "bg_mcts", "step_max_tokens": 4 * args.output_tokens},
             "policy": {"engine": engine},
-            "scorer": {"engine": engine, "genprm": {"max_analysis_tokens": 64}},
+            "scorer": {"engine": engine, GENPRM: {"max_analysis_tokens": 64}},
             "actors": 1,
             "trees_per_actor": trees,
             "ray_num_cpus": os.cpu_count() or 2,

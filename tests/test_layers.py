@@ -55,6 +55,7 @@ PIPELINE_LAYERS = (
     "run",  # one synthesis run: stream and its rows, search actor, progress, nightly
     "publish",  # the Hub and the dataset card
     "evaluation",  # the evaluation grid
+    "training",  # models from runs' rows: the one-pass PRM trainer, the GGUF export
 )
 
 

@@ -107,11 +107,15 @@ def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
         _wait_for_jobs_api(address, head, tmp_path / "ray-head.log")
         command = [_ray(), "job", "submit", "--address", address, "--working-dir", "."]
         command += ["--", "python", "-m", "jobs.synthesize", "--config", str(config)]
-        for _ in range(30):  # the dashboard answers before the node's job agent is up
+        # The dashboard answers before the node's job agent is up, which takes more than a
+        # minute when the other test worker loads both cores: retried for up to 180 s.
+        deadline = time.monotonic() + 180
+        while True:
             submit = subprocess.run(
                 command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900
             )
-            if "No available agent to submit job" not in submit.stdout + submit.stderr:
+            waiting = "No available agent to submit job" in submit.stdout + submit.stderr
+            if not waiting or time.monotonic() > deadline:
                 break
             time.sleep(2)
         # a relative output root would land in Ray's temporary copy of --working-dir on the

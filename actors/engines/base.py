@@ -6,13 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from actors.errors import EngineError as EngineError  # every engine raises it
 from search.protocols import FinishReason
 
 TopLogprobs = tuple[tuple[str, float], ...]  # (token text, log-probability), best first
-
-
-class EngineError(RuntimeError):
-    """An engine could not start or serve (missing model file, package, dead server)."""
 
 
 def short_name(model: str) -> str:

@@ -1,19 +1,26 @@
 """Build an engine from its config, with a clear error before any Ray work starts.
 
-Nothing here names an engine kind: each config class says which class builds it and which
-packages that needs (`actors.config._Engine`), so a new engine is a config class and a module.
+Nothing here names an engine kind: each config class says which class builds it, which
+packages that needs and, for a one-pass PRM, where its vocabulary is found before the engine
+is built (`actors.config._Engine`), so a new engine is a config class and a module.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
-from pathlib import Path
 from typing import Any
 
 from actors.config import EngineConfig, Package, ScorerConfig
-from actors.engines.base import Engine, EngineError
+from actors.engines.base import Engine
+from actors.engines.step_layout import (
+    CheckpointLayoutError,
+    SeparatorError,
+    Tokenize,
+    TrainedLayout,
+    separator_id,
+)
+from actors.errors import EngineError
 
 
 def missing_packages(config: EngineConfig) -> list[Package]:
@@ -32,57 +39,61 @@ def check_engine(config: EngineConfig) -> None:
     config.check_model()  # raises for a model file that must be here; a warning is no error
 
 
+def engine_vocabulary(config: EngineConfig) -> Tokenize | None:
+    """The tokenizer of `config`'s model as its engine will load it, where it can be looked
+    at from here (the function its config names: `actors.engines.vocabulary`); None where
+    it cannot."""
+    if config.vocabulary is None:
+        return None
+    module, _, name = config.vocabulary.partition(":")
+    tokenizer: Tokenize | None = getattr(importlib.import_module(module), name)(config)
+    return tokenizer
+
+
 def check_step_separator(config: ScorerConfig) -> None:
     """A one-pass scorer's `step_separator` must be one token of its model's vocabulary
-    (the engine config looks where the model is here); one line naming the field."""
-    if config.kind != "one_pass":
+    (`step_layout.separator_id`, the check its engine makes when it loads), refused here
+    before a run starts where the vocabulary can be looked at; one line naming the field."""
+    tokenize = engine_vocabulary(config.engine)
+    if tokenize is None:
         return
     separator = config.one_pass.step_separator
     try:
-        config.engine.check_step_separator(separator)
-    except ValueError as exc:
-        raise EngineError(f"one_pass.step_separator={separator!r}: {exc}") from None
-
-
-# What `bgmcts train-prm` writes beside a checkpoint: how it laid the paths out.
-TRAINED_LAYOUT = "bgmcts_prm.json"
+        separator_id(tokenize, separator)
+    except SeparatorError as exc:
+        raise EngineError(
+            f"one_pass.step_separator={separator!r}: {exc}", field="one_pass.step_separator"
+        ) from None
 
 
 def check_trained_layout(config: ScorerConfig) -> None:
-    """A checkpoint that `bgmcts train-prm` wrote says how it laid paths out; serving it
-    with another separator, prompt format or step split reads values where the model
-    learned none, so that is refused, naming the field.  (Another checkpoint says
-    nothing, and nothing is checked.)"""
+    """A checkpoint that `bgmcts train-prm` wrote says how it laid paths out
+    (`TrainedLayout`); serving it with another separator, prompt format or step split
+    reads values where the model learned none, so that is refused, naming the field.
+    (Another checkpoint says nothing, and nothing is checked.)"""
     model = getattr(config.engine, "model", None)
-    if config.kind != "one_pass" or not isinstance(model, str):
-        return
-    path = Path(model).expanduser() / TRAINED_LAYOUT
-    if not path.is_file():
+    if not isinstance(model, str):
         return
     try:
-        trained = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # not ours to judge: the engine reads the checkpoint, not this file
-    for name in ("step_separator", "prompt_format", "steps"):
-        served, learned = getattr(config.one_pass, name), trained.get(name)
-        if learned is not None and served != learned:
-            raise EngineError(
-                f"one_pass.{name}={served!r}: the checkpoint {model} was trained with "
-                f"{learned!r} ({TRAINED_LAYOUT}); serve it as it was trained"
-            )
+        trained = TrainedLayout.read(model)
+    except CheckpointLayoutError as exc:
+        raise EngineError(f"engine.model: {exc}", field="engine.model") from None
+    differs = None if trained is None else trained.mismatch(config.one_pass)
+    if differs is not None:
+        name, served, learned = differs
+        raise EngineError(
+            f"one_pass.{name}={served!r}: the checkpoint {model} was trained with "
+            f"{learned!r} ({TrainedLayout.FILE}); serve it as it was trained",
+            field=f"one_pass.{name}",
+        )
 
 
 def check_one_pass_layout(config: ScorerConfig) -> None:
     """A one-pass scorer's step separator (`check_step_separator`) and, for a checkpoint
-    `bgmcts train-prm` wrote, the layout it was trained on (`check_trained_layout`)."""
+    `bgmcts train-prm` wrote, the layout it was trained on (`check_trained_layout`): what
+    `actors.scorer_kinds` checks for its kind before a run starts."""
     check_step_separator(config)
     check_trained_layout(config)
-
-
-def check_scorer_engine(config: ScorerConfig) -> None:
-    """`check_engine`, and a one-pass scorer's layout (`check_one_pass_layout`)."""
-    check_engine(config.engine)
-    check_one_pass_layout(config)
 
 
 def build_engine(config: EngineConfig, **options: Any) -> Engine:

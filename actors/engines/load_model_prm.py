@@ -31,7 +31,8 @@ from actors.engines.base import StepValues
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.load_model import curve_and_rest
 from actors.engines.sleep import plain_chat
-from actors.engines.step_layout import layout, unscorable
+from actors.engines.step_layout import layout, separator_id, unscorable
+from actors.engines.vocabulary import whitespace_words
 
 if TYPE_CHECKING:
     from actors.config import LoadModelPRMConfig
@@ -65,6 +66,8 @@ class LoadModelPRMEngine:
         self.seed = seed
         self.name = name
         self._vocabulary: dict[str, int] = {}
+        # refused here, as every one-pass engine refuses it when it loads
+        self.separator_token = separator_id(self._ids, separator)
 
     @classmethod
     def from_config(
@@ -75,16 +78,12 @@ class LoadModelPRMEngine:
         return cls(curve=curve, name=config.model, separator=step_separator, **rest)
 
     def _ids(self, text: str) -> list[int]:
-        words = text.split() or ([text] if text else [])
         vocabulary = self._vocabulary
-        return [vocabulary.setdefault(w, len(vocabulary)) for w in words]
+        return [vocabulary.setdefault(w, len(vocabulary)) for w in whitespace_words(text)]
 
     async def score_steps(self, prompt: str, steps: Sequence[str]) -> StepValues:
         bos = self._ids(BOS)[0]
-        separator = self._ids(self.separator)
-        if len(separator) != 1:  # an empty separator: nothing to read a value at
-            return StepValues((), 0, error=f"step separator {self.separator!r} is no token")
-        path = layout(self._ids, prompt, steps, separator[0], bos)
+        path = layout(self._ids, prompt, steps, self.separator_token, bos)
         refused = unscorable(path, self.context_length)  # as a real engine refuses it
         if refused is not None:
             return refused

@@ -98,16 +98,16 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-from actors.engines.base import Completion, EngineError, Sampling, TopLogprobs, short_name
+from actors.engines.base import Completion, Sampling, TopLogprobs, short_name
+from actors.errors import EngineError
 from actors.redact import redact_text
 from search.protocols import FinishReason
 
 if TYPE_CHECKING:
     from actors.config import OpenAIConfig
-    from actors.engines.openai_pooling import OpenAIPoolingEngine
 
 ChatTemplateMode = Literal["auto", "hf", "llamacpp", "vllm", "none"]
 
@@ -483,7 +483,21 @@ def api_key(
     return key
 
 
-def keyed_repr(engine: OpenAIEngine | OpenAIPoolingEngine, **url: str) -> str:
+class KeyedEngine(Protocol):
+    """What `keyed_repr` reads of an engine that holds an API key (the completions
+    engine here and the pooling engine beside it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def api_key_env(self) -> str | None: ...
+    @property
+    def has_key(self) -> bool: ...
+
+
+def keyed_repr(engine: KeyedEngine, **url: str) -> str:
     """How an engine that holds an API key prints: its URL redacted (`url`, one keyword:
     the field's name and value) and its key only as the name of its variable, so that no
     log line or error carries the key."""

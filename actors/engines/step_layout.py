@@ -1,7 +1,8 @@
 """The token layout a one-pass PRM is trained and served on, in one place.
 
 TRL's stepwise PRM trainer (``PRMTrainer``, removed from TRL 1.x; this project trains with
-transformers' ``Trainer`` on the same layout, `jobs.train_prm`) builds one sequence per path:
+transformers' ``Trainer`` on the same layout, `pipeline.training.prm_training`) builds one
+sequence per path:
 
     [bos] + tokens(prompt) + tokens(step 1) + [sep] + tokens(step 2) + [sep] + ...
 
@@ -16,8 +17,11 @@ turns and the assistant header, its separator ``<extra_0>``, and its tokenizer h
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar
 
 from actors.engines.base import StepValues
 
@@ -34,6 +38,76 @@ class StepLayout:
 
     input_ids: list[int]
     positions: list[int]  # index in `input_ids` of the separator closing each step
+
+
+class CheckpointLayoutError(ValueError):
+    """A checkpoint's layout file is there but cannot be read as one."""
+
+
+@dataclass(frozen=True)
+class TrainedLayout:
+    """How a checkpoint that `bgmcts train-prm` wrote lays paths out: the contract between
+    the trainer, which writes it beside the weights, and the scorer checks, which refuse
+    to serve the model any other way (values read where it learned none).
+
+    The file also holds what the model learned from (`extra`: runs, rows, loss, time);
+    only the layout fields are checked.
+    """
+
+    FILE: ClassVar[str] = "bgmcts_prm.json"
+    # the `scorer.one_pass` settings a server must match, in the order they are checked
+    SERVED: ClassVar[tuple[str, ...]] = ("step_separator", "prompt_format", "steps")
+
+    step_separator: str
+    prompt_format: str
+    steps: str
+    bos_token_id: int | None = None
+    max_length: int | None = None
+
+    @classmethod
+    def path(cls, checkpoint: str | Path) -> Path:
+        return Path(checkpoint).expanduser() / cls.FILE
+
+    @classmethod
+    def written(cls, checkpoint: str | Path) -> bool:
+        """Whether the trainer finished this checkpoint (it writes the file last)."""
+        return cls.path(checkpoint).is_file()
+
+    @classmethod
+    def read(cls, checkpoint: str | Path) -> TrainedLayout | None:
+        """The layout of `checkpoint`; None for a checkpoint the trainer did not write (it
+        says nothing, and nothing is checked).  A file that is not a layout is refused."""
+        path = cls.path(checkpoint)
+        if not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise CheckpointLayoutError(f"{path} cannot be read as JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise CheckpointLayoutError(f"{path} holds {type(data).__name__}, not an object")
+        served = [data.get(name) for name in cls.SERVED]
+        for name, value in zip(cls.SERVED, served, strict=True):
+            if not isinstance(value, str):
+                raise CheckpointLayoutError(f"{path}: {name} is missing or not a string")
+        numbers = [data.get("bos_token_id"), data.get("max_length")]
+        if not all(n is None or (isinstance(n, int) and not isinstance(n, bool)) for n in numbers):
+            raise CheckpointLayoutError(f"{path}: bos_token_id and max_length are whole numbers")
+        separator, prompt_format, steps = (str(value) for value in served)
+        return cls(separator, prompt_format, steps, numbers[0], numbers[1])
+
+    def write(self, checkpoint: str | Path, extra: dict[str, Any]) -> None:
+        """The file beside the weights: this layout, then what the model learned from."""
+        text = json.dumps({**asdict(self), **extra}, indent=2) + "\n"
+        self.path(checkpoint).write_text(text, encoding="utf-8")
+
+    def mismatch(self, served: Any) -> tuple[str, str, str] | None:
+        """The first served setting (an object with the SERVED attributes) that differs
+        from how the model was trained: (name, served, trained); None when all match."""
+        for name in self.SERVED:
+            if getattr(served, name) != getattr(self, name):
+                return name, getattr(served, name), getattr(self, name)
+        return None
 
 
 def separator_id(tokenize: Tokenize, separator: str) -> int:

@@ -26,6 +26,7 @@ from benchmarks.scorer_value.gpu_hour import (
     run_gpu_hour,
 )
 from benchmarks.scorer_value.real import RealRuns, real_runs
+from search.scorer_kinds import GENPRM, ONE_PASS
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -57,7 +58,7 @@ def rows_per_tree(table: object, budget: int) -> float:
 
     assert isinstance(table, pd.DataFrame)
     mine = table[
-        (table["cost"] == "genprm") & (table["method"] == "bg_mcts") & (table["budget"] == budget)
+        (table["cost"] == GENPRM) & (table["method"] == "bg_mcts") & (table["budget"] == budget)
     ]
     if mine.empty:
         return math.nan
@@ -75,9 +76,9 @@ def last_lines(
         cost: heads[cost]["prm_tokens_per_policy_token"] for cost in grid.COSTS
     }  # simulated grid, BG-MCTS at the largest budget, unless the real runs measured it
     if real is not None and real.prm_tokens_per_policy_token_genprm is not None:
-        tokens["genprm"] = real.prm_tokens_per_policy_token_genprm
+        tokens[GENPRM] = real.prm_tokens_per_policy_token_genprm
     if real is not None and real.prm_tokens_per_policy_token_one_pass is not None:
-        tokens["one_pass"] = real.prm_tokens_per_policy_token_one_pass
+        tokens[ONE_PASS] = real.prm_tokens_per_policy_token_one_pass
     # the lower of the two settings (simulated grid at the largest B, real pipeline)
     yields = {cost: heads[cost]["yield_ratio_vs_rs"] for cost in grid.COSTS}
     for cost in grid.COSTS:
@@ -88,7 +89,7 @@ def last_lines(
                 f"real pipeline {measured:.4f}"
             )
             yields[cost] = min(yields[cost], measured)
-    largest = int(heads["genprm"]["budget"])
+    largest = int(heads[GENPRM]["budget"])
     print(
         f"\nlast lines: step AUC on held-out trees (real runs); PRM tokens per policy token: "
         f"BG-MCTS on the held-out problems (real runs; computed by the engine: the CPU "
@@ -97,10 +98,10 @@ def last_lines(
     )
     print(f"step_auc_genprm={_fmt(auc_genprm.auc)}")
     print(f"step_auc_one_pass={_fmt(auc_one_pass.auc)}")
-    print(f"prm_tokens_per_policy_token_genprm={_fmt(tokens['genprm'])}")
-    print(f"prm_tokens_per_policy_token_one_pass={_fmt(tokens['one_pass'])}")
-    print(f"yield_ratio_vs_rs_genprm={_fmt(yields['genprm'])}")
-    print(f"yield_ratio_vs_rs_one_pass={_fmt(yields['one_pass'])}")
+    print(f"prm_tokens_per_policy_token_genprm={_fmt(tokens[GENPRM])}")
+    print(f"prm_tokens_per_policy_token_one_pass={_fmt(tokens[ONE_PASS])}")
+    print(f"yield_ratio_vs_rs_genprm={_fmt(yields[GENPRM])}")
+    print(f"yield_ratio_vs_rs_one_pass={_fmt(yields[ONE_PASS])}")
     print(f"rows_per_gpu_hour_ratio={_fmt(gpu_ratio)}")
 
 
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{window:g} s simulated; {per_tree:.2f} rows per tree from the grid)\n"
     )
     print(gpu_hour_markdown(results, per_tree))
-    best_genprm, best_one_pass = best(results, "genprm"), best(results, "one_pass")
+    best_genprm, best_one_pass = best(results, GENPRM), best(results, ONE_PASS)
     gpu_ratio = best_one_pass["trees_per_gpu_hour"] / best_genprm["trees_per_gpu_hour"]
     print(
         f"\nbest setting each: genprm {best_genprm['trees']} trees x {best_genprm['inflight']}, "

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.load_model import LoadModelEngine
@@ -50,8 +50,9 @@ from benchmarks.h100_goodput import (
 )
 from search import parse_search_config
 from search.protocols import Generation, GenerationRequest, Score, ScoreRequest
+from search.scorer_kinds import GENPRM, ScorerKindName
 
-Scorer = Literal["genprm", "one_pass"]
+Scorer = ScorerKindName
 CACHE_TOKENS = 400_000
 GPU_HOUR_BUDGET = BUDGET  # h100_goodput's B: the grid runs it too, for rows per tree
 
@@ -116,10 +117,10 @@ def _engines(scorer: Scorer, curve: EngineCurve) -> tuple[EnginePolicy, Any, Con
         return built
 
     policy = EnginePolicy(engine("policy", STEP, 1))
-    if scorer == "genprm":
+    if scorer == GENPRM:
         return (
             policy,
-            GenPRMScorer(engine("genprm", ANALYSIS, 2), max_analysis_tokens=ANALYSIS[1]),
+            GenPRMScorer(engine(GENPRM, ANALYSIS, 2), max_analysis_tokens=ANALYSIS[1]),
             batcher,
         )
     prm = LoadModelPRMEngine(batcher=batcher, context_length=32_768, name="one-pass-prm")

@@ -21,7 +21,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
@@ -29,10 +29,11 @@ from actors.grading import Verdict
 from pipeline.records import RecordsConfig, grade_result, yield_counts
 from search import derive_seed, parse_search_config, run_search
 from search.protocols import Score, ScoreRequest
+from search.scorer_kinds import GENPRM, ONE_PASS, SCORER_KIND_NAMES, ScorerKindName
 from search.simulated import SimParams, SimPolicy, SimScorer, simulated_problems
 
-Cost = Literal["genprm", "one_pass"]
-COSTS: tuple[Cost, ...] = ("genprm", "one_pass")
+Cost = ScorerKindName
+COSTS: tuple[Cost, ...] = SCORER_KIND_NAMES
 METHODS = ("bg_mcts", "repeated_sampling")
 COUNTS = ("correct_trajectories", "dpo_pairs", "step_pairs", "prm_steps")
 TOKENS = ("policy_output", "prm_input", "prm_cached", "prm_output")
@@ -151,7 +152,7 @@ def _check_same_searches(frame: pd.DataFrame) -> None:
         index=keys, columns="cost", values=[*COUNTS, "policy_output", "correct"], aggfunc="first"
     )
     for column in (*COUNTS, "policy_output", "correct"):
-        differs = wide[(column, "genprm")] != wide[(column, "one_pass")]
+        differs = wide[(column, GENPRM)] != wide[(column, ONE_PASS)]
         if differs.any():
             raise AssertionError(
                 f"{column} differs between cost models for {int(differs.sum())} searches: "

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.config import ScorerConfig
+from actors.engines.step_layout import TrainedLayout
 
 # the same train and held-out selections as the data-value benchmark (one-step problems)
 from benchmarks.data_value.measure import SEARCHES, selections
@@ -49,8 +50,9 @@ from benchmarks.support.synthesis import (
     write_config,
 )
 from pipeline.config import RunConfig
+from search.scorer_kinds import GENPRM, ONE_PASS, SCORER_KIND_NAMES
 
-SCORERS = ("genprm", "one_pass")
+SCORERS = SCORER_KIND_NAMES
 METHODS = ("bg_mcts", "repeated_sampling")
 
 
@@ -200,7 +202,7 @@ def train_prm(
     log: Path,
 ) -> dict[str, Any]:
     """`bgmcts train-prm` on `runs` into `out` (reused when its metadata is there)."""
-    meta_path = out / "bgmcts_prm.json"
+    meta_path = TrainedLayout.path(out)
     if not meta_path.exists():
         command = [
             sys.executable,
@@ -320,7 +322,7 @@ def measure_real(mode: RealMode, work: Path) -> RealResult:
         runs[f"heldout-{method}-{kind}"] = synthesize(config, work, mode.heldout)
 
     for method in METHODS:
-        heldout(method, "genprm", None)
+        heldout(method, GENPRM, None)
     train_rows = len(prm_rows(runs["train-bg_mcts-genprm"].folder))
     rows = prm_rows(runs["heldout-bg_mcts-genprm"].folder)
     labels, genprm_scores = step_labels_and_scores(rows)
@@ -346,11 +348,11 @@ def measure_real(mode: RealMode, work: Path) -> RealResult:
             seconds = float(meta.get("seconds", 0.0))
     scorer = one_pass_scorer(checkpoint)
     for method in METHODS:
-        heldout(method, "one_pass", scorer)
+        heldout(method, ONE_PASS, scorer)
     return RealResult(
         runs=runs,
         curve=curve,
-        auc={"genprm": step_auc(genprm_scores, labels), "one_pass": curve[-1].auc},
+        auc={GENPRM: step_auc(genprm_scores, labels), ONE_PASS: curve[-1].auc},
         checkpoint=checkpoint,
         train_seconds=seconds,
     )

@@ -23,6 +23,7 @@ from benchmarks.scorer_value.pipeline_runs import (
     RunData,
     measure_real,
 )
+from search.scorer_kinds import GENPRM, ONE_PASS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,10 +85,10 @@ def real_runs(args: argparse.Namespace) -> RealRuns:
         return run.prm_tokens / max(run.policy_tokens, 1)
 
     return RealRuns(
-        step_auc_genprm=result.auc["genprm"],
-        step_auc_one_pass=result.auc["one_pass"],
-        prm_tokens_per_policy_token_genprm=cost("genprm"),
-        prm_tokens_per_policy_token_one_pass=cost("one_pass"),
+        step_auc_genprm=result.auc[GENPRM],
+        step_auc_one_pass=result.auc[ONE_PASS],
+        prm_tokens_per_policy_token_genprm=cost(GENPRM),
+        prm_tokens_per_policy_token_one_pass=cost(ONE_PASS),
         learning_curve=tuple(result.curve),
         yield_ratio_vs_rs={kind: ratio(result, kind) for kind in SCORERS},
         table=runs_markdown(result),

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from actors.engines.step_layout import TrainedLayout
 from benchmarks.self_improve import report
 from benchmarks.self_improve.plan import (
     MODES,
@@ -98,7 +99,7 @@ def round0(mode: Mode, sel: Selections, work: Path, trl: Path) -> dict[str, Any]
 
 def train_prm(mode: Mode, work: Path, run_id: str) -> Path:
     out = work / "prm-round0"
-    if (out / "bgmcts_prm.json").is_file():
+    if TrainedLayout.written(out):
         log(f"PRM in {out}: trained before, reused")
         return out
     run = str(work / "runs" / f"run={run_id}")

@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
+from actors.scorer_kinds import SCORER_KINDS, ScorerKind
 from pipeline.config import PricesConfig
 from pipeline.report.anytime import (
     anytime_curves,
@@ -34,6 +35,7 @@ from pipeline.report.markdown import fraction, percentiles_markdown
 from pipeline.report.tables import prm_percentiles_table
 from pipeline.report.yields import has_yield, yield_markdown, yield_table
 from pipeline.store.run_folder import RunFolder
+from search.scorer_kinds import DEFAULT_SCORER_KIND
 
 # Two figures per tree, each named once, the same in the run summary, the report and docs:
 # the answer the search chose is correct (what a user of the search gets), and any answered
@@ -294,24 +296,31 @@ _YIELD_INTRO = (
 )
 
 
-# What each scorer kind is, for the report's Totals (`scorer.kind`).
-SCORER_KINDS = {
-    "genprm": "GenPRM, a generative PRM: writes an analysis and a judgement per step",
-    "one_pass": "a one-pass PRM: reads each path once, decodes nothing",
-}
+def _kind(scorer: str | None) -> ScorerKind | None:
+    """The run's scorer kind (None: not named, or a name this version does not know)."""
+    return None if scorer is None else SCORER_KINDS.get(scorer)
+
+
+def _silent_scorer(scorer: str | None) -> ScorerKind | None:
+    """The run's scorer kind when it is one that decodes nothing (its PRM output is 0 by
+    design, which the report says rather than leave it looking like a fault)."""
+    kind = _kind(scorer)
+    return None if kind is None or kind.decodes else kind
 
 
 def _prm_tokens(n: ReportNumbers, scorer: str | None) -> str:
     tokens = f"{n.prm_input_tokens:,} / {n.prm_output_tokens:,}"
-    if scorer == "one_pass" and n.prm_output_tokens == 0:
-        return f"{tokens} (a one-pass PRM decodes nothing)"
+    silent = _silent_scorer(scorer)
+    if silent is not None and n.prm_output_tokens == 0:
+        return f"{tokens} ({silent.what} decodes nothing)"
     return tokens
 
 
 def _totals_rows(n: ReportNumbers, scorer: str | None = None) -> list[list[str]]:
     """The Totals table: counts, correctness, tokens and cost (money only with prices);
     `scorer` is the run's `scorer.kind` (None: unknown, no row)."""
-    head = [] if scorer is None else [["scorer", f"{scorer} ({SCORER_KINDS.get(scorer, '?')})"]]
+    about = "?" if (kind := _kind(scorer)) is None else kind.description
+    head = [] if scorer is None else [["scorer", f"{scorer} ({about})"]]
     rows = [
         *head,
         ["trees searched", str(n.trees)],
@@ -349,8 +358,9 @@ def _optional_sections(
     parts = ["## Training rows", training] if training else []
     if yields:
         intro = _YIELD_INTRO
-        if scorer == "one_pass":
-            intro += " The scorer is a one-pass PRM: its output is 0, the total is policy "
+        silent = _silent_scorer(scorer)
+        if silent is not None:
+            intro += f" The scorer is {silent.what}: its output is 0, the total is policy "
             intro += "output + PRM input."
         parts += ["## Data yield (training data per 1,000 tokens)", intro, yields]
     return parts
@@ -437,7 +447,7 @@ def scorer_from_config(config: dict[str, Any]) -> str | None:
     if not config:
         return None
     block = config.get("scorer") or {}
-    return str(block.get("kind", "genprm"))
+    return str(block.get("kind", DEFAULT_SCORER_KIND))
 
 
 def prices_from_config(config: dict[str, Any]) -> PricesConfig | None:

@@ -24,8 +24,9 @@ from rich.table import Table
 from rich.text import Text
 
 from actors.config import EngineConfig
-from actors.engines.base import EngineError
-from actors.engines.factory import check_engine, check_one_pass_layout, missing_packages
+from actors.engines.factory import check_engine, missing_packages
+from actors.errors import EngineError
+from actors.scorer_kinds import scorer_kind
 from pipeline.config import RunConfig
 from pipeline.errors import InputError
 from pipeline.problems.sources import load_problems
@@ -68,14 +69,22 @@ def _engines(config: RunConfig) -> dict[str, EngineConfig]:
 
 
 def _named(role: str, exc: EngineError) -> InputError:
-    """The engine's one-line error under its service: a message that opens with the model
-    field or a one-pass setting ("engine.model: ...", "one_pass.step_separator=...") names
-    it in full ("scorer.engine.model: ..."), as the dry run's warnings do; any other
-    (a missing package) keeps "policy: ..." as before."""
-    text = str(exc)
-    if text.startswith(("engine.model", "one_pass.")):
-        return InputError(f"{role}.{text}")
-    return InputError(f"{role}: {text}")
+    """The engine's one-line error under its service: an error about one config field
+    (`EngineError.field`, which its message opens with: "engine.model: ...",
+    "one_pass.step_separator=...") names that field in full ("scorer.engine.model: ..."),
+    as the dry run's warnings do; any other (a missing package) reads "policy: ..."."""
+    if exc.field is not None:
+        return InputError(f"{role}.{exc}")
+    return InputError(f"{role}: {exc}")
+
+
+def _check_scorer_kind(config: RunConfig) -> None:
+    """What the scorer's kind checks beyond its engine (a one-pass PRM's step separator and
+    trained layout), under the scorer's name."""
+    try:
+        scorer_kind(config.scorer).check(config.scorer)
+    except EngineError as exc:
+        raise _named("scorer", exc) from None
 
 
 def check_engines(config: RunConfig) -> None:
@@ -87,10 +96,7 @@ def check_engines(config: RunConfig) -> None:
             check_engine(engine)
         except EngineError as exc:
             raise _named(role, exc) from None
-    try:
-        check_one_pass_layout(config.scorer)
-    except EngineError as exc:
-        raise _named("scorer", exc) from None
+    _check_scorer_kind(config)
 
 
 def _look_for_engines(config: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -106,10 +112,7 @@ def _look_for_engines(config: RunConfig) -> tuple[tuple[str, ...], tuple[str, ..
             raise _named(role, exc) from None
         if warning is not None:
             warnings.append(f"{role}.{warning}")
-    try:
-        check_one_pass_layout(config.scorer)
-    except EngineError as exc:
-        raise _named("scorer", exc) from None
+    _check_scorer_kind(config)
     return tuple(needs), tuple(warnings)
 
 

@@ -37,6 +37,7 @@ from actors.affinity import tree_affinity
 from actors.progress import Counters, CountingPolicy, CountingScorer, Gauges, Reporter
 from actors.redact import install_log_redaction, redact_text
 from actors.replay import ReplayPolicy, ReplayScorer, service_salt, tree_journal
+from actors.scorer_kinds import scorer_kind
 from actors.search_outcome import (
     BREAKER_STAGE,
     SEARCH_STAGE,
@@ -180,10 +181,8 @@ class SearchActor:
                 replicas=self._replicas(),
                 search=run.search,
                 budget=run.budget,
-                # a one-pass PRM decodes nothing: its context is the path alone
-                analysis_tokens=(
-                    0 if run.scorer.kind == "one_pass" else run.scorer.genprm.max_analysis_tokens
-                ),
+                # what a score writes after the path (a one-pass PRM: nothing)
+                analysis_tokens=scorer_kind(run.scorer).analysis_tokens(run.scorer),
                 prompt_tokens=prompt,
                 actors=run.actors,
                 cap=run.trees_per_actor,

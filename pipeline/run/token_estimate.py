@@ -7,38 +7,17 @@ problems x B is an upper bound on policy output.  The scorer reads the solution 
 charges PRM tokens: with GenPRM it is about 20 times the policy's output, so a night sized
 on problems x B alone is off by an order of magnitude; a one-pass PRM reads each node's
 path once and writes nothing.  The scorer's share is estimated from this run's committed
-trees when a resumed run has some, else from a ratio per scorer kind.
+trees when a resumed run has some, else from the ratio measured for its scorer kind
+(`actors.scorer_kinds`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from actors.scorer_kinds import scorer_kind
 from pipeline.config import RunConfig
 from pipeline.store.run_folder import RunFolder
-
-# Scorer tokens (PRM prompt + generated) per policy output token, by `scorer.kind`, with
-# where it was measured.  GenPRM: BG-MCTS on the embedded default (SmolLM2-135M as policy
-# and as GenPRM scorer on llama.cpp, 48 arithmetic problems, B = 300) used 231,056 scorer
-# tokens for 11,493 policy output tokens (docs/benchmarks.md, "Data value: held-out gain",
-# 2026-11-26).  A larger GenPRM on longer solutions may differ: a resumed run measures its own.
-SCORER_TOKENS_PER_POLICY_TOKEN: dict[str, tuple[float, str]] = {
-    "genprm": (
-        231_056 / 11_493,
-        "measured with BG-MCTS on the embedded default, docs/benchmarks.md "
-        "'Data value: held-out gain'",
-    ),
-    # A one-pass PRM reads the prompt and the node's whole path once per scored node and
-    # decodes nothing.  BG-MCTS on the embedded default with the one-pass PRM trained from
-    # the pipeline's own trees (32 held-out arithmetic problems, B = 300, the CPU engine
-    # with no prefix cache): 27,625 scorer tokens for 7,689 policy output tokens
-    # (docs/benchmarks.md, "Scorer value", 2026-11-27).  Deeper trees (larger B) read more.
-    "one_pass": (
-        27_625 / 7_689,
-        "measured with BG-MCTS on the embedded default, docs/benchmarks.md 'Scorer value'",
-    ),
-}
-
 
 # The trees columns the estimate reads (not the trees themselves).
 TOKEN_COLUMNS = ("policy_input_tokens", "prm_input_tokens", "prm_output_tokens")
@@ -91,16 +70,18 @@ def estimate_tokens(config: RunConfig, todo: int, committed: Committed) -> Token
             rests_on=f"from this run's {n:,} committed trees: {scorer / n:,.0f} per problem",
             policy_input=round(todo * total["policy_input_tokens"] / n),
         )
-    ratio = SCORER_TOKENS_PER_POLICY_TOKEN.get(config.scorer.kind)
-    if ratio is None or policy_max is None:
-        return TokenEstimate(policy_max, None, in_budget, "no measured ratio for this scorer")
-    per_token, where = ratio
+    if policy_max is None:
+        # a ratio per policy output token needs a bound on policy output to scale
+        return TokenEstimate(policy_max, None, in_budget, "policy output is not capped by B")
+    # the ratio measured for this kind of scorer (`actors.scorer_kinds`)
+    kind = scorer_kind(config.scorer)
+    per_token = kind.tokens_per_policy_token
     return TokenEstimate(
         policy_output_max=policy_max,
         scorer=round(policy_max * per_token),
         scorer_in_budget=in_budget,
-        rests_on=f"if every search spends B; {config.scorer.kind}: ~{per_token:.1f} per "
-        f"policy output token, {where}",
+        rests_on=f"if every search spends B; {kind.name}: ~{per_token:.1f} per "
+        f"policy output token, {kind.measured}",
     )
 
 

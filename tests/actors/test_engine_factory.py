@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -17,10 +18,10 @@ from typing import ClassVar, get_args
 import pytest
 
 from actors.config import EngineConfig, LoadModelConfig, Package, SleepConfig
-from actors.engines.base import EngineError
 from actors.engines.factory import build_engine, check_engine, missing_packages
 from actors.engines.load_model import LoadModelEngine
 from actors.engines.sleep import SleepEngine
+from actors.errors import EngineError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,6 +33,31 @@ def test_every_engine_config_names_a_class_that_builds_from_it() -> None:
         module, _, name = config.builds.partition(":")
         engine_class = getattr(importlib.import_module(module), name)
         assert callable(engine_class.from_config), config.__name__
+
+
+def test_an_engine_error_keeps_the_field_it_concerns_across_processes() -> None:
+    """A replica's error reaches the driver pickled; the field must come with it."""
+    sent = EngineError("engine.model: /x is not a folder here", field="engine.model")
+    received = pickle.loads(pickle.dumps(sent))
+    assert (str(received), received.field) == (str(sent), "engine.model")
+    assert EngineError("no field").field is None
+
+
+def test_every_one_pass_engine_config_names_where_its_vocabulary_is_found() -> None:
+    """A step-scoring engine's config names the function that finds its vocabulary before
+    the engine is built (None only where it cannot be looked at: a remote server's)."""
+    configs = get_args(get_args(EngineConfig)[0])
+    named = {c.__name__: c.vocabulary for c in configs if c.scores_steps}
+    assert named == {
+        "VLLMPoolingConfig": "actors.engines.vocabulary:model_folder",
+        "OpenAIPoolingConfig": None,
+        "TransformersPRMConfig": "actors.engines.vocabulary:model_folder",
+        "LoadModelPRMConfig": "actors.engines.vocabulary:words",
+    }
+    for vocabulary in filter(None, named.values()):
+        module, _, name = vocabulary.partition(":")
+        assert callable(getattr(importlib.import_module(module), name)), vocabulary
+    assert not any(c.vocabulary for c in configs if not c.scores_steps)
 
 
 def test_fields_reach_the_engine() -> None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from actors.config import OnePassSettings
-from actors.engines.base import EngineError, StepScoringEngine, StepValues
+from actors.engines.base import StepScoringEngine, StepValues
+from actors.errors import EngineError
 from actors.one_pass import OnePassScorer, node_value
 from pipeline.records.training_text import training_text
 from search import parse_search_config, run_search

@@ -18,9 +18,10 @@ import pytest
 import pytest_asyncio
 
 from actors.config import OpenAIConfig
-from actors.engines.base import EngineError, Sampling, engine_load
+from actors.engines.base import Sampling, engine_load
 from actors.engines.llamacpp import LlamaCppEngine
 from actors.engines.openai_compat import OpenAIEngine
+from actors.errors import EngineError
 from actors.policy import EnginePolicy
 from search import parse_search_config, run_search
 from search.protocols import FinishReason

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.engines.base import EngineError
 from actors.engines.openai_compat import OpenAIEngine
+from actors.errors import EngineError
 from actors.redact import REDACTED, install_log_redaction, redact_text
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ as `test_engine_factory` adds one): the real ones are their own modules' tests.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 import pytest
 
@@ -18,9 +18,11 @@ from actors.engines.base import StepValues
 from actors.engines.factory import build_engine
 from actors.genprm import GenPRMScorer
 from actors.one_pass import OnePassScorer
-from actors.serve import _CountingEngine, build_scorer
+from actors.scorer_kinds import SCORER_KINDS, build_scorer
+from actors.serve import _CountingEngine
 from pipeline.config import ConfigError, parse_run_config
 from search.protocols import ScoreRequest
+from search.scorer_kinds import DEFAULT_SCORER_KIND, GENPRM, ONE_PASS, SCORER_KIND_NAMES
 from tests.actors.test_one_pass import StandInPRM
 
 
@@ -67,6 +69,22 @@ def test_genprm_and_the_policy_refuse_a_one_pass_engine() -> None:
         "generates no text; the policy needs an engine that generates text"
     )
     assert "\n" not in str(info.value)
+
+
+def test_every_kind_the_config_allows_is_one_registered_object() -> None:
+    """The names are written once (`search.scorer_kinds`); the config allows exactly those,
+    each has its `ScorerKind`, and each kind's settings are the config field of its name."""
+    assert get_args(ScorerConfig.model_fields["kind"].annotation) == SCORER_KIND_NAMES
+    assert tuple(SCORER_KINDS) == SCORER_KIND_NAMES
+    assert ScorerConfig().kind == DEFAULT_SCORER_KIND
+    for kind in SCORER_KINDS.values():
+        assert kind.settings_field in ScorerConfig.model_fields
+    # what a score writes after the path: GenPRM its analysis, a one-pass PRM nothing
+    genprm = ScorerConfig(genprm={"max_analysis_tokens": 77})
+    assert SCORER_KINDS[GENPRM].decodes and SCORER_KINDS[GENPRM].analysis_tokens(genprm) == 77
+    one_pass = ScorerConfig(kind=ONE_PASS, engine=StepConfig())
+    assert not SCORER_KINDS[ONE_PASS].decodes
+    assert SCORER_KINDS[ONE_PASS].analysis_tokens(one_pass) == 0
 
 
 async def test_the_replica_builds_the_scorer_of_its_kind_and_counts_its_tokens() -> None:

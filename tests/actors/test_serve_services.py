@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from actors.config import LlamaCppConfig, ScorerConfig, ServiceConfig
-from actors.engines.base import EngineError
+from actors.errors import EngineError
 from actors.serve import ServePolicy, ServeScorer, deploy_policy, deploy_scorer
 from search import parse_search_config, run_search
 from search.protocols import FinishReason, GenerationRequest, ScoreRequest

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from actors.config import VLLMConfig
 from actors.engines import vllm_engine
-from actors.engines.base import EngineError
 from actors.engines.vllm_engine import VLLMEngine, vllm_engine_args
+from actors.errors import EngineError
 
 
 @pytest.fixture

@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from jobs.prm_data import IGNORE, PrmRow, class_counts, encode, encode_rows, select_rows
+from pipeline.training.prm_data import (
+    IGNORE,
+    PrmRow,
+    class_counts,
+    encode,
+    encode_rows,
+    select_rows,
+)
 
 SEP = 10  # the id of "\n" in the character tokenizer below
 

@@ -6,8 +6,8 @@ from dataclasses import asdict
 
 import pytest
 
-from jobs.prm_data import IGNORE, Encoded
-from jobs.prm_trainer import class_weights, collate, step_loss
+from pipeline.training.prm_data import IGNORE, Encoded
+from pipeline.training.prm_trainer import class_weights, collate, step_loss
 
 pytestmark = pytest.mark.integration
 

@@ -250,14 +250,23 @@ async def test_a_server_without_pooling_is_a_clear_error() -> None:
 
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch, transformers and safetensors")
 async def test_config_refuses_a_separator_of_several_tokens(prm_dir: Path) -> None:
-    from actors.config import OpenAIPoolingConfig, VLLMPoolingConfig
+    from actors.config import OnePassSettings, OpenAIPoolingConfig, ScorerConfig, VLLMPoolingConfig
+    from actors.engines.factory import check_step_separator
+    from actors.errors import EngineError
+    from search.scorer_kinds import ONE_PASS
 
-    config = VLLMPoolingConfig(model=str(prm_dir))
-    assert config.scores_steps and OpenAIPoolingConfig.scores_steps
-    config.check_step_separator(SEPARATOR)
-    with pytest.raises(ValueError, match="exactly one"):
-        config.check_step_separator("\n\n")
-    VLLMPoolingConfig(model="Qwen/Qwen2.5-Math-PRM-7B").check_step_separator("\n\n")  # remote
+    def scorer(model: str, separator: str) -> ScorerConfig:
+        return ScorerConfig(
+            kind=ONE_PASS,
+            engine=VLLMPoolingConfig(model=model),
+            one_pass=OnePassSettings(step_separator=separator),
+        )
+
+    assert VLLMPoolingConfig.scores_steps and OpenAIPoolingConfig.scores_steps
+    check_step_separator(scorer(str(prm_dir), SEPARATOR))
+    with pytest.raises(EngineError, match="exactly one"):
+        check_step_separator(scorer(str(prm_dir), "\n\n"))
+    check_step_separator(scorer("Qwen/Qwen2.5-Math-PRM-7B", "\n\n"))  # remote: not checked
 
 
 async def test_a_step_pooling_server_is_a_clear_error() -> None:

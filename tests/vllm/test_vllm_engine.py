@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from actors.engines.base import Completion, EngineError, Sampling
+from actors.engines.base import Completion, Sampling
 from actors.engines.vllm_engine import VLLMEngine
+from actors.errors import EngineError
 from actors.policy import EnginePolicy
 from search import parse_search_config, run_search
 from search.protocols import FinishReason

@@ -10,13 +10,14 @@ import asyncio
 
 import pytest
 
-from actors.config import LoadModelPRMConfig, ScorerConfig
+from actors.config import LoadModelPRMConfig, OnePassSettings, ScorerConfig
 from actors.engines.base import StepScoringEngine
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
-from actors.engines.factory import build_engine
+from actors.engines.factory import build_engine, check_step_separator
 from actors.engines.load_model import LoadModelEngine
 from actors.engines.load_model_prm import LoadModelPRMEngine
 from actors.engines.step_layout import layout
+from actors.errors import EngineError
 
 CURVE = EngineCurve(
     decode_base_s=0.010, decode_per_seq_s=0.001, prefill_tokens_per_s=10_000, max_seqs=4
@@ -40,12 +41,15 @@ def test_the_config_builds_a_step_scoring_engine() -> None:
     built = build_engine(config.engine)
     assert isinstance(built, LoadModelPRMEngine) and isinstance(built, StepScoringEngine)
     assert built.batcher.curve.prefill_tokens_per_s == 5000
-    config.engine.check_step_separator("\n")
-    config.engine.check_step_separator("<extra_0>")
-    with pytest.raises(
-        ValueError, match=r"^'two words' is not one token of the load_model_prm engine"
-    ):
-        config.engine.check_step_separator("two words")
+
+    # its vocabulary is whitespace words, checked before a run as the engine checks it
+    def separated(separator: str) -> ScorerConfig:
+        return config.model_copy(update={"one_pass": OnePassSettings(step_separator=separator)})
+
+    check_step_separator(separated("\n"))
+    check_step_separator(separated("<extra_0>"))
+    with pytest.raises(EngineError, match=r"^one_pass.step_separator='two words': .* 2 tokens"):
+        check_step_separator(separated("two words"))
 
 
 async def test_a_path_is_laid_out_prefilled_once_and_scored_in_one_step() -> None:

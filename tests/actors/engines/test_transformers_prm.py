@@ -20,11 +20,13 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
-from actors.config import TransformersPRMConfig  # noqa: E402
-from actors.engines.base import EngineError, StepScoringEngine, StepValues  # noqa: E402
-from actors.engines.factory import build_engine  # noqa: E402
+from actors.config import OnePassSettings, ScorerConfig, TransformersPRMConfig  # noqa: E402
+from actors.engines.base import StepScoringEngine, StepValues  # noqa: E402
+from actors.engines.factory import build_engine, check_step_separator  # noqa: E402
 from actors.engines.step_layout import SeparatorError, layout  # noqa: E402
 from actors.engines.transformers_prm import TransformersPRMEngine  # noqa: E402
+from actors.errors import EngineError  # noqa: E402
+from search.scorer_kinds import ONE_PASS  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -160,9 +162,15 @@ def test_check_model_names_the_field_and_the_problem(tmp_path: Path) -> None:
 
 
 def test_a_separator_of_two_tokens_is_refused(checkpoint: Path) -> None:
-    config = TransformersPRMConfig(model=str(checkpoint))
-    config.check_step_separator("\n")  # one token: fine
-    with pytest.raises(ValueError, match=r"^the step separator 'ки' is 2 tokens"):
-        config.check_step_separator("ки")  # Math-Shepherd's step tag: 2 tokens in SmolLM2
-    with pytest.raises(SeparatorError):
+    def scorer(separator: str) -> ScorerConfig:
+        return ScorerConfig(
+            kind=ONE_PASS,
+            engine=TransformersPRMConfig(model=str(checkpoint)),
+            one_pass=OnePassSettings(step_separator=separator),
+        )
+
+    check_step_separator(scorer("\n"))  # one token: fine
+    with pytest.raises(EngineError, match=r"^one_pass.step_separator='ки': the step separator"):
+        check_step_separator(scorer("ки"))  # Math-Shepherd's step tag: 2 tokens in SmolLM2
+    with pytest.raises(SeparatorError):  # the same check when the engine loads
         TransformersPRMEngine(str(checkpoint), step_separator="ки")

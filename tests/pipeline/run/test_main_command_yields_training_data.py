@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
 import yaml
 
 from actors.grading import answers_match
@@ -38,6 +39,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 SLICE_PROBLEMS = 3  # the first problems of the default source (arith/0/0..2)
 
 
+@pytest.mark.integration
 def test_llamacpp_sampling_with_a_seed_is_reproducible() -> None:
     from actors.engines.base import Sampling
     from actors.engines.llamacpp import LlamaCppEngine
@@ -65,6 +67,7 @@ def test_llamacpp_sampling_with_a_seed_is_reproducible() -> None:
     assert (first_a, first_b) == (again_a, again_b)
 
 
+@pytest.mark.e2e
 def test_main_config_on_a_slice_writes_sft_rows_and_dpo_pairs(
     ray_cluster: None, tmp_path: Path
 ) -> None:

@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from actors.config import ScorerConfig, SleepConfig
-from actors.engines.base import EngineError
+from actors.engines.step_layout import Tokenize
+from actors.errors import EngineError
 from jobs.exits import BAD_INPUT, guarded
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.errors import InputError
@@ -35,19 +36,24 @@ from tests.tiny_run import REPO, local_prm_config
 VOCABULARY = {"\n": 1, "<extra_0>": 2, "step": 3}
 
 
+def three_words(config: FolderPRMConfig) -> Tokenize:
+    """The test model's tokenizer: a text of its vocabulary is one token, any other text
+    one token per character."""
+    return lambda text: [VOCABULARY[text]] if text in VOCABULARY else [0] * len(text)
+
+
 class FolderPRMConfig(SleepConfig):
     """A one-pass PRM engine config whose model is a local checkpoint folder."""
 
     scores_steps: ClassVar[bool] = True
+    vocabulary: ClassVar[str | None] = f"{__name__}:three_words"
 
     def check_model(self) -> str | None:
         if not Path(self.model).is_dir():
-            raise EngineError(f"engine.model: {self.model} is not a checkpoint folder here")
+            raise EngineError(
+                f"engine.model: {self.model} is not a checkpoint folder here", field="engine.model"
+            )
         return None
-
-    def check_step_separator(self, separator: str) -> None:
-        if separator not in VOCABULARY:
-            raise ValueError(f"{separator!r} is not one token of this model's vocabulary")
 
 
 def _config(tmp_path: Path, model: Path, separator: str) -> RunConfig:
@@ -93,8 +99,8 @@ def test_a_separator_of_several_tokens_exits_2_naming_the_field(
     status, err = _exit(config, capsys)
     assert status == BAD_INPUT
     assert err == (
-        "error: scorer.one_pass.step_separator='\\n\\n': '\\n\\n' is not one token of "
-        "this model's vocabulary\n"
+        "error: scorer.one_pass.step_separator='\\n\\n': the step separator '\\n\\n' is 2 "
+        "tokens in this model's vocabulary ([0, 0]); it must be exactly one\n"
     )
     assert not (tmp_path / "out").exists()  # nothing written
     with pytest.raises(InputError, match=r"^scorer\.one_pass\.step_separator="):

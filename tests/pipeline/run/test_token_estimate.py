@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
+from actors.scorer_kinds import SCORER_KINDS
 from pipeline.config import RunConfig, parse_run_config
-from pipeline.run.token_estimate import (
-    SCORER_TOKENS_PER_POLICY_TOKEN,
-    Committed,
-    estimate_tokens,
-    token_rows,
-)
+from pipeline.run.token_estimate import Committed, estimate_tokens, token_rows
+from search.scorer_kinds import GENPRM, ONE_PASS
 
 
 def _config(**cost: float) -> RunConfig:
@@ -23,7 +20,7 @@ def _config(**cost: float) -> RunConfig:
 
 def test_a_new_run_bounds_policy_output_by_b_and_puts_the_scorer_outside_it() -> None:
     estimate = estimate_tokens(_config(), 10, Committed())
-    ratio, _ = SCORER_TOKENS_PER_POLICY_TOKEN["genprm"]
+    ratio = SCORER_KINDS[GENPRM].tokens_per_policy_token
     assert estimate.policy_output_max == 10_000
     assert estimate.scorer == round(10_000 * ratio) and not estimate.scorer_in_budget
     assert estimate.policy_input is None  # no measured ratio: not guessed
@@ -54,8 +51,8 @@ def test_a_one_pass_scorer_has_its_own_measured_ratio() -> None:
         update={"scorer": ScorerConfig(kind="one_pass", engine=StepConfig())}
     )
     estimate = estimate_tokens(config, 10, Committed())
-    ratio, _ = SCORER_TOKENS_PER_POLICY_TOKEN["one_pass"]
-    assert 1 < ratio < SCORER_TOKENS_PER_POLICY_TOKEN["genprm"][0]
+    ratio = SCORER_KINDS[ONE_PASS].tokens_per_policy_token
+    assert 1 < ratio < SCORER_KINDS[GENPRM].tokens_per_policy_token
     assert estimate.scorer == round(10_000 * ratio)
     assert "one_pass: ~3.6 per policy output token" in estimate.rests_on
     assert "measured with BG-MCTS" in estimate.rests_on

