@@ -82,7 +82,13 @@ def rehearsal_cluster(*, dashboard: bool = True) -> Iterator[Rehearsal]:
         "include_dashboard": dashboard,
     }
     if dashboard:
-        head_args |= {"dashboard_host": "127.0.0.1", "dashboard_port": port}
+        # the job agent's port too: the default (52365) is taken when another test's
+        # cluster with a dashboard runs beside this one
+        head_args |= {
+            "dashboard_host": "127.0.0.1",
+            "dashboard_port": port,
+            "dashboard_agent_listen_port": free_port(),
+        }
     cluster = Cluster(initialize_head=True, head_node_args=head_args)
     try:
         nodes = {}

@@ -94,6 +94,10 @@ def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
             "127.0.0.1",
             "--dashboard-port",
             str(dashboard_port),
+            # not the default 52365: a cluster of another test running beside this one
+            # holds it, and the job agent that cannot bind it never comes up
+            "--dashboard-agent-listen-port",
+            str(_free_port()),
             "--temp-dir",
             temp_dir,
         ],
