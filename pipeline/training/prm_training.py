@@ -56,11 +56,6 @@ class PrmTraining:
     log_every: int = 5
 
 
-def train_prm(args: PrmTraining) -> None:
-    """Train, print progress and save the checkpoint; raises InputError for bad settings."""
-    _train(args)
-
-
 def _check_arguments(args: PrmTraining) -> None:
     from pipeline.errors import InputError
 
@@ -95,7 +90,8 @@ def _read_runs(runs: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
     return read
 
 
-def _train(args: PrmTraining) -> None:
+def train_prm(args: PrmTraining) -> None:
+    """Train, print progress and save the checkpoint; raises InputError for bad settings."""
     from pipeline.errors import InputError
     from pipeline.training import prm_data, prm_trainer
 
