@@ -41,8 +41,9 @@ typecheck: $(STAMP)
 
 # The test tiers (tests/conftest.py, docs/testing.md), on both cores: pytest-xdist sends
 # whole files to its workers, so a file's module fixtures (a run, a Serve deployment) are
-# built once, and each worker keeps one local Ray cluster for the files it runs.
-PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+# built once, and each worker keeps one local Ray cluster for the files it runs. Files go
+# out in the order tests/conftest.py sorts them (the longest, end-to-end ones first).
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder
 # Line coverage (coverage.py through pytest-cov) with COV=1: the fast tier starts the data
 # file, the heavy tiers add to it, and the main suite's total is printed after them.
 COV ?=

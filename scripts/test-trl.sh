@@ -6,6 +6,7 @@
 #
 #   scripts/test-trl.sh            # create/refresh ./.venv-trl, build a run, run tests/trl
 #   scripts/test-trl.sh -k sft     # extra arguments go to pytest
+#   scripts/test-trl.sh --prepare  # only create/refresh ./.venv-trl (CI does it early)
 #
 # Environment: PYTHON (default python3.11), TRL_VENV (default .venv-trl).
 set -euo pipefail
@@ -31,10 +32,11 @@ if [ ! -f "$STAMP" ]; then
     "$VENV/bin/python" -m pip install --quiet --no-deps -e .
     touch "$STAMP"
 fi
+[ "${1:-}" = "--prepare" ] && exit 0
 
 RUN_ROOT=$(mktemp -d)
 trap 'rm -rf "$RUN_ROOT"' EXIT
 RUN_DIR=$(.venv/bin/python -m tests.trl.build_run "$RUN_ROOT" | tail -n 1)
 # Two workers, whole files each: the self-improvement loop (minutes) beside the trainers.
-BGMCTS_TRL_RUN_DIR="$RUN_DIR" "$VENV/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+BGMCTS_TRL_RUN_DIR="$RUN_DIR" "$VENV/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder \
     --durations=10 tests/trl "$@"

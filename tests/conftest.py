@@ -116,6 +116,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if tier in needs:
                 item.add_marker(getattr(pytest.mark, tier))
                 break
+    heaviest_files_first(items)
+
+
+def tier_rank(item: pytest.Item) -> int:
+    """0 for an e2e test, 1 for an integration test, 2 for a fast one."""
+    for rank, tier in enumerate(reversed(TIERS)):
+        if item.get_closest_marker(tier):
+            return rank
+    return len(TIERS)
+
+
+def heaviest_files_first(items: list[pytest.Item]) -> None:
+    """Order whole files by the heaviest tier among their tests, e2e files first.
+
+    pytest-xdist (`--dist loadfile --no-loadscope-reorder`, Makefile) hands files to its two
+    workers in this order as each worker frees up. A minutes-long end-to-end file handed
+    out last keeps one worker busy while the other idles; handed out first, the short files
+    fill in around it (longest first is the classic rule for balancing two machines).
+    The order within a file, and among files of one tier, stays as collected."""
+    rank_of_file: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        rank_of_file[path] = min(rank_of_file.get(path, len(TIERS)), tier_rank(item))
+    items.sort(key=lambda item: rank_of_file[item.nodeid.split("::", 1)[0]])
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

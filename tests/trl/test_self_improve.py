@@ -24,6 +24,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# A whole pipeline loop: the e2e tier, so pytest-xdist starts it first (tests/conftest.py).
+pytestmark = pytest.mark.e2e
+
 MAIN_PYTHON = Path(os.environ.get("BGMCTS_MAIN_PYTHON", REPO / ".venv" / "bin" / "python"))
 
 
