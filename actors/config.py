@@ -262,6 +262,18 @@ class SleepConfig(_Engine):
     seed: int = Field(0, description="seeds which completions answer (with the request's seed)")
 
 
+# The continuous-batching curve's fields that both model-free load engines (the policy's and
+# the one-pass PRM's) share: one definition each, so the two cannot drift apart.
+PrefillRate = Annotated[float, Field(gt=0, description="uncached prompt tokens/s")]
+MaxSeqs = Annotated[int, Field(ge=1, description="sequences in the batch at most; others queue")]
+CacheTokens = Annotated[int, Field(ge=0, description="LRU prefix cache size in tokens")]
+BlockTokens = Annotated[int, Field(ge=1, description="prefix cache block size in tokens")]
+TimeScale = Annotated[
+    float,
+    Field(gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"),
+]
+
+
 class LoadModelConfig(_Engine):
     """No model: a continuous-batching engine's timing (actors/engines/load_model.py).
 
@@ -285,13 +297,11 @@ class LoadModelConfig(_Engine):
         description="extra decode step time per context token the batch holds (attention "
         "reading the KV cache); 0: folded into decode_per_seq_ms, as the public figures are",
     )
-    prefill_tokens_per_s: float = Field(24_000.0, gt=0, description="uncached prompt tokens/s")
-    max_seqs: int = Field(256, ge=1, description="sequences in the batch at most; others queue")
-    cache_tokens: int = Field(400_000, ge=0, description="LRU prefix cache size in tokens")
-    block_tokens: int = Field(16, ge=1, description="prefix cache block size in tokens")
-    time_scale: float = Field(
-        1.0, gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"
-    )
+    prefill_tokens_per_s: PrefillRate = 24_000.0
+    max_seqs: MaxSeqs = 256
+    cache_tokens: CacheTokens = 400_000
+    block_tokens: BlockTokens = 16
+    time_scale: TimeScale = 1.0
     output_tokens: int = Field(16, ge=1, description="tokens per completion (max_tokens caps)")
     output_tokens_max: int | None = Field(
         None,
@@ -422,13 +432,11 @@ class LoadModelPRMConfig(_Engine):
     decode_per_context_token_ns: float = Field(
         0.0, ge=0, description="extra step time per context token the batch holds"
     )
-    prefill_tokens_per_s: float = Field(24_000.0, gt=0, description="uncached prompt tokens/s")
-    max_seqs: int = Field(256, ge=1, description="sequences in the batch at most; others queue")
-    cache_tokens: int = Field(400_000, ge=0, description="LRU prefix cache size in tokens")
-    block_tokens: int = Field(16, ge=1, description="prefix cache block size in tokens")
-    time_scale: float = Field(
-        1.0, gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"
-    )
+    prefill_tokens_per_s: PrefillRate = 24_000.0
+    max_seqs: MaxSeqs = 256
+    cache_tokens: CacheTokens = 400_000
+    block_tokens: BlockTokens = 16
+    time_scale: TimeScale = 1.0
     context_length: int = Field(
         4096, ge=256, description="the longest path scored; a longer one is an error value"
     )

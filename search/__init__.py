@@ -4,42 +4,27 @@ No Ray, no HTTP, no file I/O lives here, so every algorithm is testable in
 milliseconds against the scripted policy and scorer.
 """
 
+from search import protocols
 from search.algorithms import Expansion, SearchAlgorithm, make_algorithm
 from search.answers import extract_boxed, is_answered
 from search.budget import Budget, BudgetViolation, TokenWeights
 from search.config import ALGORITHMS, AnswerRule, NodeUnit, SearchConfig, parse_search_config
 from search.driver import SearchResult, TracePoint, derive_seed, run_search, trace_rows
-from search.protocols import (
-    FinishReason,
-    Generation,
-    GenerationRequest,
-    Policy,
-    Score,
-    Scorer,
-    ScoreRequest,
-    TokenCounts,
-)
+from search.protocols import *  # noqa: F403  (the engine contract: protocols.__all__)
 from search.tree import Node, Tree
 
 __all__ = [
+    *protocols.__all__,
     "ALGORITHMS",
     "AnswerRule",
     "Budget",
     "BudgetViolation",
     "Expansion",
-    "FinishReason",
-    "Generation",
-    "GenerationRequest",
     "Node",
     "NodeUnit",
-    "Policy",
-    "Score",
-    "ScoreRequest",
-    "Scorer",
     "SearchAlgorithm",
     "SearchConfig",
     "SearchResult",
-    "TokenCounts",
     "TokenWeights",
     "TracePoint",
     "Tree",

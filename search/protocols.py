@@ -13,6 +13,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+# What the package re-exports (search/__init__.py): the contract between search and engines.
+__all__ = [
+    "FinishReason",
+    "Generation",
+    "GenerationRequest",
+    "Policy",
+    "Score",
+    "ScoreRequest",
+    "Scorer",
+    "TokenCounts",
+]
+
 
 class FinishReason(enum.StrEnum):
     """How one generated choice ended.
