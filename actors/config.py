@@ -112,17 +112,25 @@ class LlamaCppConfig(_Engine):
         return None
 
 
-class VLLMConfig(_Engine):
-    """vLLM's async engine in the replica (GPU production)."""
+class _InProcessVLLMConfig(_Engine):
+    """What both in-process vLLM engines take (`actors.engines.vllm_engine.InProcessVLLM`):
+    the model, how vLLM starts, and any further `AsyncEngineArgs` field."""
 
-    builds: ClassVar[str] = "actors.engines.vllm_engine:VLLMEngine"
     packages: ClassVar[tuple[Package, ...]] = (Package("vllm", "'.[gpu]'"),)
 
-    kind: Literal["vllm"] = Field("vllm", description="vLLM's async engine in the replica (GPU)")
-    model: str = Field(description="Hugging Face model id or local folder")
+    model: str = Field(
+        description="Hugging Face model id or local folder; `embedded`: the embedded "
+        "SmolLM2-135M-Instruct as a model folder, written once from its GGUF (`bgmcts "
+        "embedded-model`)"
+    )
+    dtype: str = Field("auto", description="vLLM's dtype: auto (the checkpoint's), bfloat16, ...")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs one model is sharded over")
     gpu_memory_utilization: float = Field(
-        0.9, gt=0, le=1, description="share of GPU memory vLLM may take (weights and KV cache)"
+        0.9,
+        gt=0,
+        le=1,
+        description="share of GPU memory vLLM may take (weights and KV cache); on vLLM's CPU "
+        "build the KV cache is VLLM_CPU_KVCACHE_SPACE GiB instead",
     )
     max_model_len: int = Field(
         8192, ge=256, description="tokens of one sequence (prompt and completion)"
@@ -133,16 +141,30 @@ class VLLMConfig(_Engine):
     max_num_seqs: int | None = Field(
         None,
         ge=1,
-        description="vLLM's `max_num_seqs`: sequences decoded in one step (the batch); the "
-        "rest wait in vLLM's queue. null: vLLM's default, 128 for this engine in vLLM 0.32 "
-        "(docs/sizing.md)",
+        description="vLLM's `max_num_seqs`: sequences in one batch; the rest wait in vLLM's "
+        "queue. null: vLLM's default (docs/sizing.md)",
     )
     seed: int = Field(0, description="vLLM's engine seed (each request also has its own)")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="further vLLM AsyncEngineArgs fields (e.g. enforce_eager); one set by a "
+        "field here is refused",
+    )
 
     def check_model(self) -> str | None:
         """A hub id cannot be checked offline; a folder that is not here may be on the GPU
         nodes (the machine writing the config rarely has the weights): a warning."""
+        if self.model == "embedded":
+            return None
         return _folder_warning("engine.model", self.model)
+
+
+class VLLMConfig(_InProcessVLLMConfig):
+    """vLLM's async engine in the replica (GPU production)."""
+
+    builds: ClassVar[str] = "actors.engines.vllm_engine:VLLMEngine"
+
+    kind: Literal["vllm"] = Field("vllm", description="vLLM's async engine in the replica (GPU)")
 
 
 class OpenAIConfig(_Engine):
@@ -177,44 +199,17 @@ class OpenAIConfig(_Engine):
         return _folder_warning("engine.chat_template", self.chat_template)
 
 
-class VLLMPoolingConfig(_Engine):
-    """A one-pass PRM on vLLM's pooling runner in the replica (GPU production)."""
+class VLLMPoolingConfig(_InProcessVLLMConfig):
+    """A one-pass PRM on vLLM's pooling runner in the replica (GPU production); `model` is
+    a checkpoint `bgmcts train-prm` wrote (or a PRM of that layout)."""
 
     builds: ClassVar[str] = "actors.engines.vllm_pooling:VLLMPoolingEngine"
-    packages: ClassVar[tuple[Package, ...]] = (Package("vllm", "'.[gpu]'"),)
     scores_steps: ClassVar[bool] = True
     vocabulary: ClassVar[str | None] = "actors.engines.vocabulary:model_folder"
 
     kind: Literal["vllm_pooling"] = Field(
         "vllm_pooling", description="a process reward model on vLLM's pooling runner (GPU)"
     )
-    model: str = Field(description="Hugging Face model id or local folder of the PRM")
-    dtype: str = Field("auto", description="vLLM's dtype: auto (the checkpoint's), bfloat16, ...")
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one model is sharded over")
-    gpu_memory_utilization: float = Field(
-        0.9, gt=0, le=1, description="share of GPU memory vLLM may take (weights and KV cache)"
-    )
-    max_model_len: int = Field(
-        8192, ge=256, description="tokens of one scored path (prompt and every step)"
-    )
-    enable_prefix_caching: bool = Field(
-        True,
-        description="vLLM's prefix cache (vLLM 0.32 still computes every token of a "
-        "token-classification request)",
-    )
-    max_num_seqs: int | None = Field(
-        None, ge=1, description="paths scored in one batch; null: vLLM's default"
-    )
-    seed: int = Field(0, description="vLLM's engine seed")
-    engine_args: dict[str, Any] = Field(
-        default_factory=dict,
-        description="further vLLM AsyncEngineArgs fields (e.g. enforce_eager); one set by a "
-        "field here is refused",
-    )
-
-    def check_model(self) -> str | None:
-        """As `VLLMConfig`: a folder not here may be on the GPU nodes (a warning)."""
-        return _folder_warning("engine.model", self.model)
 
 
 class OpenAIPoolingConfig(_Engine):

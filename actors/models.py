@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from actors.errors import EngineError
 
@@ -37,3 +42,85 @@ def resolve_model_path(model: str) -> Path:
     if not path.is_file():
         raise EngineError(f"model file not found: {path} (engine.model in the config)")
     return path
+
+
+# The cache the embedded model's folder is written to: $BGMCTS_CACHE, else
+# $XDG_CACHE_HOME/bgmcts, else ~/.cache/bgmcts.
+CACHE_ENV = "BGMCTS_CACHE"
+_WRITTEN = ".complete"  # written last: a folder without it is a write cut short
+
+
+def cache_root() -> Path:
+    """Where the project keeps what it builds once per machine (the embedded model folder)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "bgmcts"
+
+
+def embedded_model_folder(root: Path | None = None) -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face model folder (safetensors weights, config,
+    tokenizer and chat template), for engines that load folders rather than GGUF files
+    (vLLM).  Written once from the embedded GGUF into `root` (default `cache_root()`), then
+    reused; the folder's name carries the package version, so a new GGUF gets a new folder.
+
+    The GGUF holds 4-bit (Q4_1) weights; the folder holds their exact float32 values, so
+    vLLM and llama.cpp run the same weights (llama.cpp multiplies them in 8-bit blocks,
+    vLLM in float32: their logits differ in the last digits, not their weights)."""
+    gguf = embedded_model_path()
+    version = importlib.metadata.version(EMBEDDED_PACKAGE)
+    folder = (root or cache_root()) / f"{gguf.stem}-{EMBEDDED_PACKAGE}-{version}"
+    if not (folder / _WRITTEN).is_file():
+        write_model_folder(gguf, folder)
+    return folder
+
+
+def write_model_folder(gguf: Path, folder: Path) -> None:
+    """The weights, config and tokenizer of a GGUF file as a model folder at `folder`.
+
+    Written into a temporary sibling and renamed into place, so two replicas that start at
+    once (the policy's and GenPRM's) never read a half-written folder; the one that loses
+    the race keeps the winner's.  Needs torch, transformers and gguf (vLLM's own
+    dependencies; the project's `prm` extra)."""
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise EngineError(
+            f"writing the model folder {folder} from {gguf.name} needs torch, transformers "
+            f"and gguf (pip install '.[prm]'): {exc}"
+        ) from exc
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the folder is for every replica
+    try:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model: Any = AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+            )
+        except Exception as exc:  # transformers raises many types for a file it cannot read
+            raise EngineError(f"could not read the model in {gguf}: {exc}") from exc
+        # Dequantized on load, the weights are plain float32, yet the config still names the
+        # GGUF quantization: a loader would look for quantized tensors that are not there.
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.is_quantized = False
+        model.hf_quantizer = None
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / _WRITTEN).write_text(f"{gguf.name}\n")
+        try:
+            staging.rename(folder)
+        except OSError:  # another process wrote it first (or left a cut-short one)
+            if not (folder / _WRITTEN).is_file():
+                shutil.rmtree(folder, ignore_errors=True)
+                staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def resolve_model_folder(model: str) -> str:
+    """An engine's `model` as a model folder or hub id: `embedded` is the embedded model's
+    folder (`embedded_model_folder`), anything else is returned as it is."""
+    return str(embedded_model_folder()) if model == "embedded" else model

@@ -12,6 +12,8 @@
     bgmcts export-gguf CHECKPOINT --like embedded --output FILE.gguf
                                                      a fine-tuned llama checkpoint as a GGUF
                                                      the llama.cpp engine serves
+    bgmcts embedded-model                            the embedded SmolLM2 as a model folder
+                                                     for vLLM (once; its path printed)
 
 Each subcommand is also a module (`python -m jobs.synthesize` ...), which is what
 `ray job submit` runs on a cluster.
@@ -22,7 +24,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jobs import check, evaluate, export_gguf, nightly, publish, synthesize, train_prm
+from jobs import (
+    check,
+    embedded_model,
+    evaluate,
+    export_gguf,
+    nightly,
+    publish,
+    synthesize,
+    train_prm,
+)
 from jobs.exits import OK, add_verbose, guarded
 
 
@@ -69,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("check", check, "check a run's training rows as a trainer reads them (exit 1: dirty)"),
         ("train-prm", train_prm, "train a one-pass PRM checkpoint on runs' prm rows"),
         ("export-gguf", export_gguf, "a fine-tuned llama checkpoint as a GGUF for llama.cpp"),
+        ("embedded-model", embedded_model, "the embedded SmolLM2 as a model folder for vLLM"),
     ):
         sub = commands.add_parser(name, help=help_, description=module.__doc__)
         module.build_parser(sub)

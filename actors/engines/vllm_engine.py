@@ -48,6 +48,7 @@ from actors.engines.base import (
     TopLogprobs,
     short_name,
 )
+from actors.models import resolve_model_folder
 from search.protocols import FinishReason
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class VLLMStart(TypedDict, total=False):
     """How to start vLLM, the fields both in-process engines take (`InProcessVLLM`)."""
 
     context_length: int
+    dtype: str
     tensor_parallel_size: int
     gpu_memory_utilization: float
     seed: int
@@ -74,6 +76,7 @@ def start_fields(config: VLLMConfig | VLLMPoolingConfig) -> VLLMStart:
     """The `VLLMStart` fields of an `engine:` block (`kind: vllm` or `vllm_pooling`)."""
     return VLLMStart(
         context_length=config.max_model_len,
+        dtype=config.dtype,
         tensor_parallel_size=config.tensor_parallel_size,
         gpu_memory_utilization=config.gpu_memory_utilization,
         enable_prefix_caching=config.enable_prefix_caching,
@@ -86,9 +89,10 @@ class InProcessVLLM:
     """What both in-process vLLM engines share: starting vLLM, what it can hold, its own
     tokenizer and chat template, and shutting it down.
 
-    `model` is a model folder or id.  `engine_args` passes any further `AsyncEngineArgs`
-    field (e.g. `dtype`, `enforce_eager`); one that an argument here already sets is
-    refused (`vllm_engine_args`).  Starting the engine loads the model and may take a
+    `model` is a model folder or id (`embedded`: the embedded SmolLM2's folder, written on
+    first use, `actors.models.embedded_model_folder`).  `engine_args` passes any further
+    `AsyncEngineArgs` field (e.g. `enforce_eager`); one that an argument here already sets
+    is refused (`vllm_engine_args`).  Starting the engine loads the model and may take a
     minute; construct it once per process.
     """
 
@@ -100,6 +104,7 @@ class InProcessVLLM:
         model: str,
         *,
         context_length: int = 4096,
+        dtype: str = "auto",
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
         seed: int = 0,
@@ -108,9 +113,11 @@ class InProcessVLLM:
         engine_args: Mapping[str, Any] | None = None,
         name: str | None = None,
     ) -> None:
+        model = resolve_model_folder(model)
         kwargs = vllm_engine_args(
             model,
             context_length=context_length,
+            dtype=dtype,
             tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,
             seed=seed,
@@ -223,7 +230,7 @@ class VLLMEngine(InProcessVLLM):
     @classmethod
     def from_config(cls, config: VLLMConfig) -> VLLMEngine:
         """From the `engine:` block of a service config (`kind: vllm`)."""
-        return cls(config.model, **start_fields(config))
+        return cls(config.model, engine_args=config.engine_args, **start_fields(config))
 
     def load(self) -> EngineLoad:
         """Slots and the prompt-token counters of this engine's requests; the scheduler's
@@ -339,6 +346,7 @@ def vllm_engine_args(
     model: str,
     *,
     context_length: int,
+    dtype: str = "auto",
     tensor_parallel_size: int,
     gpu_memory_utilization: float,
     seed: int,
@@ -357,6 +365,7 @@ def vllm_engine_args(
         "tensor_parallel_size": tensor_parallel_size,
         "gpu_memory_utilization": gpu_memory_utilization,
         "max_model_len": context_length,
+        "dtype": dtype,
         "enable_prefix_caching": enable_prefix_caching,
         "seed": seed,
     }

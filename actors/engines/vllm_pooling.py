@@ -63,17 +63,16 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
         model: str,
         *,
         step_separator: str = "\n",
-        dtype: str = "auto",
         engine_args: Mapping[str, Any] | None = None,
         **start: Unpack[VLLMStart],
     ) -> None:
         extra = dict(engine_args or {})
-        twice = sorted(set(extra) & {*POOLING_ARGS, "dtype"})
+        twice = sorted(set(extra) & set(POOLING_ARGS))
         if twice:
             raise EngineError(
                 f"engine_args: {', '.join(twice)} is set by the pooling engine; leave it out"
             )
-        super().__init__(model, engine_args={**extra, **POOLING_ARGS, "dtype": dtype}, **start)
+        super().__init__(model, engine_args={**extra, **POOLING_ARGS}, **start)
         self._pooling_params: Any = self._vllm.PoolingParams
         self.step_separator = step_separator
 
@@ -93,7 +92,6 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
         return cls(
             config.model,
             step_separator=step_separator,
-            dtype=config.dtype,
             engine_args=config.engine_args,
             **start_fields(config),
         )

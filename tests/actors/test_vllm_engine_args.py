@@ -45,6 +45,8 @@ def test_config_fields_reach_vllms_engine_args(seen: list[dict[str, Any]]) -> No
         gpu_memory_utilization=0.85,
         max_num_seqs=256,
         seed=7,
+        dtype="bfloat16",
+        engine_args={"enforce_eager": True},
     )
     engine = VLLMEngine.from_config(config)
     assert engine.name == "model" and engine.context_length == 16384
@@ -54,9 +56,11 @@ def test_config_fields_reach_vllms_engine_args(seen: list[dict[str, Any]]) -> No
             "tensor_parallel_size": 1,
             "gpu_memory_utilization": 0.85,
             "max_model_len": 16384,
+            "dtype": "bfloat16",
             "enable_prefix_caching": True,
             "seed": 7,
             "max_num_seqs": 256,
+            "enforce_eager": True,
         }
     ]
 
@@ -64,8 +68,8 @@ def test_config_fields_reach_vllms_engine_args(seen: list[dict[str, Any]]) -> No
 def test_no_max_num_seqs_leaves_vllms_default(seen: list[dict[str, Any]]) -> None:
     VLLMEngine.from_config(VLLMConfig(model="org/model"))
     assert "max_num_seqs" not in seen[0]
-    VLLMEngine("org/model", engine_args={"max_num_seqs": 16, "dtype": "float32"})
-    assert (seen[1]["max_num_seqs"], seen[1]["dtype"]) == (16, "float32")
+    VLLMEngine("org/model", engine_args={"max_num_seqs": 16, "enforce_eager": True})
+    assert (seen[1]["max_num_seqs"], seen[1]["enforce_eager"]) == (16, True)
 
 
 def test_a_key_set_twice_is_refused(seen: list[dict[str, Any]]) -> None:

@@ -40,38 +40,44 @@ def _one_torch_thread() -> Any:
     torch.set_num_threads(threads)
 
 
-def _base_model() -> Any:
-    """SmolLM2-135M-Instruct as float32 weights, from the GGUF the package ships."""
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    """The base model and its Hugging Face folder, written by `bgmcts embedded-model`."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from actors.models import embedded_model_path
-
-    gguf = embedded_model_path()
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-    )
-    # dequantized on load, yet flagged as quantized: plain weights for save_pretrained
-    model.is_quantized = False
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    return model
+    root = tmp_path_factory.mktemp("cache")
+    assert cli.main(["embedded-model", "--root", str(root)]) == 0
+    (folder,) = root.iterdir()
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), folder
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
-    """The base model and its Hugging Face checkpoint folder (model and tokenizer)."""
-    from transformers import AutoTokenizer
+def test_the_embedded_model_folder_holds_the_ggufs_weights_and_is_written_once(
+    base: tuple[Any, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The folder's weights are the GGUF's, dequantized (what vLLM is given); the config
+    names no quantization; a second call finds the folder and writes nothing; a folder cut
+    short (no completion mark) is written again."""
+    import torch
 
-    from actors.models import embedded_model_path
+    from actors.models import embedded_model_folder, embedded_model_path
 
-    folder = tmp_path_factory.mktemp("checkpoint")
-    model = _base_model()
-    model.save_pretrained(folder)
-    gguf = embedded_model_path()
-    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(folder)
-    return model, folder
+    model, folder = base
+    gguf = _load_gguf(embedded_model_path())
+    for name, tensor in gguf.state_dict().items():
+        assert torch.equal(tensor, model.state_dict()[name]), name
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config and config["dtype"] == "float32"
+    assert "<|im_start|>" in (folder / "chat_template.jinja").read_text()
+    written = (folder / "model.safetensors").stat().st_mtime_ns
+    capsys.readouterr()
+    assert cli.main(["embedded-model", "--root", str(folder.parent)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == str(folder)
+    assert (folder / "model.safetensors").stat().st_mtime_ns == written
+    (folder / ".complete").unlink()
+    assert embedded_model_folder(folder.parent) == folder
+    assert (folder / ".complete").is_file()
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no staging left
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,8 @@ async def engine(model_dir: Path) -> AsyncIterator[VLLMEngine]:
         context_length=CONTEXT,
         gpu_memory_utilization=0.3,
         max_num_seqs=16,
-        engine_args={"dtype": "float32", "enforce_eager": True},
+        dtype="float32",
+        engine_args={"enforce_eager": True},
     )
     yield engine
     await engine.close()
