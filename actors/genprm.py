@@ -100,10 +100,12 @@ class _Failed(Exception):
 class _Tokens:
     input: int = 0
     output: int = 0
+    cached: int = 0  # of `input`, read from the engine's prefix cache
 
     def add(self, completion: Completion) -> None:
         self.input += completion.input_tokens
         self.output += completion.output_tokens
+        self.cached += completion.cached_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,8 +223,8 @@ class GenPRMScorer:
                     request.problem, conversation, step, tokens
                 )
         except _Failed as exc:
-            return Score(0.0, None, tokens.input, tokens.output, error=str(exc))
-        return Score(value, conversation, tokens.input, tokens.output)
+            return Score(0.0, None, tokens.input, tokens.output, str(exc), tokens.cached)
+        return Score(value, conversation, tokens.input, tokens.output, None, tokens.cached)
 
     # -------------------------------------------------------------- internals
     async def _score_step(

@@ -95,10 +95,13 @@ class OnePassScorer:
             return Score(0.0, error=f"one-pass PRM: {exc}")
         problem = _problem(result, len(steps))
         if problem is not None:
-            return Score(0.0, None, result.input_tokens, 0, error=f"one-pass PRM: {problem}")
+            return Score(
+                0.0, None, result.input_tokens, 0, f"one-pass PRM: {problem}", result.cached_tokens
+            )
         self.steps_scored += len(steps)
         value = node_value(result.values, self.settings.node_value)
-        return Score(min(max(value, 0.0), 1.0), None, result.input_tokens, 0)
+        value = min(max(value, 0.0), 1.0)
+        return Score(value, None, result.input_tokens, 0, None, result.cached_tokens)
 
     def steps(self, request: ScoreRequest) -> list[str]:
         """The steps the engine reads for `request`'s node (its whole path)."""

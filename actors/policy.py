@@ -89,7 +89,13 @@ def _generation(
         # The model began what the prompt's format puts after a solution (a few-shot
         # prompt's next "Problem:"): its solution ended as at the end of sequence.
         finish = FinishReason.EOS
-    return Generation(completion.text, completion.output_tokens, finish, completion.input_tokens)
+    return Generation(
+        completion.text,
+        completion.output_tokens,
+        finish,
+        completion.input_tokens,
+        cached_input_tokens=completion.cached_tokens,
+    )
 
 
 def _empty(completion: Completion) -> str:

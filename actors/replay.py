@@ -139,11 +139,18 @@ def score_key(request: ScoreRequest, salt: str = "") -> str:
 
 
 def encode_generations(generations: Sequence[Generation]) -> list[list[Any]]:
-    return [[g.text, g.output_tokens, g.finish.value, g.input_tokens] for g in generations]
+    return [
+        [g.text, g.output_tokens, g.finish.value, g.input_tokens, g.cached_input_tokens]
+        for g in generations
+    ]
 
 
 def decode_generations(value: list[list[Any]]) -> list[Generation]:
-    return [Generation(t, int(o), FinishReason(f), int(i)) for t, o, f, i in value]
+    """A logged request's choices; one logged before the cache count was kept has 4 fields."""
+    return [
+        Generation(t, int(o), FinishReason(f), int(i), cached_input_tokens=int(c[0] if c else 0))
+        for t, o, f, i, *c in value
+    ]
 
 
 def encode_score(score: Score, parent_context: Any) -> list[Any]:
@@ -157,18 +164,25 @@ def encode_score(score: Score, parent_context: Any) -> list[Any]:
             shape = {"tail": _canonical(context[head:]), "tuple": isinstance(context, tuple)}
     if shape is None:
         shape = {"full": _canonical(context), "tuple": isinstance(context, tuple)}
-    return [score.value, score.input_tokens, score.output_tokens, shape]
+    return [score.value, score.input_tokens, score.output_tokens, shape, score.cached_input_tokens]
 
 
 def decode_score(value: list[Any], parent_context: Any) -> Score:
-    score, input_tokens, output_tokens, shape = value
+    """A logged score; one logged before the cache count was kept has 4 fields."""
+    score, input_tokens, output_tokens, shape, *cached = value
     if "tail" in shape:
         context: Any = [*parent_context, *shape["tail"]]
     else:
         context = shape["full"]
     if shape["tuple"] and isinstance(context, list):
         context = tuple(dict(m) if isinstance(m, dict) else m for m in context)
-    return Score(float(score), context, int(input_tokens), int(output_tokens))
+    return Score(
+        float(score),
+        context,
+        int(input_tokens),
+        int(output_tokens),
+        cached_input_tokens=int(cached[0] if cached else 0),
+    )
 
 
 def _ignored(what: str, exc: BaseException | None = None) -> None:

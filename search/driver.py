@@ -375,6 +375,8 @@ class _Search:
                 input_tokens=self._prompt_tokens(plan, generations),
                 inserted_tokens=plan.inserted_tokens * len(generations),
             )
+            budget.tokens.policy_prompt_sent += sum(g.input_tokens for g in generations)
+            budget.tokens.policy_prompt_cached += sum(g.cached_input_tokens for g in generations)
             if pending is not None:
                 pending.spent += budget.used
 
@@ -404,6 +406,7 @@ class _Search:
             pending.spent -= budget.used
         for score in scores:
             budget.charge_score(input_tokens=score.input_tokens, output_tokens=score.output_tokens)
+            budget.tokens.prm_prompt_cached += score.cached_input_tokens
         if pending is not None:
             pending.spent += budget.used
 

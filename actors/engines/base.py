@@ -61,6 +61,7 @@ class Completion:
     stop_string: str = ""
     top_logprobs: tuple[TopLogprobs, ...] = field(default=())
     error: str | None = None
+    cached_tokens: int = 0  # of input_tokens, read from the prefix cache (0: none/unknown)
 
 
 @dataclass(frozen=True, slots=True)

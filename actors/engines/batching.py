@@ -220,8 +220,9 @@ class ContinuousBatcher:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    async def run(self, prompt: Sequence[str], output: Sequence[str], decode_steps: int) -> None:
-        """Wait until a request with this prompt and `decode_steps` tokens has been served."""
+    async def run(self, prompt: Sequence[str], output: Sequence[str], decode_steps: int) -> int:
+        """Wait until a request with this prompt and `decode_steps` tokens has been served;
+        the prompt tokens its prefix cache served (what was not computed)."""
         loop = asyncio.get_running_loop()
         sequence = _Sequence(
             decode_steps=max(decode_steps, 1),
@@ -240,6 +241,7 @@ class ContinuousBatcher:
         assert self._wake is not None
         self._wake.set()
         await sequence.done
+        return sequence.prompt_len - sequence.uncached
 
     def _admit(self) -> int:
         prefill = 0

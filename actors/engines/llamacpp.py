@@ -156,6 +156,7 @@ class LlamaCppEngine:
             input_tokens=prompt_tokens,
             stop_string=str(data.get("stopping_word", "")),
             top_logprobs=_top_logprobs(data.get("completion_probabilities") or ()),
+            cached_tokens=int(timings.get("cache_n", 0)),
         )
 
     async def render_chat(

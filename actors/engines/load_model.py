@@ -36,7 +36,7 @@ A prompt containing `slow_marker` stays `slow_factor` times as many steps in the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from actors.engines.base import Completion, EngineCapacity, EngineLoad, Sampling
@@ -120,8 +120,8 @@ class LoadModelEngine:
             return completion
         slow = self.slow_marker is not None and self.slow_marker in prompt
         steps = decode_steps_for(completion.output_tokens, self.slow_factor if slow else 1.0)
-        await self.batcher.run(words, completion.text.split(), steps)
-        return completion
+        cached = await self.batcher.run(words, completion.text.split(), steps)
+        return replace(completion, cached_tokens=cached)
 
     def ceiling(self) -> dict[str, float]:
         """The engine's own limits (simulated, i.e. at time_scale 1)."""

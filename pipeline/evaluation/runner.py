@@ -263,14 +263,7 @@ def run_services(
     import ray
     from ray import serve
 
-    from actors.serve import (
-        POLICY_APP,
-        SCORER_APP,
-        ServePolicy,
-        ServeScorer,
-        deploy_policy,
-        deploy_scorer,
-    )
+    from actors.serve import deploy_services
     from pipeline.problems.sources import load_problems
 
     loaded = load_problems(env.source)
@@ -285,10 +278,7 @@ def run_services(
         return trees, nodes, [], source_errors
     started_here = start_ray(env.ray_num_cpus)
     try:
-        deploy_policy(env.policy)
-        deploy_scorer(env.scorer)
-        policy = ServePolicy(serve.get_app_handle(POLICY_APP), env.policy)
-        scorer = ServeScorer(serve.get_app_handle(SCORER_APP), env.scorer)
+        policy, scorer = deploy_services(env.policy, env.scorer)
         failures = asyncio.run(
             _run_services_tasks(tasks, policy, scorer, env, progress, store, config.records)
         )

@@ -60,6 +60,10 @@ def rebuild_result(nodes: Sequence[Mapping[str, Any]], tree: Mapping[str, Any]) 
         inserted_prompt=int(tree["inserted_prompt_tokens"]),
         prm_input=int(tree["prm_input_tokens"]),
         prm_output=int(tree["prm_output_tokens"]),
+        # absent from runs written before engines' cache reads were counted
+        policy_prompt_sent=int(tree.get("policy_prompt_sent_tokens") or 0),
+        policy_prompt_cached=int(tree.get("policy_prompt_cached_tokens") or 0),
+        prm_prompt_cached=int(tree.get("prm_prompt_cached_tokens") or 0),
     )
     return SearchResult(
         problem=rebuilt.problem,

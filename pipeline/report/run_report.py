@@ -30,6 +30,8 @@ from pipeline.report.anytime import (
     early_stopping_methods,
 )
 from pipeline.report.curves import DPI, write_curves
+from pipeline.report.engine_reads import HEADER as READS_HEADER
+from pipeline.report.engine_reads import EngineReads, engine_reads, engine_reads_rows
 from pipeline.report.load import RunData, flatten_trace
 from pipeline.report.markdown import fraction, percentiles_markdown
 from pipeline.report.tables import prm_percentiles_table
@@ -84,6 +86,8 @@ class ReportNumbers:
     money_per_correct_node: float | None
     currency: str | None
     scored_nodes: int
+    # per engine: prompt tokens sent, served from its cache, computed, hit rate
+    engine_reads: dict[str, dict[str, Any]]
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -113,7 +117,9 @@ def report_numbers(trees: Any, nodes: Any, prices: PricesConfig | None = None) -
     if prices is not None:
         money = prices.weigh(tokens) / 1e6
     scores = trees.column("node_scores").to_pylist() if n_trees else []
+    reads = {name: r.as_dict() for name, r in engine_reads(t).items()}
     return ReportNumbers(
+        engine_reads=reads,
         trees=n_trees,
         answered_trees=answered_trees,
         answered_tree_rate=_ratio(answered_trees, n_trees),
@@ -207,6 +213,12 @@ def _num(value: float | None, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     return f"{value:,.{digits}f}"
+
+
+def _reads_rows(n: ReportNumbers) -> list[list[str]]:
+    return engine_reads_rows(
+        {name: EngineReads(r["sent"], r["cached"]) for name, r in n.engine_reads.items()}
+    )
 
 
 def _policy_input(n: ReportNumbers) -> str:
@@ -396,6 +408,10 @@ def report_markdown(
         "averaged over trees, plotted at the mean consumed tokens.",
         *(f"![{f.stem.replace('_', ' ')}]({f.name})" for f in figures),
         *_optional_sections(training, yields, scorer),
+        "## What the engines computed",
+        "Prompt tokens each engine was sent (every call's prompt), those it read from its "
+        "prefix cache, and the rest, which it computed (prefill).",
+        _md_table(READS_HEADER, _reads_rows(n)),
         "## The five longest trees (wall time)",
         _md_table(_TREE_HEADER, _tree_rows(longest)),
         "## The five shortest trees (wall time)",

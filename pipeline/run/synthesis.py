@@ -31,6 +31,8 @@ from actors.redact import install_log_redaction, redact_secrets, redact_text
 from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, OutputFullError, OutputLocationError
 from pipeline.problems.sources import check_source
+from pipeline.report.engine_reads import COLUMNS as READ_COLUMNS
+from pipeline.report.engine_reads import EngineReads, engine_reads
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
 from pipeline.run.cluster import on_head_node, quiet_ray, start_ray
 from pipeline.run.live import LiveProgress
@@ -229,7 +231,7 @@ def _synthesize(
     import ray
 
     from actors.progress import BOARD_NAME, ProgressBoard
-    from actors.serve import deploy_policy, deploy_scorer
+    from actors.serve import deploy_services
     from pipeline.run.search_actor import SearchActor  # imports Ray Serve: only when searching
     from pipeline.run.stream import problem_stream
 
@@ -246,8 +248,7 @@ def _synthesize(
         if not verbose:
             quiet_ray()
         start_ray(config.ray_num_cpus, quiet=not verbose)
-        deploy_policy(config.policy)
-        deploy_scorer(config.scorer)
+        deploy_services(config.policy, config.scorer)
         # Live counters: the search actors push to this board while their trees run.
         board_name = f"{BOARD_NAME}-{uuid.uuid4().hex[:8]}"
         board: Any = (
@@ -335,12 +336,20 @@ def _finish_run(config: RunConfig, folder: RunFolder, summary: RunSummary, start
     request_log.remove_if_empty(folder.store)
     summary.rows = folder.counts()
     summary.wall_time_s = time.perf_counter() - start
-    write_manifest(config, folder, summary=_summary_fields(summary))
+    reads = {name: r.as_dict() for name, r in _engine_reads(folder).items()}
+    write_manifest(config, folder, summary={**_summary_fields(summary), "engine_reads": reads})
     try:
         with folder.local_copy(write_back=REPORT_FILES) as run_dir:
             write_run_report(run_dir, config.prices, config.scorer.kind)
     except Exception as exc:  # the data is written; a report failure must not lose the run
         print(f"warning: the run report could not be written: {redact_text(exc)}", file=sys.stderr)
+
+
+def _engine_reads(folder: RunFolder) -> dict[str, EngineReads]:
+    """Per engine, the prompt tokens sent, read from its cache and computed over the
+    committed trees (`pipeline.report.engine_reads`)."""
+    columns = [c for pair in READ_COLUMNS.values() for c in pair]
+    return engine_reads(folder.read("trees").select(columns).to_pandas())
 
 
 def _record_board(summary: RunSummary, board: Any) -> None:

@@ -1,0 +1,101 @@
+"""What the engines computed: each engine's cache reads flow from its answer to the tree's
+counters, the trees table, the request log and the run's totals, under one definition
+(`pipeline.report.engine_reads`: computed = sent - cached)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pandas as pd  # type: ignore[import-untyped]
+import pytest
+
+from actors.config import LoadModelConfig
+from actors.engines.base import Sampling
+from actors.engines.factory import build_engine
+from actors.replay import decode_generations, decode_score, encode_generations, encode_score
+from pipeline.report.engine_reads import EngineReads, engine_reads, engine_reads_rows
+from search import parse_search_config, run_search
+from search.protocols import FinishReason, Generation, GenerationRequest, Score, ScoreRequest
+from search.scripted import ScriptedPolicy, ScriptedScorer
+
+
+class _CachingPolicy(ScriptedPolicy):
+    """The scripted policy, each choice saying its engine read 3 prompt tokens from cache."""
+
+    async def generate(self, request: GenerationRequest) -> list[Generation]:
+        choices = await super().generate(request)
+        return [replace(g, cached_input_tokens=min(3, g.input_tokens)) for g in choices]
+
+
+class _CachingScorer(ScriptedScorer):
+    """The scripted scorer, each score reading 2 of its input tokens from cache."""
+
+    async def score(self, request: ScoreRequest) -> Score:
+        return replace(await super().score(request), input_tokens=10, cached_input_tokens=2)
+
+
+def test_a_searchs_counters_add_up_every_calls_prompt_and_cache_reads() -> None:
+    config = parse_search_config({"algorithm": "bg_mcts", "step_max_tokens": 32})
+    policy, scorer = _CachingPolicy(seed=1), _CachingScorer(seed=1)
+    result = asyncio.run(run_search("What is 3+5?", config, policy, scorer, budget=300, seed=0))
+    tokens, nodes = result.tokens, len(result.tree) - 1
+    assert nodes > 1
+    # every choice is one engine call whose prompt was sent; the budget's policy_input
+    # counts one prompt per request, so the engine was sent at least that much
+    assert tokens.policy_prompt_sent >= tokens.policy_input > 0
+    assert tokens.policy_prompt_cached == 3 * nodes
+    assert (tokens.prm_input, tokens.prm_prompt_cached) == (10 * nodes, 2 * nodes)
+
+
+def test_the_request_log_keeps_the_cache_reads_and_reads_older_entries() -> None:
+    generations = [Generation("Step 1: 4", 5, FinishReason.EOS, 40, None, 32)]
+    assert decode_generations(encode_generations(generations)) == generations
+    assert decode_generations([["Step 1: 4", 5, "eos", 40]]) == [
+        Generation("Step 1: 4", 5, FinishReason.EOS, 40)
+    ]
+    score = Score(0.75, None, 60, 4, None, 48)
+    assert decode_score(encode_score(score, None), None) == score
+    assert (
+        decode_score([0.75, 60, 4, {"full": None, "tuple": False}], None).cached_input_tokens == 0
+    )
+
+
+def test_the_load_model_says_what_its_cache_served() -> None:
+    engine = build_engine(LoadModelConfig(time_scale=0.001, cache_tokens=10_000, block_tokens=4))
+    prompt = " ".join(f"w{i}" for i in range(64))
+    sampling = Sampling(max_tokens=4, temperature=0.0, seed=0, stop=())
+
+    async def twice() -> list[int]:
+        first = await engine.complete(prompt, sampling)
+        second = await engine.complete(prompt, sampling)
+        assert first.input_tokens == second.input_tokens == 64
+        return [first.cached_tokens, second.cached_tokens]
+
+    # the first prefills all; the second finds all 16 blocks cached, yet computes the last
+    # prompt token (its logits start the decoding), as vLLM does
+    assert asyncio.run(twice()) == [0, 63]
+
+
+def test_the_runs_totals_follow_one_definition_and_older_runs_read_as_zero() -> None:
+    trees = pd.DataFrame(
+        {
+            "policy_prompt_sent_tokens": [100, 300],
+            "policy_prompt_cached_tokens": [60, 200],
+            "prm_input_tokens": [50, 50],
+            "prm_prompt_cached_tokens": [None, 25],  # a part written before they were counted
+        }
+    )
+    reads = engine_reads(trees)
+    assert reads["policy"] == EngineReads(400, 260)
+    assert (reads["policy"].computed, reads["policy"].hit_rate) == (140, pytest.approx(0.65))
+    assert reads["scorer"].as_dict() == {
+        "sent": 100,
+        "cached": 25,
+        "computed": 75,
+        "hit_rate": 0.25,
+    }
+    assert engine_reads_rows(reads)[0] == ["policy", "400", "260", "140", "65.0%"]
+    old = engine_reads(pd.DataFrame({"prm_input_tokens": [7]}))
+    assert old == {"policy": EngineReads(0, 0), "scorer": EngineReads(7, 0)}
+    assert engine_reads_rows(old)[0][-1] == "–"
