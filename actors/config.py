@@ -210,6 +210,12 @@ class VLLMPoolingConfig(_InProcessVLLMConfig):
     kind: Literal["vllm_pooling"] = Field(
         "vllm_pooling", description="a process reward model on vLLM's pooling runner (GPU)"
     )
+    read_prefix_cache: bool = Field(
+        True,
+        description="score a child by computing only its new step: read its parent's path "
+        "from vLLM's prefix cache (the values equal a cold pass's); false: vLLM's default "
+        "for token classification, every token computed",
+    )
 
 
 class OpenAIPoolingConfig(_Engine):

@@ -11,11 +11,21 @@ engine:
 3. run the model: the ids give one row of class logits per token - this is the engine's
    part (`OnePassEngine._rows`);
 4. read each step's value at the separator closing it (`values_at`), as the probability
-   of a good step (`good_step_probability`);
+   of a good step (`good_step_probability`); an engine that read a prefix of the path
+   from its cache gives rows for the rest only (`SuffixValues`, below);
 5. answer an error `StepValues` for whatever failed, never raise.
 
 `OnePassEngine` does 1, 2, 4 and 5; an engine subclasses it and supplies its tokenizer
 (`_ids`, `_bos`) and its model (`_rows`).
+
+Reading the prefix cache: a child's path is its parent's path plus one step, so an engine
+with a prefix cache (vLLM) need compute only the new step; but then it returns rows for
+the uncached suffix only, and the separators of the earlier steps lie in the cached part.
+Their values are the ones this engine read when it scored the parent (the same tokens give
+the same row), so the engine keeps each separator's value, keyed by the tokens up to it,
+in a bounded LRU (`SuffixValues`).  A value it no longer holds (evicted, or first seen in
+a prefix another request cached) sends the path again without reading the cache: the
+values are always those of a cold forward pass.
 
 Why raw logits, read here, rather than the probabilities vLLM can return: vLLM picks its
 activation from the model config (softmax, sigmoid, or none for a `problem_type` of
@@ -30,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import math
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -84,11 +95,56 @@ def values_at(
 
 @dataclass(frozen=True, slots=True)
 class TokenRows:
-    """What a model gives for one laid-out path: a row of class logits per input token, and
+    """What a model gives for one laid-out path: a row of class logits per input token (or,
+    when its prefix cache served the first `cached_tokens`, per token after those), and
     how many of the tokens its prefix cache served (0: none, or not reported)."""
 
     rows: Sequence[Sequence[float]]
     cached_tokens: int = 0
+
+
+class SuffixValues:
+    """The step values an engine read, kept to fill in the steps a cached prefix holds.
+
+    Keyed by the token ids up to and including a separator (the row there depends on
+    nothing else), at most `size` of them, least recently used dropped first."""
+
+    def __init__(self, size: int = 65_536) -> None:
+        self.size = size
+        self._values: OrderedDict[tuple[int, int], float] = OrderedDict()
+
+    @staticmethod
+    def _key(ids: Sequence[int], position: int) -> tuple[int, int]:
+        return position, hash(tuple(ids[: position + 1]))
+
+    def remember(
+        self, ids: Sequence[int], positions: Sequence[int], values: Sequence[float]
+    ) -> None:
+        for position, value in zip(positions, values, strict=True):
+            key = self._key(ids, position)
+            self._values[key] = value
+            self._values.move_to_end(key)
+        while len(self._values) > self.size:
+            self._values.popitem(last=False)
+
+    def read(self, path: StepLayout, rows: TokenRows) -> tuple[float, ...] | None:
+        """Each step's value from suffix `rows` (the first `rows.cached_tokens` tokens were
+        read from the engine's cache), the cached steps' from what was remembered; None
+        when one of them was not (the caller scores the path cold)."""
+        offset = rows.cached_tokens
+        if offset + len(rows.rows) != len(path.input_ids):
+            return None  # not a suffix this engine can place: read the path cold
+        values: list[float] = []
+        for position in path.positions:
+            if position >= offset:
+                values.append(good_step_probability(rows.rows[position - offset]))
+                continue
+            key = self._key(path.input_ids, position)
+            if key not in self._values:
+                return None
+            self._values.move_to_end(key)
+            values.append(self._values[key])
+        return tuple(values)
 
 
 class OnePassEngine(ABC):
@@ -105,6 +161,7 @@ class OnePassEngine(ABC):
     context_length: int
     step_separator: str
     separator: int | None = None
+    _suffix_values: SuffixValues | None = None
     # How error messages name what answered the rows ("vLLM pooling", "/pooling").
     source: ClassVar[str]
 
@@ -119,9 +176,11 @@ class OnePassEngine(ABC):
         """The token the tokenizer puts before a text (None: it puts none)."""
 
     @abstractmethod
-    async def _rows(self, path: StepLayout) -> TokenRows | StepValues:
+    async def _rows(self, path: StepLayout, read_cache: bool = True) -> TokenRows | StepValues:
         """The model's rows for `path.input_ids`, or the error StepValues of a request the
-        model refused (an exception raised here becomes one through `_failure`)."""
+        model refused (an exception raised here becomes one through `_failure`).
+        `read_cache`: an engine with a prefix cache may read the path's prefix from it
+        (and give rows for the rest only); False: rows for every token."""
 
     def _failure(self, exc: Exception, input_tokens: int) -> StepValues:
         """The error StepValues of a path whose layout or request raised `exc`."""
@@ -150,20 +209,40 @@ class OnePassEngine(ABC):
             if refused is not None:
                 return refused
             answer = await self._rows(path)
+            values = None
+            if isinstance(answer, TokenRows) and 0 < len(answer.rows) < input_tokens:
+                values = self._suffix.read(path, answer)
+                if values is None:  # a cached step's value this engine did not keep
+                    answer = await self._rows(path, read_cache=False)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bad request must not kill the search
             return self._failure(exc, input_tokens)
         if isinstance(answer, StepValues):
             return answer
-        return values_at(
-            answer.rows, path.positions, input_tokens, answer.cached_tokens, source=self.source
-        )
+        if values is not None:
+            result = StepValues(values, input_tokens, answer.cached_tokens)
+        else:
+            result = values_at(
+                answer.rows, path.positions, input_tokens, answer.cached_tokens, source=self.source
+            )
+        if result.error is None:
+            self._suffix.remember(path.input_ids, path.positions, result.values)
+        return result
+
+    @property
+    def _suffix(self) -> SuffixValues:
+        """This engine's remembered step values (made on first use, so that the engines'
+        own constructors need not know of them)."""
+        if self._suffix_values is None:
+            self._suffix_values = SuffixValues()
+        return self._suffix_values
 
 
 __all__ = [
     "GOOD_STEP",
     "OnePassEngine",
+    "SuffixValues",
     "TokenRows",
     "good_step_probability",
     "values_at",

@@ -130,7 +130,9 @@ class OpenAIPoolingEngine(OnePassEngine):
             self._special = await self._special_prefix()
         return self._special[0] if self._special else None
 
-    async def _rows(self, path: StepLayout) -> TokenRows | StepValues:
+    async def _rows(self, path: StepLayout, read_cache: bool = True) -> TokenRows | StepValues:
+        # `read_cache` cannot be asked of the server: vLLM's /pooling endpoint keeps its
+        # default for token classification (the cache written, not read): a row per token
         input_tokens = len(path.input_ids)
         body = {
             "model": self.model,

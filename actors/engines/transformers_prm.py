@@ -205,7 +205,8 @@ class TransformersPRMEngine(OnePassEngine):
         assert self.separator is not None  # found when the engine was built
         return layout(self._encode, prompt, steps, self.separator, self.bos)
 
-    async def _rows(self, path: StepLayout) -> TokenRows | StepValues:
+    async def _rows(self, path: StepLayout, read_cache: bool = True) -> TokenRows | StepValues:
+        # no prefix cache here: every row is computed, `read_cache` or not
         """The path waits for a padded forward with the paths that arrive in its window."""
         loop = asyncio.get_running_loop()
         request = _Request(path, loop.create_future())

