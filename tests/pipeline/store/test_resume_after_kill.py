@@ -45,8 +45,8 @@ def _write_config(tmp_path: Path, scorer: dict[str, Any] | None) -> Path:
     return path
 
 
-def _job(config: Path) -> subprocess.Popen[bytes]:
-    return start_synthesize_job(config)
+def _job(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    return start_synthesize_job(config, stderr=log.open("wb"))
 
 
 @pytest.mark.parametrize("kind", ["genprm", "one_pass"])
@@ -56,7 +56,7 @@ def test_killed_job_resumes_without_duplicates(
     scorer = None if kind == "genprm" else one_pass_scorer(request.getfixturevalue("tiny_prm"))
     config = _write_config(tmp_path, scorer)
     run_dir = tmp_path / "out" / "run=killed"
-    job = _job(config)
+    job = _job(config, tmp_path / "killed.log")
     try:
         deadline = time.monotonic() + 300
         while not any((run_dir / "trees").glob("part-*.parquet")):
@@ -69,8 +69,8 @@ def test_killed_job_resumes_without_duplicates(
     before = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
     assert 0 < len(before) < 8, "the kill must land midway"
 
-    rerun = _job(config)
-    assert rerun.wait(timeout=600) == 0
+    rerun = _job(config, tmp_path / "rerun.log")
+    assert rerun.wait(timeout=600) == 0, (tmp_path / "rerun.log").read_text()[-3000:]
     trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
     assert Counter(trees) == Counter(f"p{i}" for i in range(8))  # each exactly once
     nodes = RunFolder.open(tmp_path / "out", "killed").read("nodes")
