@@ -442,6 +442,12 @@ class LoadModelPRMConfig(_Engine):
         4096, ge=256, description="the longest path scored; a longer one is an error value"
     )
     seed: int = Field(0, description="seeds the step values (a hash of the path)")
+    read_prefix_cache: bool = Field(
+        True,
+        description="a path's cached prefix is not computed again (`vllm_pooling` reading "
+        "vLLM's cache); false: every path computed whole (vLLM's default for token "
+        "classification)",
+    )
 
 
 def _folder_warning(field: str, folder: str) -> str | None:

@@ -21,11 +21,17 @@ dequantized to float32; each samples with its own random streams (same seeds, di
 generators), so the trees differ from the first sampled token on and the table compares
 distributions, not trees.  `--quick`: 4 problems at B=100 (a smoke test, not a measurement).
 
+Then the cost at a GPU's shape, simulated (`benchmarks.scorer_value.gpu_hour`: the load
+model's H100 curve, policy and PRM on one GPU, BG-MCTS at B=10,000): trees, hence training
+rows, per GPU-hour with the one-pass PRM over GenPRM, once as vLLM serves it stock (the
+prefix cache written for token classification, never read: every path computed whole) and
+once reading it, as `vllm_pooling` now asks (each scorer at its best of the settings).
+
 Last lines (on the vLLM runs; hit rate = cached / sent, over each engine's prompts):
 `vllm_run_trees=`, `vllm_dirty_rows=`, `vllm_one_pass_dirty_rows=`,
 `policy_prefix_hit_rate=`, `scorer_prefix_hit_rate=` (the one-pass run's scorer),
 `one_pass_computed_per_policy_token=` (the one-pass scorer's computed prefill per policy
-output token).
+output token), `rows_per_gpu_hour_ratio_stock=`, `rows_per_gpu_hour_ratio_prefix_read=`.
 """
 
 from __future__ import annotations
@@ -38,10 +44,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.scorer_value.gpu_hour import QUICK_SETTINGS, SETTINGS, run_gpu_hour
 from benchmarks.support.commands import REPO, run_module
 from benchmarks.support.synthesis import base_config, edited, open_run, write_config
 from pipeline.config import RunConfig
 from pipeline.report.engine_reads import EngineReads, engine_reads
+from search.scorer_kinds import GENPRM, ONE_PASS, ScorerKindName
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 
@@ -166,6 +174,28 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def gpu_hour_ratios(quick: bool) -> tuple[float, float]:
+    """One-pass over GenPRM trees per simulated GPU-hour, the cache not read and read
+    (each variant at its best setting); prints the table of every setting."""
+    best: dict[str, float] = {}
+    print("| scorer | prefix cache | trees in flight x expansions | trees per GPU-hour | hit |")
+    print("|---|---|---|---|---|")
+    for setting in QUICK_SETTINGS if quick else SETTINGS:
+        variants: tuple[tuple[str, ScorerKindName, bool], ...] = (
+            ("genprm", GENPRM, True),
+            ("one_pass stock", ONE_PASS, False),
+            ("one_pass read", ONE_PASS, True),
+        )
+        for name, scorer, read in variants:
+            result = run_gpu_hour(scorer, setting, read_prefix_cache=read)
+            rate = float(result["trees_per_gpu_hour"])
+            best[name] = max(best.get(name, 0.0), rate)
+            cache = "read" if read else "written, not read"
+            shape = f"{setting.trees} x {setting.inflight}"
+            print(f"| {scorer} | {cache} | {shape} | {rate:,.0f} | {result['hit']:.2f} |")
+    return best["one_pass stock"] / best["genprm"], best["one_pass read"] / best["genprm"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     work: Path = args.work_dir
@@ -205,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"policy_prefix_hit_rate={vllm['reads']['policy'].hit_rate or 0.0:.4f}")
     print(f"scorer_prefix_hit_rate={scorer.hit_rate or 0.0:.4f}")
     computed = scorer.computed / one_pass["policy output"] if one_pass["policy output"] else 0.0
+    stock, read = gpu_hour_ratios(args.quick)
     print(f"one_pass_computed_per_policy_token={computed:.4f}")
+    print(f"rows_per_gpu_hour_ratio_stock={stock:.4f}")
+    print(f"rows_per_gpu_hour_ratio_prefix_read={read:.4f}")
     return 0
 
 

@@ -162,6 +162,7 @@ class _Sequence:
     keys_after: list[int]  # prompt + output blocks, cached when the sequence finishes
     done: asyncio.Future[None]
     uncached: int = 0
+    read_cache: bool = True  # False: its prompt is computed whole (and still cached)
 
     @property
     def kv_tokens(self) -> int:
@@ -220,9 +221,18 @@ class ContinuousBatcher:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    async def run(self, prompt: Sequence[str], output: Sequence[str], decode_steps: int) -> int:
+    async def run(
+        self,
+        prompt: Sequence[str],
+        output: Sequence[str],
+        decode_steps: int,
+        *,
+        read_cache: bool = True,
+    ) -> int:
         """Wait until a request with this prompt and `decode_steps` tokens has been served;
-        the prompt tokens its prefix cache served (what was not computed)."""
+        the prompt tokens its prefix cache served (what was not computed).  `read_cache`
+        False: the prompt is computed whole and written to the cache (vLLM's default for
+        a token-classification request)."""
         loop = asyncio.get_running_loop()
         sequence = _Sequence(
             decode_steps=max(decode_steps, 1),
@@ -230,6 +240,7 @@ class ContinuousBatcher:
             prompt_len=len(prompt),
             keys_after=self.cache.keys([*prompt, *output]),
             done=loop.create_future(),
+            read_cache=read_cache,
         )
         self.stats.requests += 1
         if self.stats.first_arrival is None:
@@ -252,6 +263,7 @@ class ContinuousBatcher:
             # The prefix is looked up when the sequence is admitted (as vLLM's scheduler
             # does): a sibling admitted after its twin finds the prompt the twin prefilled.
             hit = cache.cached_blocks(sequence.prompt_keys) * cache.block_tokens
+            hit = hit if sequence.read_cache else 0
             # Even a fully cached prompt computes its last token (that gives the first logits).
             uncached = max(sequence.prompt_len - hit, 1)
             over = capacity and self._running_kv + uncached + sequence.kv_tokens > capacity

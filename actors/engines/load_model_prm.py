@@ -8,7 +8,9 @@ the prefix cache does not hold are prefilled at `prefill_tokens_per_s`, and one 
 step reads the values at the separators; nothing is decoded.  The batcher
 (`actors.engines.batching.ContinuousBatcher`) is the load model's: the same curve, LRU
 prefix cache and `max_seqs`, so a child whose parent was scored pays only for its own
-step, as on vLLM with automatic prefix caching.  Passing the batcher of a
+step, as on vLLM with automatic prefix caching and the cache read (`vllm_pooling`'s
+`read_prefix_cache`; `read_prefix_cache=False` is vLLM's default for token
+classification: the cache written, never read, every path computed whole).  Passing the batcher of a
 `LoadModelEngine` puts a policy and its PRM on one simulated GPU.
 
 Tokens are whitespace words (as the sleep and load-model engines count them), each
@@ -55,6 +57,7 @@ class LoadModelPRMEngine:
         separator: str = "\n",
         seed: int = 0,
         name: str = "load-model-prm",
+        read_prefix_cache: bool = True,
     ) -> None:
         if batcher is None:
             if curve is None:
@@ -65,6 +68,7 @@ class LoadModelPRMEngine:
         self.separator = separator
         self.seed = seed
         self.name = name
+        self.read_prefix_cache = read_prefix_cache
         self._vocabulary: dict[str, int] = {}
         # refused here, as every one-pass engine refuses it when it loads
         self.separator_token = separator_id(self._ids, separator)
@@ -93,7 +97,9 @@ class LoadModelPRMEngine:
         # Looked up on arrival (the batcher looks again on admission, which a sibling
         # prefilled meanwhile can only raise); a fully cached path still computes a token.
         hit = cache.cached_blocks(cache.keys(tokens)) * cache.block_tokens
-        await self.batcher.run(tokens, (), 1)  # prefill what is not cached, one forward step
+        hit = hit if self.read_prefix_cache else 0
+        # prefill what is not cached (all of it when the cache is not read), one forward step
+        await self.batcher.run(tokens, (), 1, read_cache=self.read_prefix_cache)
         return StepValues(self._values(prompt, steps), len(ids), min(hit, len(ids) - 1))
 
     def _values(self, prompt: str, steps: Sequence[str]) -> tuple[float, ...]:

@@ -107,7 +107,9 @@ SETTINGS = (GpuHourSetting(64, 4), GpuHourSetting(128, 8), GpuHourSetting(256, 8
 QUICK_SETTINGS = (GpuHourSetting(64, 4),)
 
 
-def _engines(scorer: Scorer, curve: EngineCurve) -> tuple[EnginePolicy, Any, ContinuousBatcher]:
+def _engines(
+    scorer: Scorer, curve: EngineCurve, read_prefix_cache: bool = True
+) -> tuple[EnginePolicy, Any, ContinuousBatcher]:
     batcher = ContinuousBatcher(curve, PrefixCache(CACHE_TOKENS, 16), 1.0)
 
     def engine(name: str, lengths: tuple[int, int], seed: int) -> LoadModelEngine:
@@ -123,7 +125,12 @@ def _engines(scorer: Scorer, curve: EngineCurve) -> tuple[EnginePolicy, Any, Con
             GenPRMScorer(engine(GENPRM, ANALYSIS, 2), max_analysis_tokens=ANALYSIS[1]),
             batcher,
         )
-    prm = LoadModelPRMEngine(batcher=batcher, context_length=32_768, name="one-pass-prm")
+    prm = LoadModelPRMEngine(
+        batcher=batcher,
+        context_length=32_768,
+        name="one-pass-prm",
+        read_prefix_cache=read_prefix_cache,
+    )
     return policy, OnePassStandIn(prm), batcher
 
 
@@ -140,9 +147,14 @@ def _counters(batcher: ContinuousBatcher) -> dict[str, float]:
 
 
 async def _run(
-    scorer: Scorer, setting: GpuHourSetting, warm_s: float, window_s: float, curve: EngineCurve
+    scorer: Scorer,
+    setting: GpuHourSetting,
+    warm_s: float,
+    window_s: float,
+    curve: EngineCurve,
+    read_prefix_cache: bool,
 ) -> dict[str, Any]:
-    policy, prm, batcher = _engines(scorer, curve)
+    policy, prm, batcher = _engines(scorer, curve, read_prefix_cache)
     counted = CountedPolicy(policy)
     config = parse_search_config(
         {
@@ -195,11 +207,16 @@ def run_gpu_hour(
     warm_s: float = 300.0,
     window_s: float = 600.0,
     curve: EngineCurve = H100,
+    read_prefix_cache: bool = True,
 ) -> dict[str, Any]:
-    """One scorer at one setting, on a virtual clock (simulated seconds, no wall time)."""
+    """One scorer at one setting, on a virtual clock (simulated seconds, no wall time);
+    `read_prefix_cache` False: the one-pass PRM computes every path whole (the cache
+    written but never read, stock vLLM's default for token classification)."""
     loop = VirtualClockLoop()
     try:
-        return loop.run_until_complete(_run(scorer, setting, warm_s, window_s, curve))
+        return loop.run_until_complete(
+            _run(scorer, setting, warm_s, window_s, curve, read_prefix_cache)
+        )
     finally:
         rest = asyncio.all_tasks(loop)  # the batcher's loop, idle by now
         for task in rest:

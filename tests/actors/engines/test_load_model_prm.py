@@ -100,3 +100,23 @@ async def test_a_policy_and_its_prm_can_share_one_batcher() -> None:
     assert batcher.stats.requests == 2 and batcher.stats.max_running == 2
     with pytest.raises(ValueError, match="curve or a batcher"):
         LoadModelPRMEngine()
+
+
+@pytest.mark.parametrize("read", [True, False])
+async def test_a_childs_path_reads_its_parents_from_the_cache_only_when_asked(read: bool) -> None:
+    """Reading the cache (`vllm_pooling` asks vLLM to) a child computes its own step only;
+    not reading it (stock vLLM for token classification) it computes the whole path again,
+    though the parent's path was written to the cache."""
+    prm = engine(read_prefix_cache=read)
+    prompt, parent = words(40, "p"), [words(30, "a")]
+    first = await prm.score_steps(prompt, parent)
+    prefilled = prm.batcher.stats.prefill_tokens
+    child = await prm.score_steps(prompt, [*parent, words(10, "b")])
+    computed = prm.batcher.stats.prefill_tokens - prefilled
+    assert first.cached_tokens == 0
+    if read:
+        assert child.cached_tokens == 72 and computed == child.input_tokens - 72  # 18 blocks
+    else:
+        assert child.cached_tokens == 0 and computed == child.input_tokens
+    built = build_engine(LoadModelPRMConfig(read_prefix_cache=read))
+    assert isinstance(built, LoadModelPRMEngine) and built.read_prefix_cache is read
