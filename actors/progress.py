@@ -34,6 +34,11 @@ class Counters:
     policy_input_tokens: int = 0
     prm_input_tokens: int = 0
     prm_output_tokens: int = 0
+    # what the engines read (pipeline/report/engine_reads.py): every call's prompt, and
+    # of those tokens the ones served from the engine's prefix cache
+    policy_prompt_sent: int = 0
+    policy_prompt_cached: int = 0
+    prm_prompt_cached: int = 0
     spent: float = 0.0  # cost units, with the search's cost weights
     # answered from the request log instead of the engines (actors.replay)
     replayed_requests: int = 0
@@ -112,6 +117,8 @@ class CountingPolicy:
         c.answered += sum(is_answered(g.text, g.finish, self._extraction) for g in generations)
         c.policy_tokens += out
         c.policy_input_tokens += inp
+        c.policy_prompt_sent += sum(g.input_tokens for g in generations)
+        c.policy_prompt_cached += sum(g.cached_input_tokens for g in generations)
         c.spent += out * self._cost.policy_output + inp * self._cost.policy_input
         return generations
 
@@ -134,6 +141,7 @@ class CountingScorer:
         c = self._counters
         c.prm_input_tokens += score.input_tokens
         c.prm_output_tokens += score.output_tokens
+        c.prm_prompt_cached += score.cached_input_tokens
         c.spent += (
             score.input_tokens * self._cost.prm_input + score.output_tokens * self._cost.prm_output
         )

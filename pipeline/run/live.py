@@ -6,6 +6,7 @@ elsewhere (``ray job logs``, cron mail, a file) it prints one plain line every
 `every_s` seconds and a last one at the end.  What it shows:
 
     trees done / in flight / total | nodes expanded | policy tok/s | PRM tok/s
+    | cache: each engine's prompt tokens read from its prefix cache so far
     | answered nodes (correct) | budget spent / budget total | elapsed | ETA
 
 Token rates are over the last 10 s.  The ETA is budget-based: a tree search spends its
@@ -45,6 +46,9 @@ class View:
     correct: int
     policy_tok_s: float
     prm_tok_s: float
+    # the share of each engine's prompt tokens read from its prefix cache so far
+    policy_hit: float | None
+    prm_hit: float | None
     spent: float
     budget_total: float  # problems x B: the most the trees can spend
     elapsed_s: float
@@ -58,7 +62,7 @@ class View:
             f"trees {self.done}/{self.total} done, {self.in_flight} in flight"
             f"{f', {self.errors} failed' if self.errors else ''} | "
             f"nodes {self.nodes} | policy {self.policy_tok_s:.1f} tok/s | "
-            f"PRM {self.prm_tok_s:.1f} tok/s | answered {self.answered} "
+            f"PRM {self.prm_tok_s:.1f} tok/s | {self.cache_hits()} | answered {self.answered} "
             f"(correct {self.correct}) | budget {budget} | "
             f"elapsed {_duration(self.elapsed_s)} | ETA {eta}"
         )
@@ -74,6 +78,7 @@ class View:
         )
         table.add_row("nodes expanded", str(self.nodes))
         table.add_row("tokens/s", f"policy {self.policy_tok_s:.1f}, PRM {self.prm_tok_s:.1f}")
+        table.add_row("prompt tokens read from cache", self.cache_hits().removeprefix("cache "))
         table.add_row("answered nodes", f"{self.answered} (correct {self.correct})")
         share = f" ({self.spent / self.budget_total:.0%})" if self.budget_total else ""
         table.add_row("budget spent", f"{self.spent:,.0f} of {self.budget_total:,.0f}{share}")
@@ -81,10 +86,23 @@ class View:
         table.add_row("elapsed / ETA", f"{_duration(self.elapsed_s)} / {eta}")
         return table
 
+    def cache_hits(self) -> str:
+        """The engines' prefix-cache hit rates: prompt tokens served from cache / sent."""
+
+        def rate(hit: float | None) -> str:
+            return "-" if hit is None else f"{hit:.0%}"
+
+        return f"cache policy {rate(self.policy_hit)} PRM {rate(self.prm_hit)}"
+
 
 def _duration(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _share(snap: Snapshot, part: str, whole: str) -> float | None:
+    total = int(snap.get(whole, 0))
+    return int(snap.get(part, 0)) / total if total else None
 
 
 class ProgressLine:
@@ -169,6 +187,8 @@ class LiveProgress:
             correct=int(snap.get("correct", 0)),
             policy_tok_s=(policy - policy0) / span if span > 0 else 0.0,
             prm_tok_s=(prm - prm0) / span if span > 0 else 0.0,
+            policy_hit=_share(snap, "policy_prompt_cached", "policy_prompt_sent"),
+            prm_hit=_share(snap, "prm_prompt_cached", "prm_input_tokens"),
             spent=spent,
             budget_total=self.budget_total,
             elapsed_s=elapsed,

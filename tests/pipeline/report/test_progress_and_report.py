@@ -252,6 +252,9 @@ def test_live_view_rates_and_budget_eta() -> None:
             "policy_tokens": 50,
             "prm_input_tokens": 80,
             "prm_output_tokens": 20,
+            "policy_prompt_sent": 400,
+            "policy_prompt_cached": 300,
+            "prm_prompt_cached": 20,
             "spent": 100.0,
             "trees_started": 3,
             "trees_done": 1,
@@ -264,6 +267,9 @@ def test_live_view_rates_and_budget_eta() -> None:
     assert view.eta_s == pytest.approx(60.0)
     assert (view.done, view.in_flight) == (1, 2)
     assert "trees 1/4 done, 2 in flight" in view.line() and "ETA 1m00s" in view.line()
+    # what the engines read from their caches: 300 of 400 policy tokens, 20 of 80 PRM tokens
+    assert "| cache policy 75% PRM 25% |" in view.line()
+    assert "| cache policy - PRM - |" in first.line()  # nothing sent yet
 
 
 def test_live_progress_prints_plain_lines_off_a_terminal() -> None:
