@@ -15,7 +15,7 @@ PYTHON="${PYTHON:-python3.11}" scripts/vllm-cpu-venv.sh
 VENV=${VLLM_VENV:-.venv-vllm}
 # The embedded model as the folder vLLM loads (once, in the cache: tests/vllm's pipeline
 # runs and `make synth-vllm` find it there).
-"$VENV/bin/python" -m jobs.embedded_model >/dev/null
+HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error "$VENV/bin/python" -m jobs.embedded_model >/dev/null
 [ "${1:-}" = "--prepare" ] && exit 0
 
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}  # GiB of KV cache
