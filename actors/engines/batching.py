@@ -263,9 +263,12 @@ class ContinuousBatcher:
             # The prefix is looked up when the sequence is admitted (as vLLM's scheduler
             # does): a sibling admitted after its twin finds the prompt the twin prefilled.
             hit = cache.cached_blocks(sequence.prompt_keys) * cache.block_tokens
-            hit = hit if sequence.read_cache else 0
-            # Even a fully cached prompt computes its last token (that gives the first logits).
-            uncached = max(sequence.prompt_len - hit, 1)
+            # As vLLM counts a hit: whole blocks only, and never the prompt's last token (its
+            # logits start the decoding), so a prompt cached whole still computes the block
+            # that holds its last token; nothing at all when the cache is not read.
+            whole = max(sequence.prompt_len - 1, 0) // cache.block_tokens * cache.block_tokens
+            hit = min(hit, whole) if sequence.read_cache else 0
+            uncached = sequence.prompt_len - hit
             over = capacity and self._running_kv + uncached + sequence.kv_tokens > capacity
             if over and self._running:
                 stats.kv_waits += 1  # no free KV blocks: wait for a sequence to end

@@ -93,14 +93,10 @@ class LoadModelPRMEngine:
             return refused
         ids = path.input_ids
         tokens = [str(i) for i in ids]
-        cache = self.batcher.cache
-        # Looked up on arrival (the batcher looks again on admission, which a sibling
-        # prefilled meanwhile can only raise); a fully cached path still computes a token.
-        hit = cache.cached_blocks(cache.keys(tokens)) * cache.block_tokens
-        hit = hit if self.read_prefix_cache else 0
-        # prefill what is not cached (all of it when the cache is not read), one forward step
-        await self.batcher.run(tokens, (), 1, read_cache=self.read_prefix_cache)
-        return StepValues(self._values(prompt, steps), len(ids), min(hit, len(ids) - 1))
+        # prefill what is not cached (all of it when the cache is not read), one forward step;
+        # the batcher counts the hit as vLLM does, when the path is admitted
+        cached = await self.batcher.run(tokens, (), 1, read_cache=self.read_prefix_cache)
+        return StepValues(self._values(prompt, steps), len(ids), cached)
 
     def _values(self, prompt: str, steps: Sequence[str]) -> tuple[float, ...]:
         """Each step's value: a hash of the path up to it, strictly inside (0, 1)."""

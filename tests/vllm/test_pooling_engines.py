@@ -215,6 +215,35 @@ async def test_a_child_reads_its_parents_path_from_the_cache_and_computes_only_i
 
 
 @needs_vllm
+async def test_the_load_model_counts_the_cache_hits_vllm_reports(in_process: object) -> None:
+    """The same requests to vLLM's pooling runner and to the load model's batcher (the cost
+    core of `load_model` and `load_model_prm`, fed vLLM's own token ids and block size):
+    each request's cached tokens agree, so the GPU-hour figures charge what vLLM computes."""
+    from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
+
+    engine: Any = in_process
+    block = engine._llm.vllm_config.cache_config.block_size
+    curve = EngineCurve(
+        decode_base_s=0.0, decode_per_seq_s=0.0, prefill_tokens_per_s=1e9, max_seqs=8
+    )
+    batcher = ContinuousBatcher(curve, PrefixCache(1_000_000, block), 1e-6)
+    messages = [{"role": "user", "content": "A problem no other test asks: 17 times 23?"}]
+    prompt = await engine.render_chat(messages, continue_final=False)
+    root = ["Step 1: 17 times 20 is 340, and 17 times 3 is 51."]
+    child = [*root, "Step 2: 340 + 51 = 391."]
+    paths = [root, child, [*root, "Step 2: 17 * 23 = 17 * 25 - 17 * 2 = 425 - 34 = 391."]]
+    paths += [[*child, "Step 3: So 17 times 23 is 391."], root, child]  # the last two again
+    seen = []
+    for steps in paths:
+        got = await engine.score_steps(prompt, steps)
+        ids = (await engine.lay_out(prompt, steps)).input_ids
+        assert got.error is None
+        seen.append((got.cached_tokens, await batcher.run([str(i) for i in ids], (), 1)))
+    assert [vllm for vllm, _ in seen] == [simulated for _, simulated in seen], seen
+    assert sum(vllm for vllm, _ in seen[1:]) > 0  # the later paths did read the cache
+
+
+@needs_vllm
 async def test_pooling_endpoint_values_equal_a_torch_forward(
     over_http: OpenAIPoolingEngine, prm_dir: Path
 ) -> None:

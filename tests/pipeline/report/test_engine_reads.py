@@ -72,9 +72,9 @@ def test_the_load_model_says_what_its_cache_served() -> None:
         assert first.input_tokens == second.input_tokens == 64
         return [first.cached_tokens, second.cached_tokens]
 
-    # the first prefills all; the second finds all 16 blocks cached, yet computes the last
-    # prompt token (its logits start the decoding), as vLLM does
-    assert asyncio.run(twice()) == [0, 63]
+    # the first prefills all; the second finds all 16 blocks cached, yet, as vLLM, computes
+    # the block that holds the last prompt token (its logits start the decoding)
+    assert asyncio.run(twice()) == [0, 60]
 
 
 def test_the_runs_totals_follow_one_definition_and_older_runs_read_as_zero() -> None:
