@@ -17,10 +17,17 @@ from dataclasses import dataclass, field
 
 from actors.scorer_kinds import scorer_kind
 from pipeline.config import RunConfig
+from pipeline.records import SCHEMAS
 from pipeline.store.run_folder import RunFolder
 
-# The trees columns the estimate reads (not the trees themselves).
-TOKEN_COLUMNS = ("policy_input_tokens", "prm_input_tokens", "prm_output_tokens")
+# The trees columns the estimate reads (not the trees themselves); the cache columns are
+# null in runs written before they were counted (read as 0).
+TOKEN_COLUMNS = (
+    "policy_input_tokens",
+    "prm_input_tokens",
+    "prm_output_tokens",
+    "prm_prompt_cached_tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,10 @@ class TokenEstimate:
     scorer_in_budget: bool  # search.cost charges PRM tokens, so B caps them too
     rests_on: str  # what the scorer estimate comes from, in words
     policy_input: int | None = None  # policy prompt tokens, only from this run's own trees
+    # of `scorer`, what the scorer's engine computes: its prompt tokens not read from its
+    # prefix cache, and what it generates (pipeline/report/engine_reads.py); from this
+    # run's own trees only, since the engine's cache decides it
+    scorer_computed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -45,7 +56,8 @@ class Committed:
     def read(cls, folder: RunFolder) -> Committed:
         """Sums of the token columns only (read-only: safe beside a running job)."""
         trees, totals = 0, dict.fromkeys(TOKEN_COLUMNS, 0)
-        for table in folder.tables("trees", columns=list(TOKEN_COLUMNS)):
+        schema = SCHEMAS["trees"]  # a column an older part lacks is read as nulls
+        for table in folder.tables("trees", columns=list(TOKEN_COLUMNS), schema=schema):
             trees += table.num_rows
             for column in TOKEN_COLUMNS:
                 totals[column] += sum(v or 0 for v in table.column(column).to_pylist())
@@ -63,12 +75,14 @@ def estimate_tokens(config: RunConfig, todo: int, committed: Committed) -> Token
         # This run's own trees: tokens per problem, as the same models and settings spent them.
         total = committed.totals
         scorer = total["prm_input_tokens"] + total["prm_output_tokens"]
+        computed = scorer - total.get("prm_prompt_cached_tokens", 0)
         return TokenEstimate(
             policy_output_max=policy_max,
             scorer=round(todo * scorer / n),
             scorer_in_budget=in_budget,
             rests_on=f"from this run's {n:,} committed trees: {scorer / n:,.0f} per problem",
             policy_input=round(todo * total["policy_input_tokens"] / n),
+            scorer_computed=round(todo * computed / n),
         )
     if policy_max is None:
         # a ratio per policy output token needs a bound on policy output to scale
@@ -101,6 +115,13 @@ def token_rows(estimate: TokenEstimate, todo: int, budget: int) -> list[tuple[st
     where = "inside B (search.cost charges them)" if estimate.scorer_in_budget else "outside B"
     scorer = "unknown" if estimate.scorer is None else f"~ {estimate.scorer:,}"
     rows.append(("scorer tokens (PRM in + out)", f"{scorer}, {where} ({estimate.rests_on})"))
+    if estimate.scorer_computed is not None:
+        rows.append(
+            (
+                "of those, computed by its engine",
+                f"~ {estimate.scorer_computed:,} (the rest read from its prefix cache; same trees)",
+            )
+        )
     if estimate.policy_input is not None:
         rows.append(("policy prompt tokens", f"~ {estimate.policy_input:,} (same trees)"))
     return rows

@@ -37,10 +37,20 @@ def test_charged_prm_tokens_are_inside_b_and_output_weight_scales_the_bound() ->
 
 
 def test_a_resumed_run_uses_its_own_trees_per_problem() -> None:
-    totals = {"policy_input_tokens": 900, "prm_input_tokens": 5_000, "prm_output_tokens": 1_000}
+    totals = {
+        "policy_input_tokens": 900,
+        "prm_input_tokens": 5_000,
+        "prm_output_tokens": 1_000,
+        "prm_prompt_cached_tokens": 3_000,
+    }
     estimate = estimate_tokens(_config(), 4, Committed(trees=3, totals=totals))
     assert estimate.scorer == 8_000 and estimate.policy_input == 1_200
     assert estimate.rests_on == "from this run's 3 committed trees: 2,000 per problem"
+    # 3,000 of the 6,000 scorer tokens were read from its cache: 1,000 computed per problem
+    assert estimate.scorer_computed == 4_000
+    rows = dict(token_rows(estimate, 4, 300))
+    assert rows["of those, computed by its engine"].startswith("~ 4,000 (the rest read")
+    assert estimate_tokens(_config(), 4, Committed()).scorer_computed is None
 
 
 def test_a_one_pass_scorer_has_its_own_measured_ratio() -> None:
