@@ -130,7 +130,7 @@ class _InProcessVLLMConfig(_Engine):
         gt=0,
         le=1,
         description="share of GPU memory vLLM may take (weights and KV cache); on vLLM's CPU "
-        "build the KV cache is VLLM_CPU_KVCACHE_SPACE GiB instead",
+        "build, the share of the host's memory, which must be free when the engine starts",
     )
     max_model_len: int = Field(
         8192, ge=256, description="tokens of one sequence (prompt and completion)"
