@@ -224,10 +224,12 @@ async def test_the_load_model_counts_the_cache_hits_vllm_reports(in_process: obj
     engine: Any = in_process
     block = engine._llm.vllm_config.cache_config.block_size
     curve = EngineCurve(
-        decode_base_s=0.0, decode_per_seq_s=0.0, prefill_tokens_per_s=1e9, max_seqs=8
+        decode_base_s=0.01, decode_per_seq_s=0.001, prefill_tokens_per_s=1e4, max_seqs=8
     )
-    batcher = ContinuousBatcher(curve, PrefixCache(1_000_000, block), 1e-6)
-    messages = [{"role": "user", "content": "A problem no other test asks: 17 times 23?"}]
+    batcher = ContinuousBatcher(curve, PrefixCache(1_000_000, block), 0.01)
+    # a long problem: paths of several of vLLM's CPU cache blocks (128 tokens of characters)
+    question = "A problem no other test asks. " * 8 + "What is 17 times 23?"
+    messages = [{"role": "user", "content": question}]
     prompt = await engine.render_chat(messages, continue_final=False)
     root = ["Step 1: 17 times 20 is 340, and 17 times 3 is 51."]
     child = [*root, "Step 2: 340 + 51 = 391."]
