@@ -88,6 +88,20 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "pipeline/problems/arithmetic.py",
         "pipeline/records/sft.py",
     ),
+    "benchmarks.vllm_path": (
+        "benchmarks/vllm_path.py",
+        "benchmarks/scorer_value/gpu_hour.py",
+        "configs/local.yaml",
+        "configs/local-vllm.yaml",
+        "configs/local-vllm-prm.yaml",
+        "actors/engines/vllm_engine.py",
+        "actors/engines/vllm_pooling.py",
+        "actors/engines/one_pass_engine.py",
+        "actors/engines/load_model_prm.py",
+        "actors/engines/batching.py",
+        "actors/models.py",
+        "pipeline/report/engine_reads.py",
+    ),
     "benchmarks.grading_worst_case": ("benchmarks/grading_worst_case.py", "actors/grading.py"),
     "benchmarks.driver_memory": ("benchmarks/driver_memory.py", "pipeline/problems/sources.py"),
     # timings of a command or a test, not of a benchmark module
@@ -125,6 +139,8 @@ REQUIRED: tuple[tuple[str, str, int], ...] = (
     ("docs/throughput.md", "benchmarks.engine_saturation", 1),
     ("docs/data-value.md", "benchmarks.data_value", 1),
     ("docs/data-value.md", "benchmarks.self_improve", 1),  # the self-improvement round
+    ("README.md", "benchmarks.vllm_path", 1),  # the embedded default on vLLM
+    ("docs/scorers.md", "benchmarks.vllm_path", 1),  # rows per GPU-hour, read and stock
 )
 
 # Not checked: the dated history names its own commits, the others are generated.
