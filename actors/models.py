@@ -101,13 +101,7 @@ def write_model_folder(gguf: Path, folder: Path) -> None:
             )
         except Exception as exc:  # transformers raises many types for a file it cannot read
             raise EngineError(f"could not read the model in {gguf}: {exc}") from exc
-        # Dequantized on load, the weights are plain float32, yet the config still names the
-        # GGUF quantization: a loader would look for quantized tensors that are not there.
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.is_quantized = False
-        model.hf_quantizer = None
-        model.save_pretrained(staging)
+        plain_weights(model).save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / _WRITTEN).write_text(f"{gguf.name}\n")
         try:
@@ -118,6 +112,20 @@ def write_model_folder(gguf: Path, folder: Path) -> None:
                 staging.rename(folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def plain_weights(model: Any) -> Any:
+    """A transformers model read from a GGUF file, unflagged as quantized.
+
+    transformers dequantizes a GGUF's weights to plain tensors on load, yet leaves the
+    model flagged as quantized and the GGUF quantization in its config: Trainer refuses to
+    train it, and a saved folder would send a loader (vLLM, transformers) looking for
+    quantized tensors that are not there.  The weights are ordinary: drop the flags."""
+    model.is_quantized = False
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
 
 
 def resolve_model_folder(model: str) -> str:

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from actors.models import plain_weights
+
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -67,14 +69,7 @@ def load_model(model_dir: str | None = None) -> Any:
     model: Any = AutoModelForCausalLM.from_pretrained(
         str(smollm2_folder()), gguf_file=GGUF, dtype=torch.float32
     )
-    # The GGUF weights are dequantized to plain float32 tensors on load, yet the model
-    # stays flagged as quantized, and Trainer refuses to train a quantized model (and a
-    # saved checkpoint would carry the flag): drop the flag, the weights are ordinary.
-    model.is_quantized = False
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    return model
+    return plain_weights(model)  # dequantized on load, still flagged as quantized
 
 
 def train_sft(

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.models import plain_weights
 from pipeline.training.prm_data import IGNORE, Encoded
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -65,13 +66,7 @@ def load_model(base: str | None, pad_token_id: int) -> Any:
         model = AutoModelForTokenClassification.from_pretrained(
             str(smollm2_folder()), gguf_file=GGUF, num_labels=2, dtype=torch.float32, **labels
         )
-        # The GGUF weights are dequantized to plain float32 tensors on load, yet the model
-        # stays flagged as quantized: Trainer refuses to train a quantized model, and the
-        # saved checkpoint would carry the flag.  The weights are ordinary: drop the flag.
-        model.is_quantized = False
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+        model = plain_weights(model)  # dequantized on load, still flagged as quantized
     model.config.pad_token_id = pad_token_id
     return model
 
