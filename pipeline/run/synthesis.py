@@ -31,6 +31,7 @@ from actors.redact import install_log_redaction, redact_secrets, redact_text
 from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, OutputFullError, OutputLocationError
 from pipeline.problems.sources import check_source
+from pipeline.records import SCHEMAS
 from pipeline.report.engine_reads import COLUMNS as READ_COLUMNS
 from pipeline.report.engine_reads import EngineReads, engine_reads
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
@@ -347,9 +348,13 @@ def _finish_run(config: RunConfig, folder: RunFolder, summary: RunSummary, start
 
 def _engine_reads(folder: RunFolder) -> dict[str, EngineReads]:
     """Per engine, the prompt tokens sent, read from its cache and computed over the
-    committed trees (`pipeline.report.engine_reads`)."""
+    committed trees (`pipeline.report.engine_reads`): four columns read, not the trees."""
+    import pandas as pd  # type: ignore[import-untyped]
+
     columns = [c for pair in READ_COLUMNS.values() for c in pair]
-    return engine_reads(folder.read("trees").select(columns).to_pandas())
+    schema = SCHEMAS["trees"]  # a column an older part lacks is read as nulls
+    tables = folder.tables("trees", columns=columns, schema=schema)
+    return engine_reads(pd.concat([t.to_pandas() for t in tables] or [pd.DataFrame()]))
 
 
 def _record_board(summary: RunSummary, board: Any) -> None:
