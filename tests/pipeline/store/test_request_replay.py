@@ -32,8 +32,18 @@ from tests.tiny_run import run_config, start_synthesize_job
 pytestmark = pytest.mark.e2e
 
 ENGINE = {"kind": "load_model", "output_tokens": 16, "answer_every": 4, "time_scale": 1.0}
-# columns that name the run or the moment, not the tree
-VOLATILE = {"run_id", "created_at", "written_at", "wall_time_s", "search_time_s"}
+# What a rerun may change without changing a tree: when and how fast it ran, and what the
+# engines read from their prefix caches (their cache state is the rerun's own: a request
+# the log did not hold is computed again and may find more or less of it cached).
+VOLATILE = {
+    "run_id",
+    "created_at",
+    "written_at",
+    "wall_time_s",
+    "search_time_s",
+    "policy_prompt_cached_tokens",
+    "prm_prompt_cached_tokens",
+}
 
 
 def _problems(path: Path, ids: list[str]) -> Path:
