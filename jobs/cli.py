@@ -14,6 +14,8 @@
                                                      the llama.cpp engine serves
     bgmcts embedded-model                            the embedded SmolLM2 as a model folder
                                                      for vLLM (once; its path printed)
+    bgmcts prefetch-models configs/nightly.yaml      the configs' Hub models and datasets
+                                                     into the cache (HF_HOME), ahead of a run
 
 Each subcommand is also a module (`python -m jobs.synthesize` ...), which is what
 `ray job submit` runs on a cluster.
@@ -30,6 +32,7 @@ from jobs import (
     evaluate,
     export_gguf,
     nightly,
+    prefetch_models,
     publish,
     synthesize,
     train_prm,
@@ -81,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("train-prm", train_prm, "train a one-pass PRM checkpoint on runs' prm rows"),
         ("export-gguf", export_gguf, "a fine-tuned llama checkpoint as a GGUF for llama.cpp"),
         ("embedded-model", embedded_model, "the embedded SmolLM2 as a model folder for vLLM"),
+        ("prefetch-models", prefetch_models, "the configs' Hub models into the cache, ahead"),
     ):
         sub = commands.add_parser(name, help=help_, description=module.__doc__)
         module.build_parser(sub)

@@ -11,6 +11,11 @@ three rules are checked:
 * the image installs every package a node imports: the project with the extras the
   config's engines need, and `requirements-nodeps.txt`.
 
+* every manifest is what the API server of the KubeRay release they name accepts under
+  kubectl's strict field validation (`tests.kuberay_schema`, the release's CRD schemas);
+* the clusters go away a minute after their job, and every pod mounts the model cache
+  that jobs/model-cache.yaml fills with the models the configs name.
+
 Each rule is also shown to fail on a broken copy (the `test_*_catches_*` tests).
 """
 
@@ -31,6 +36,8 @@ import yaml
 
 from pipeline.config import RunConfig, load_run_config
 from pipeline.problems.sources import BundledSource
+from pipeline.run.model_cache import hub_repos
+from tests import kuberay_schema
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = ("jobs/rayjob.yaml", "jobs/raycronjob.yaml", "jobs/rayjob-nightly-rerun.yaml")
@@ -211,7 +218,22 @@ def project_extras(installs: list[list[str]]) -> set[str] | None:
         match = re.fullmatch(r"(?:\.|/app)(?:\[([\w,-]+)\])?", word)
         if match:
             extras = (extras or set()) | set(filter(None, (match.group(1) or "").split(",")))
-    return extras
+    return None if extras is None else with_included_extras(extras)
+
+
+def with_included_extras(extras: set[str]) -> set[str]:
+    """The extras and those they include (`prm-gpu = ["bgmcts-synth[gpu,gguf]"]`)."""
+    project = _pyproject()["project"]
+    found, todo = set(), list(extras)
+    while todo:
+        extra = todo.pop()
+        if extra in found:
+            continue
+        found.add(extra)
+        for requirement in project["optional-dependencies"].get(extra, []):
+            match = re.fullmatch(rf"{project['name']}\[([\w,-]+)\]", requirement)
+            todo.extend(match.group(1).split(",") if match else [])
+    return found
 
 
 def image_problems(config: RunConfig, dockerfile: str) -> list[str]:
@@ -313,7 +335,100 @@ def test_the_rerun_job_reruns_the_nightly_job() -> None:
     assert rerun["rayClusterSpec"] == nightly["rayClusterSpec"]
 
 
+@pytest.mark.parametrize("path", MANIFESTS)
+def test_the_kuberay_release_accepts_the_manifest(path: str) -> None:
+    """Strict validation against the vendored CRD schema: an unknown field is an error."""
+    assert kuberay_schema.problems(_load(path)) == []
+
+
+def test_the_manifests_name_the_release_they_are_checked_against() -> None:
+    version = kuberay_schema.KUBERAY_VERSION.removeprefix("v")
+    for path in ("jobs/raycronjob.yaml", "jobs/kuberay-operator-values.yaml"):
+        assert f"--version {version}" in (REPO / path).read_text(), path
+    assert f"KubeRay >= {version}" in (REPO / "jobs/raycronjob.yaml").read_text()
+
+
+def test_the_operator_values_turn_on_the_cron_gate_and_keep_the_charts_others() -> None:
+    """Helm replaces a list whole: the values must repeat the chart's other gates."""
+    chart = json.loads((kuberay_schema.SCHEMAS / "featureGates.json").read_text())
+    ours = yaml.safe_load((REPO / "jobs/kuberay-operator-values.yaml").read_text())
+    expected = [
+        {**gate, "enabled": gate["enabled"] or gate["name"] == "RayCronJob"} for gate in chart
+    ]
+    assert ours["featureGates"] == expected
+    assert {"name": "RayCronJob", "enabled": False} in chart  # why the values file exists
+
+
+@pytest.mark.parametrize("path", MANIFESTS)
+def test_the_cluster_goes_away_minutes_after_its_job(path: str) -> None:
+    spec = job_spec(_load(path))
+    assert spec["shutdownAfterJobFinishes"] is True
+    assert 0 <= spec["ttlSecondsAfterFinished"] <= 300
+
+
+def model_cache_problems(cluster: list[Group]) -> list[str]:
+    """Every pod mounts the cache volume and points HF_HOME into it."""
+    problems = []
+    for group in cluster:
+        pod = group.spec["template"]["spec"]
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        claim = volumes.get("model-cache", {}).get("persistentVolumeClaim", {})
+        mounts = {m["name"]: m["mountPath"] for m in group.ray.get("volumeMounts", [])}
+        env = {e["name"]: e.get("value") for e in group.ray.get("env", [])}
+        home = env.get("HF_HOME") or ""
+        if claim.get("claimName") != "bgmcts-model-cache" or "model-cache" not in mounts:
+            problems.append(f"group {group.name}: no model cache volume mounted")
+        elif not home.startswith(mounts["model-cache"] + "/"):
+            problems.append(f"group {group.name}: HF_HOME {home!r} is not on the model cache")
+    return problems
+
+
+@pytest.mark.parametrize("path", MANIFESTS)
+def test_every_pod_loads_models_from_the_cache(path: str) -> None:
+    assert model_cache_problems(groups(job_spec(_load(path)))) == []
+
+
+def test_the_cache_job_fetches_every_model_the_manifests_run() -> None:
+    documents = list(yaml.safe_load_all((REPO / "jobs/model-cache.yaml").read_text()))
+    claim = next(d for d in documents if d["kind"] == "PersistentVolumeClaim")
+    job = next(d for d in documents if d["kind"] == "Job")
+    assert claim["metadata"]["name"] == "bgmcts-model-cache"
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # the GPU pods mount it together
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
+    assert command[:3] == ["python", "-m", "jobs.prefetch_models"]
+    fetched = hub_repos(load_run_config(REPO / path) for path in command[3:])
+    configs = [run_config(job_spec(_load(path))) for path in MANIFESTS]
+    assert set(hub_repos(configs)) <= set(fetched)
+    assert {e["name"]: e["value"] for e in container["env"]}["HF_HOME"] == "/models/hf"
+
+
 # The rules fail on broken copies: most breaks below are ones the manifests once had.
+
+
+def test_schema_rule_catches_a_field_the_release_does_not_have() -> None:
+    manifest = copy.deepcopy(_load("jobs/raycronjob.yaml"))
+    manifest["spec"]["jobTemplate"]["ttlSecondAfterFinished"] = 60  # misspelt
+    manifest["spec"]["jobTemplate"]["backoffLimit"] = "1"
+    assert kuberay_schema.problems(manifest) == [
+        "spec.jobTemplate.backoffLimit: '1' is not of type 'integer'",
+        "spec.jobTemplate: Additional properties are not allowed "
+        "('ttlSecondAfterFinished' was unexpected)",
+    ]
+
+
+def test_schema_rule_catches_a_misspelt_pod_field() -> None:
+    manifest = copy.deepcopy(_load("jobs/rayjob.yaml"))
+    head = manifest["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    head["containers"][0]["volumeMount"] = head["containers"][0].pop("volumeMounts")
+    [problem] = kuberay_schema.problems(manifest)
+    assert "'volumeMount' was unexpected" in problem
+
+
+def test_cache_rule_catches_a_pod_without_the_volume() -> None:
+    spec, _ = _rayjob()
+    del spec["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["volumes"]
+    assert model_cache_problems(groups(spec)) == ["group gpu: no model cache volume mounted"]
 
 
 def _rayjob() -> tuple[dict[str, Any], RunConfig]:
@@ -369,11 +484,11 @@ def test_resource_rule_catches_custom_resources_that_do_not_match() -> None:
             "the image never runs pip install --no-deps -r requirements-nodeps.txt",
         ),
         (
-            "RUN pip install '.[gpu]'",
+            "RUN pip install '.[prm-gpu]'",
             "RUN pip install .",
             "engine.kind='vllm' needs the project's extra 'gpu'; the image installs extras []",
         ),
-        ("RUN pip install '.[gpu]'", "", "the image never installs the project"),
+        ("RUN pip install '.[prm-gpu]'", "", "the image never installs the project"),
     ],
 )
 def test_image_rule_catches_a_missing_install(old: str, new: str, problem: str) -> None:
