@@ -77,6 +77,11 @@ class _Engine(_Strict):
     # HF_HOME), so `bgmcts prefetch-models` fetches it ahead (`pipeline.run.model_cache`).
     downloads_model: ClassVar[bool] = False
 
+    def context(self) -> tuple[str, int | None]:
+        """The field that bounds one sequence (prompt and completion, or a scored path) and
+        its value; None: the model's own length, not known before the engine loads it."""
+        return "context_length", getattr(self, "context_length", None)
+
     def check_model(self) -> str | None:
         """Look for the model files the engine loads here (none by default).
 
@@ -138,6 +143,10 @@ class _InProcessVLLMConfig(_Engine):
     max_model_len: int = Field(
         8192, ge=256, description="tokens of one sequence (prompt and completion)"
     )
+
+    def context(self) -> tuple[str, int | None]:
+        return "max_model_len", self.max_model_len
+
     enable_prefix_caching: bool = Field(
         True, description="reuse the KV cache of shared prompt prefixes (the paths of a tree)"
     )

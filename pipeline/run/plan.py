@@ -87,6 +87,48 @@ def _check_scorer_kind(config: RunConfig) -> None:
         raise _named("scorer", exc) from None
 
 
+# What a one-pass PRM's sequence holds beyond the policy's path: its own prompt (its system
+# turn and the problem, which the path bound from B does not count) and one separator per
+# step.  A MATH problem is 50-400 tokens; a path whose prompt is longer still comes back as
+# a context-overflow node at run time, never a crash.
+ONE_PASS_PROMPT_ALLOWANCE = 512
+
+
+def longest_path(config: RunConfig) -> tuple[int, str] | None:
+    """The most tokens one path of the policy can hold under the config, and why: B in
+    policy output tokens (a path's steps are all charged to B), or the policy's own context
+    when that is shorter.  None: neither bounds it."""
+    bounds = []
+    if (weight := config.search.cost.policy_output) > 0:
+        bounds.append((int(config.budget / weight), f"B={config.budget:,}"))
+    field, tokens = config.policy.engine.context()
+    if tokens is not None:
+        bounds.append((tokens, f"policy.engine.{field}"))
+    return min(bounds) if bounds else None
+
+
+def check_scorer_context(config: RunConfig) -> None:
+    """Refuse a one-pass scorer whose context cannot hold the longest path the policy may
+    write: every longer path would come back as an error node, never expanded, deep into a
+    paid-for run.  (GenPRM trims a long conversation to fit, oldest critiques and steps
+    first, `actors.genprm`, so its context is not checked here.)"""
+    engine = config.scorer.engine
+    path = longest_path(config)
+    field, context = engine.context()
+    if not engine.scores_steps or path is None or context is None:
+        return
+    tokens, bound = path
+    if context < tokens + ONE_PASS_PROMPT_ALLOWANCE:
+        raise InputError(
+            f"scorer.engine.{field}: {context:,} tokens cannot hold the longest path the "
+            f"policy may write ({tokens:,} tokens, from {bound}) and the PRM's prompt "
+            f"({ONE_PASS_PROMPT_ALLOWANCE} more); raise it to "
+            f"{tokens + ONE_PASS_PROMPT_ALLOWANCE:,} if the model reads that far, or bound "
+            f"the policy's paths (policy.engine.{config.policy.engine.context()[0]}: "
+            f"{max(context - ONE_PASS_PROMPT_ALLOWANCE, 0):,})"
+        )
+
+
 def check_engines(config: RunConfig) -> None:
     """A real run: refuse to start, naming the service, when this machine cannot build one
     of its engines (a missing package or model file, a model that is not what its engine
@@ -97,6 +139,7 @@ def check_engines(config: RunConfig) -> None:
         except EngineError as exc:
             raise _named(role, exc) from None
     _check_scorer_kind(config)
+    check_scorer_context(config)
 
 
 def _look_for_engines(config: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -113,6 +156,7 @@ def _look_for_engines(config: RunConfig) -> tuple[tuple[str, ...], tuple[str, ..
         if warning is not None:
             warnings.append(f"{role}.{warning}")
     _check_scorer_kind(config)
+    check_scorer_context(config)
     return tuple(needs), tuple(warnings)
 
 
