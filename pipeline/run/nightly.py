@@ -71,12 +71,14 @@ def _now() -> str:
 class Ledger:
     """The nightly ledger under an output root: one file (or object) per slice."""
 
-    def __init__(self, output_root: Path | str) -> None:
+    def __init__(self, output_root: Path | str, *, read_only: bool = False) -> None:
+        """`read_only`: for a dry run, which must leave the ledger as it found it (an
+        earlier version's one-file ledger is then not carried over, and not read)."""
         root = open_store(output_root)
         self.store = root.child(FOLDER)
         self.slots: list[dict[str, Any]] = []
         self.nights: list[dict[str, Any]] = []
-        if not root.remote:
+        if not root.remote and not read_only:
             self._carry_over(root.local_path)
         self._load()
 
@@ -148,6 +150,17 @@ class Ledger:
     def find(self, date: str) -> dict[str, Any] | None:
         return next((n for n in self.nights if n["date"] == date), None)
 
+    def preview(
+        self, date: str, run_id: str, base_skip: int, per_night: int, first_limit: int | None = None
+    ) -> NightSlice:
+        """The slice `plan` would hand `date` now, writing nothing (a dry run's)."""
+        night = self.find(date)
+        if night is not None:
+            return NightSlice(night["date"], night["run_id"], night["skip"], night["limit"])
+        skip = max((n["skip"] + n["limit"] for n in self.nights), default=base_skip)
+        limit = per_night if first_limit is None else min(per_night, first_limit)
+        return NightSlice(date, run_id, skip, limit)
+
     def plan(
         self, date: str, run_id: str, base_skip: int, per_night: int, first_limit: int | None = None
     ) -> NightSlice:
@@ -158,8 +171,8 @@ class Ledger:
                 night.update(status="running", updated_at=_now())
                 self._write(night)
                 return NightSlice(night["date"], night["run_id"], night["skip"], night["limit"])
-            skip = max((n["skip"] + n["limit"] for n in self.nights), default=base_skip)
-            limit = per_night if first_limit is None else min(per_night, first_limit)
+            new = self.preview(date, run_id, base_skip, per_night, first_limit)
+            skip, limit = new.skip, new.limit
             seq = (self.slots[-1]["seq"] if self.slots else 0) + 1
             body = {"date": date, "run_id": run_id, "skip": skip, "limit": limit}
             body |= {"status": "running", "updated_at": _now()}
@@ -215,11 +228,16 @@ def admissible(spend_cap: float, spent: float, budget: float) -> int:
     return max(0, math.floor((spend_cap - spent) / budget + 1e-9))
 
 
-def plan_night(config: RunConfig, date: dt.date) -> tuple[Ledger, NightSlice]:
-    ledger = Ledger(config.output_root)
+def plan_night(
+    config: RunConfig, date: dt.date, *, dry_run: bool = False
+) -> tuple[Ledger, NightSlice]:
+    """The ledger and the slice of `date`, claimed in the ledger (a dry run: the slice a
+    real run would get now, the ledger left untouched)."""
+    ledger = Ledger(config.output_root, read_only=dry_run)
     day = date.isoformat()
     spend_cap = config.nightly.budget_per_night
-    night = ledger.plan(
+    claim = ledger.preview if dry_run else ledger.plan
+    night = claim(
         day,
         run_id=f"{config.nightly.run_id_prefix}{day}",
         base_skip=config.source.skip,

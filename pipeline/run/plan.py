@@ -31,6 +31,7 @@ from pipeline.config import RunConfig
 from pipeline.errors import InputError
 from pipeline.problems.sources import load_problems
 from pipeline.run.token_estimate import Committed, TokenEstimate, estimate_tokens, token_rows
+from pipeline.store.filesystem import check_reachable
 from pipeline.store.resume import pending
 from pipeline.store.run_folder import RunFolder
 
@@ -166,6 +167,7 @@ def plan_run(config: RunConfig, sample: int = 5) -> RunPlan:
     cluster_needs, warnings = _look_for_engines(config)
     run_id = config.resolved_run_id
     folder = RunFolder.open(config.output_root, run_id)
+    check_reachable(folder.store, config.output_root)  # as the run does: one line, exit 2
     run_dir = folder.location
     todo, bad = pending(loaded, folder)
     return RunPlan(

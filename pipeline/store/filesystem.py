@@ -322,6 +322,11 @@ def describe_os_error(root: str | Path, exc: BaseException) -> str:
     lowered = text.lower()
     if "nosuchbucket" in lowered or "bucket does not exist" in lowered:
         what = "bucket does not exist"
+    elif type(exc).__name__ == "NoCredentialsError":  # botocore's, no OSError
+        what = (
+            "no credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+            "AWS_PROFILE, or run where a role provides them)"
+        )
     elif isinstance(exc, PermissionError) or any(
         s in lowered
         for s in ("accessdenied", "access denied", "invalidaccesskeyid", "signaturedoesnotmatch")

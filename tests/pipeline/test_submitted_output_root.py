@@ -96,3 +96,32 @@ def test_a_submitted_evaluation_refuses_a_relative_output_dir(tmp_path: Path) ->
         "with --output-dir\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dry_run_to_a_bucket_without_credentials_is_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    """The dry run checks the bucket as the run does, and no credentials is one line."""
+    config = _config(tmp_path)
+    command = ["jobs.synthesize", "--config", str(config), "--dry-run"]
+    done = subprocess.run(
+        [sys.executable, "-m", *command, "--output-root", "s3://my-bucket/bgmcts"],
+        cwd=tmp_path,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+            "PYTHONPATH": str(REPO),
+            # nowhere for botocore to find credentials: no files, no instance metadata
+            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+            "AWS_CONFIG_FILE": str(tmp_path / "none"),
+            "AWS_EC2_METADATA_DISABLED": "true",
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: output_root s3://my-bucket/bgmcts: no credentials found (set "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where a role "
+        "provides them)"
+    ]

@@ -84,7 +84,11 @@ def test_unreadable_ledger_is_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
 def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
-    ray_cluster: None, tmp_path: Path, hub: HubServer, monkeypatch: pytest.MonkeyPatch
+    ray_cluster: None,
+    tmp_path: Path,
+    hub: HubServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
 
     from jobs.nightly import main
@@ -105,7 +109,16 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
         return sorted(pq.read_table(folder).column("problem_id").to_pylist())
 
     assert main(["--config", str(path), "--date", "2026-11-20"]) == 0
-    assert main(["--config", str(path), "--date", "2026-11-21"]) == 0
+    hub.fail_commits = True  # the Hub refuses the night's publish: searched, not published
+    assert main(["--config", str(path), "--date", "2026-11-21"]) == 1
+    night = Ledger(tmp_path / "out").find("2026-11-21")
+    assert night is not None and (night["status"], night["reason"]) == ("failed", "publish")
+    searched = trees("2026-11-21")
+    hub.fail_commits = False
+    capsys.readouterr()
+    assert main(["--config", str(path), "--date", "2026-11-21"]) == 0  # the retry publishes
+    assert "searched already; publishing" in capsys.readouterr().out  # and searches nothing
+    assert trees("2026-11-21") == searched
     assert main(["--config", str(path), "--date", "2026-11-21"]) == 0  # rerun: resume
     assert main(["--config", str(path), "--date", "2026-11-22"]) == 0  # source exhausted
     assert trees("2026-11-20") == ["p1", "p2"]
@@ -120,6 +133,31 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
     assert any("run=n-2026-11-20" in p for p in published)
     assert any("run=n-2026-11-21" in p for p in published)
     assert TOKEN not in (tmp_path / "out" / "run=n-2026-11-20" / "run.json").read_text()
+
+
+def test_the_dry_run_plans_the_nights_slice_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jobs.nightly import main
+
+    problems = tmp_path / "problems.jsonl"
+    rows = [
+        {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(5)
+    ]
+    problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    config = _config(tmp_path / "out", problems)
+    path = tmp_path / "nightly.yaml"
+    path.write_text(yaml.safe_dump(config))
+    plan_night(parse_run_config(config), dt.date(2026, 11, 20))  # an earlier night's claim
+
+    assert main(["--config", str(path), "--date", "2026-11-21", "--dry-run"]) == 0
+
+    out = capsys.readouterr().out
+    assert "night 2026-11-21: problems 2..3 (new: the slice after the last one)" in out
+    assert "n-2026-11-21" in out and "What is 2 + 1?" in out  # the slice, not the dataset
+    assert "What is 0 + 1?" not in out
+    assert [n["date"] for n in Ledger(tmp_path / "out").nights] == ["2026-11-20"]
+    assert not (tmp_path / "out" / "run=n-2026-11-21").exists()
 
 
 def test_overlapping_nights_keep_each_others_ledger_entries(tmp_path: Path) -> None:
