@@ -30,18 +30,31 @@ False means ``|lhs - rhs| > 1e-6 * max(1, |rhs|)``, except that a right side wri
 with decimals may be the left side rounded to that many places (``10 / 3 = 3.33`` is
 true as written).  A left side without a value (a division by zero) is skipped, not
 reported: the checker compares two values, and there is only one.
+
+What is never evaluated, so never flagged (model text is untrusted: whatever it holds,
+the checker returns, in time linear in the text, and never raises):
+
+* a number written in another base, ``0x10``, ``0b101``, ``0o17``: ``0x10 + 1 = 17`` is
+  not read as ``0 x 10 + 1``; such a number stops an expression like a word does;
+* an equation with a number longer than `_MAX_NUMBER_CHARS` characters, parentheses or
+  signs nested deeper than `_MAX_NESTING`, or more than `_MAX_TOKENS` tokens in its run;
+* a line longer than `_MAX_LINE_CHARS` characters.
+
+Digits of other scripts (``٢ + ٣ = ٥``) are read like ASCII ones, as Python reads them.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
 from fractions import Fraction
+from typing import NamedTuple
 
 _TOKEN = re.compile(
     r"""
     (?P<latex>\\(?:times|cdot|div)(?![A-Za-z]))
     | (?P<bold>\*\*)
+    | (?P<based>\$?0[xXbBoO][0-9A-Fa-f][0-9A-Za-z_]*)
     | (?P<num>\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)
     | (?P<op>[-+*/×÷−·⋅])
     | (?P<paren>[()])
@@ -62,12 +75,23 @@ _GLUE_AFTER = set("^_%\\{([")
 # between two digits these make one thing we do not read as numbers: a time (``2:30``),
 # a decimal comma (``1,5``)
 _DIGIT_JOINERS = set(":,.")
-_MAX_TOKENS = 200  # a longer "expression" is not a step's arithmetic; and bounds recursion
+_MAX_TOKENS = 200  # a longer "expression" is not a step's arithmetic
+# A step's numbers have a few digits.  Past 40 characters a number is not a quantity a
+# word problem counts, and the bound keeps the exact arithmetic of an equation small (at
+# most _MAX_TOKENS such numbers multiplied) and far below Python's limit on converting a
+# string to an int (4,300 digits, a ValueError past it).
+_MAX_NUMBER_CHARS = 40
+# A step is one line, at most a step's token cap of text (8,192 tokens in the largest
+# configs, some 40,000 characters).  A longer line is not tokenized at all, so one line's
+# token list, the checker's only memory that grows with the text, stays bounded.
+_MAX_LINE_CHARS = 100_000
+# Brackets and signs a step nests are a few deep; the bound keeps the recursive parser far
+# from Python's recursion limit whatever the caller's stack depth.
+_MAX_NESTING = 16
 
 
-@dataclass(frozen=True, slots=True)
-class _Token:
-    kind: str  # num, op, paren, eq or stop (anything that ends an expression)
+class _Token(NamedTuple):  # a tuple: cheaper to build than a frozen dataclass
+    kind: str  # num, op, paren or eq: what a run is made of
     text: str
     start: int
     end: int
@@ -75,9 +99,29 @@ class _Token:
 
 def false_equations(text: str) -> list[str]:
     """The equations `text` states whose right side is provably wrong, as written."""
-    tokens = _tokens(text)
-    found: list[str] = []
-    for run in _runs(tokens):
+    return list(_false_equations(text))
+
+
+def states_false_equation(text: str) -> bool:
+    """Does `text` state at least one provably false equation?"""
+    return any(True for _ in _false_equations(text))
+
+
+def _false_equations(text: str) -> Iterator[str]:
+    """Line by line: a line break ends an expression, so a line is checked on its own (its
+    tokens only), and every look at the text around a token reads a few characters, so
+    the work is linear in the text."""
+    start = 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        if end - start <= _MAX_LINE_CHARS and text.find("=", start, end) >= 0:
+            yield from _false_in_line(text, start, end)
+        start = end + 1
+
+
+def _false_in_line(text: str, start: int, end: int) -> Iterator[str]:
+    for run in _runs(text, start, end):
         eqs = [i for i, t in enumerate(run) if t.kind == "eq"]
         bounds = [-1, *eqs, len(run)]
         for k, eq in enumerate(eqs):
@@ -90,41 +134,65 @@ def false_equations(text: str) -> list[str]:
             if k == len(eqs) - 1 and not _clean_end(text, rhs):
                 continue
             if _is_false(lhs, rhs):
-                found.append(text[lhs[0].start : rhs[-1].end])
-    return found
+                yield text[lhs[0].start : rhs[-1].end]
 
 
-def states_false_equation(text: str) -> bool:
-    """Does `text` state at least one provably false equation?"""
-    return bool(false_equations(text))
+_Raw = tuple[str, str, int, int]  # kind (the regex group), text, start, end
+_EXPRESSION = frozenset(("latex", "op", "paren", "eq", "num"))
 
 
-def _tokens(text: str) -> list[_Token]:
-    """Numbers, operators, parentheses and ``=``; words and other characters as ``stop``
-    (white space dropped).  A number glued to a letter and an ``x`` that is not between
-    two numbers are stops too."""
-    raw = [
+def _runs(text: str, start: int, end: int) -> list[list[_Token]]:
+    """The runs of the line ``text[start:end]`` that hold an ``=`` and at most
+    `_MAX_TOKENS` tokens: maximal stretches of numbers, operators, parentheses and ``=``
+    (white space dropped).  Anything else ends a run: words, other characters, ``**``, a
+    number in another base, a number glued to a letter, an ``x`` not between two numbers.
+    Tokens are built only for the runs returned: a long line of arithmetic, which is no
+    step's, costs one pass over its matches."""
+    raw: list[_Raw] = [
         (m.lastgroup or "other", m.group(), m.start(), m.end())
-        for m in _TOKEN.finditer(text)
-        # a line break ends an expression (a step is a line); other white space is dropped
-        if m.lastgroup != "space" or "\n" in m.group()
+        for m in _TOKEN.finditer(text, start, end)
+        if m.lastgroup != "space"
     ]
     times = {i for i, t in enumerate(raw) if t[1] in ("x", "X") and _times(raw, i)}
-    out: list[_Token] = []
-    for i, (kind, value, start, end) in enumerate(raw):
-        if i in times:
-            kind, value = "op", "*"
-        elif kind == "num" and _glued_to_word(raw, i, times):
-            kind = "stop"
-        elif kind in ("latex", "op"):
-            kind, value = "op", _OPERATOR.get(value, value)
-        elif kind not in ("paren", "eq", "num"):  # words, line breaks, ``**``, other symbols
-            kind = "stop"
-        out.append(_Token(kind, value, start, end))
-    return out
+    spans: list[tuple[int, int]] = []
+    first, has_eq = 0, False
+    for i, (kind, _, begin, finish) in enumerate(raw):
+        if kind == "num":
+            # ``2x``, ``5cm``, ``x2``: a number touching a word is algebra or a unit,
+            # unless the word is a times ``x`` (``3x8``)
+            before = raw[i - 1] if i > 0 else None
+            after = raw[i + 1] if i + 1 < len(raw) else None
+            stop = (
+                before is not None
+                and before[0] == "word"
+                and before[3] == begin
+                and i - 1 not in times
+            ) or (
+                after is not None
+                and after[0] == "word"
+                and after[2] == finish
+                and i + 1 not in times
+            )
+        else:
+            stop = kind not in _EXPRESSION and i not in times
+        if stop:
+            if has_eq and i - first <= _MAX_TOKENS:
+                spans.append((first, i))
+            first, has_eq = i + 1, False
+        elif kind == "eq":
+            has_eq = True
+    if has_eq and len(raw) - first <= _MAX_TOKENS:
+        spans.append((first, len(raw)))
+    return [[_token(raw[i], i in times) for i in range(a, b)] for a, b in spans]
 
 
-_Raw = tuple[str, str, int, int]  # kind, text, start, end
+def _token(raw: _Raw, times: bool) -> _Token:
+    kind, value, start, end = raw
+    if times:
+        return _Token("op", "*", start, end)
+    if kind in ("latex", "op"):
+        return _Token("op", _OPERATOR.get(value, value), start, end)
+    return _Token(kind, value, start, end)  # num, paren or eq
 
 
 def _times(raw: list[_Raw], i: int) -> bool:
@@ -135,39 +203,20 @@ def _times(raw: list[_Raw], i: int) -> bool:
     return (before[0] == "num" or before[1] == ")") and (after[0] == "num" or after[1] == "(")
 
 
-def _glued_to_word(raw: list[_Raw], i: int, times: set[int]) -> bool:
-    """``2x``, ``5cm``, ``x2``: a number touching a word, unless the word is a times ``x``
-    (``3x8``)."""
-    _, _, start, end = raw[i]
-    for j in (i - 1, i + 1):
-        touching = 0 <= j < len(raw) and (raw[j][3] == start or raw[j][2] == end)
-        if touching and raw[j][0] == "word" and j not in times:
-            return True
-    return False
-
-
-def _runs(tokens: list[_Token]) -> list[list[_Token]]:
-    """Maximal stretches of expression tokens, split at every stop token."""
-    runs: list[list[_Token]] = [[]]
-    for t in tokens:
-        if t.kind == "stop":
-            runs.append([])
-        else:
-            runs[-1].append(t)
-    return [r for r in runs if any(t.kind == "eq" for t in r) and len(r) <= _MAX_TOKENS]
-
-
 def _trim_open(side: list[_Token]) -> list[_Token]:
     """Drop the ``(`` that opens a parenthetical aside: ``(3 + 4 = 7)``."""
-    while side and side[0].text == "(" and _depth(side) > 0:
-        side = side[1:]
-    return side
+    depth, cut = _depth(side), 0
+    # each ``(`` dropped lowers the depth by one: one count, not one per bracket
+    while cut < len(side) and side[cut].text == "(" and depth > 0:
+        depth, cut = depth - 1, cut + 1
+    return side[cut:]
 
 
 def _trim_close(side: list[_Token]) -> list[_Token]:
-    while side and side[-1].text == ")" and _depth(side) < 0:
-        side = side[:-1]
-    return side
+    depth, cut = _depth(side), len(side)
+    while cut > 0 and side[cut - 1].text == ")" and depth < 0:
+        depth, cut = depth + 1, cut - 1
+    return side[:cut]
 
 
 def _depth(side: list[_Token]) -> int:
@@ -178,14 +227,21 @@ def _clean_start(text: str, lhs: list[_Token]) -> bool:
     """The left side starts a sum of its own: not glued to a symbol before it, and a
     leading minus is a sign glued to its number, not a subtraction from a word."""
     first = lhs[0]
-    before = text[: first.start].rstrip()
     if first.start > 0 and text[first.start - 1] in _GLUE_BEFORE:
         return False
-    if before[-2:-1].isdigit() and before[-1:] in _DIGIT_JOINERS and first.start == len(before):
+    # the text before it without its trailing white space ends at `cut`; scanning back
+    # (not slicing the text before it) keeps each look at the white space right before
+    # one token, so a line of many equations costs no more than its length
+    cut = first.start
+    while cut > 0 and text[cut - 1].isspace():
+        cut -= 1
+    last = text[cut - 1] if cut > 0 else ""
+    second = text[cut - 2] if cut > 1 else ""
+    if second.isdigit() and last in _DIGIT_JOINERS and first.start == cut:
         return False
     if first.kind == "op":
         glued = len(lhs) > 1 and lhs[1].start == first.end
-        return first.text == "-" and glued and not (before and before[-1].isalnum())
+        return first.text == "-" and glued and not last.isalnum()
     return True
 
 
@@ -199,12 +255,14 @@ def _clean_end(text: str, rhs: list[_Token]) -> bool:
 def _is_false(lhs: list[_Token], rhs: list[_Token]) -> bool:
     if sum(t.kind == "num" for t in lhs) < 2:
         return False
+    if any(t.kind == "num" and len(t.text) > _MAX_NUMBER_CHARS for t in (*lhs, *rhs)):
+        return False
     right = _signed_number(rhs)
     if right is None:
         return False
     try:
         left = _Parser(lhs).value()
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ArithmeticError, RecursionError):  # no value: nothing is proved
         return False
     value, places = right
     gap = abs(left - value)
@@ -234,6 +292,7 @@ class _Parser:
     def __init__(self, tokens: list[_Token]) -> None:
         self.tokens = tokens
         self.i = 0
+        self.depth = 0  # brackets and signs open around the factor being read
 
     def value(self) -> Fraction:
         result = self._expr()
@@ -266,17 +325,22 @@ class _Parser:
 
     def _factor(self) -> Fraction:
         token = self._take()
-        if token.text in ("+", "-"):
-            inner = self._factor()
-            return inner if token.text == "+" else -inner
         if token.kind == "num":
             return Fraction(token.text.lstrip("$").replace(",", ""))
+        if token.text not in ("+", "-", "("):
+            raise ValueError(f"unexpected {token.text!r}")
+        self.depth += 1
+        if self.depth > _MAX_NESTING:
+            raise ValueError("nested too deep")
         if token.text == "(":
             inner = self._expr()
             if self._take().text != ")":
                 raise ValueError("unclosed parenthesis")
-            return inner
-        raise ValueError(f"unexpected {token.text!r}")
+        else:
+            inner = self._factor()
+            inner = inner if token.text == "+" else -inner
+        self.depth -= 1
+        return inner
 
 
 __all__ = ["false_equations", "states_false_equation"]
