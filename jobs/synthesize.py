@@ -76,6 +76,11 @@ def dry_run(config: RunConfig) -> int:
 
     # A source error or a missing model file is an InputError (exit 2); engine packages
     # missing here are listed as what the cluster's nodes need, not refused.
+    if "nightly" in config.model_fields_set:
+        print(
+            "note: this config has a `nightly:` section; this plans the whole selection, "
+            "`bgmcts nightly --dry-run` plans one night's slice"
+        )
     render_plan(plan_run(config))
     return OK
 

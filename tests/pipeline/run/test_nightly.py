@@ -159,6 +159,11 @@ def test_the_dry_run_plans_the_nights_slice_and_writes_nothing(
     assert [n["date"] for n in Ledger(tmp_path / "out").nights] == ["2026-11-20"]
     assert not (tmp_path / "out" / "run=n-2026-11-21").exists()
 
+    from jobs import synthesize  # the synth dry run of the same config says what it plans
+
+    assert synthesize.main(["--config", str(path), "--dry-run"]) == 0
+    assert "`bgmcts nightly --dry-run` plans one night's slice" in capsys.readouterr().out
+
 
 def test_overlapping_nights_keep_each_others_ledger_entries(tmp_path: Path) -> None:
     """Two nights overlap on a local root; each one's saves leave the other's entry alone."""
