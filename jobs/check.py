@@ -10,10 +10,13 @@ problem, a rejected or undesirable text that states the reference, prm steps tha
 not rebuild their trajectory, kto labels against grading.  Prints the run, a table of
 the counts per table and, last, ``dirty_rows=<int>`` (rows with any of them).
 
-Exit status: 0 every row clean; 1 some row is dirty (so a nightly job or CI step that
-runs the check fails on it), or an unexpected error; 2 with one line when the argument
-is no run folder or the run cannot be read (missing, access denied, a broken Parquet
-part).
+Exit status: 0 every committed row was read and is clean; 1 some row is dirty (so a
+nightly job or CI step that runs the check fails on it), or an unexpected error; 2 with
+one line when the argument is no run folder or the run cannot be read whole (missing,
+access denied, a broken Parquet part, a part its commit markers name that is not there,
+a part without a column the checks read), naming the table and the part or column.  What
+a run is expected to hold is what its markers say it committed, so a run with no rows of
+a table (no dpo pairs, say) has nothing missing.
 """
 
 from __future__ import annotations

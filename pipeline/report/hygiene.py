@@ -17,8 +17,15 @@ Per training table (sft, dpo, step_dpo, kto, prm) and per row:
 * ``kto_label``: a kto label that disagrees with the node's grade in ``nodes``.
 
 A row with any of them is *dirty*; `hygiene` counts per table and in all.  It reads
-whatever a run wrote, old schemas included (a table without a column is checked for
-what it has), so the same numbers come out for runs before and after a change.
+whatever a run wrote, old schemas included (a table without an optional column is checked
+for what it has), so the same numbers come out for runs before and after a change.
+
+"Clean" must mean every committed row was checked, so `hygiene_of_run` refuses, with an
+`InputError` naming it, a run it cannot read whole: a part a commit marker names that is
+not there (readers would skip its batch without a word), or a part without a column of
+`NEEDED`.  What a run is expected to hold is what its own markers say it committed: the
+sink writes no part for a table a batch has no rows of, so a run with no dpo pairs has
+no dpo parts, names none, and is checked like any other.
 
 `bgmcts check <run folder>` (`jobs/check.py`) prints it for a run, ``dirty_rows=<int>`` last.
 """
@@ -32,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.grading import answers_match
+from pipeline.errors import InputError
 from search.answers import AnswerExtraction, answer_span, answer_statements, stated_answers
 
 CHECKS = (
@@ -45,6 +53,30 @@ CHECKS = (
     "kto_label",
 )
 TABLES = ("sft", "dpo", "step_dpo", "kto", "prm")
+# The columns the checks read with no fallback, per table read (each a tuple of names, any
+# one of which will do: an older dpo or step_dpo row named its chosen node `node_id`).
+# Every other column they read is optional, absent from runs written before it existed.
+NEEDED: dict[str, tuple[tuple[str, ...], ...]] = {
+    "sft": (("problem_id",), ("prompt",), ("completion",), ("node_id",)),
+    "dpo": (
+        ("problem_id",),
+        ("prompt",),
+        ("chosen",),
+        ("rejected",),
+        ("chosen_node_id", "node_id"),
+    ),
+    "step_dpo": (
+        ("problem_id",),
+        ("prompt",),
+        ("full_chosen",),
+        ("full_rejected",),
+        ("chosen_node_id", "node_id"),
+    ),
+    "kto": (("problem_id",), ("prompt",), ("completion",), ("label",), ("node_id",)),
+    "prm": (("problem_id",), ("prompt",), ("completions",), ("node_id",)),
+    "nodes": (("problem_id",), ("node_id",), ("label",)),
+    "trees": (("problem_id",),),
+}
 Row = Mapping[str, Any]
 
 
@@ -178,11 +210,30 @@ async def hygiene(
 
 def hygiene_of_run(run: Any, timeout_s: float = 5.0) -> Hygiene:
     """`hygiene` of a `pipeline.store.run_folder.RunFolder` (reads its committed tables
-    with the schema each file was written with, so older runs read too)."""
+    with the schema each file was written with, so older runs read too).
+
+    Raises `InputError`, one line naming the table and the part or column, when the run
+    cannot be read whole (module docstring)."""
+    missing = run.missing_parts()
+    if missing:
+        named = "; ".join(
+            f"table {kind}: {len(parts)} committed part{'s' if len(parts) > 1 else ''} "
+            f"missing ({parts[0]}{', ...' if len(parts) > 1 else ''})"
+            for kind, parts in sorted(missing.items())
+        )
+        raise InputError(f"{run.location}: cannot be read whole: {named}")
 
     def rows(kind: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for table in run.tables(kind):  # the rows that count (`RunFolder.tables`)
+        for part in run.parts(kind):
+            table = run.read_part(part)  # the rows that count (`RunFolder.read_part`)
+            for names in NEEDED[kind]:
+                if not set(names) & set(table.column_names):
+                    part_name = str(part).rsplit("/", 1)[-1]
+                    raise InputError(
+                        f"{run.location}: table {kind}: {part_name} has no column "
+                        f"{' or '.join(names)}"
+                    )
             out.extend(table.to_pylist())
         return out
 
@@ -190,4 +241,12 @@ def hygiene_of_run(run: Any, timeout_s: float = 5.0) -> Hygiene:
     return asyncio.run(hygiene(tables, rows("nodes"), rows("trees"), timeout_s))
 
 
-__all__ = ["CHECKS", "TABLES", "Hygiene", "TableHygiene", "after_answer", "hygiene_of_run"]
+__all__ = [
+    "CHECKS",
+    "NEEDED",
+    "TABLES",
+    "Hygiene",
+    "TableHygiene",
+    "after_answer",
+    "hygiene_of_run",
+]

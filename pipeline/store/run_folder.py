@@ -248,6 +248,23 @@ class RunFolder:
                 known[batch] = Batch.parse(bodies[path])
         return {batch: known[batch] for batch in names}
 
+    def missing_parts(self) -> dict[str, list[str]]:
+        """Part names a commit marker names that are not there, by record type (sorted).
+
+        The sink writes a batch's parts before its marker and nothing deletes a committed
+        part, so a missing one means the folder was damaged or copied in part.  Readers
+        then skip the whole batch (`Counted`), silently: a checker asks here first.  A
+        marker from before fencing names no parts, so it misses none."""
+        batches = self.batches()
+        kinds = sorted({kind for b in batches.values() for kind in b.parts or ()})
+        present = {kind: set(self.store.names(kind)) for kind in kinds}
+        missing: dict[str, list[str]] = {}
+        for batch, info in sorted(batches.items()):
+            for kind in info.parts or ():
+                if part_name(batch) not in present[kind]:
+                    missing.setdefault(kind, []).append(part_name(batch))
+        return missing
+
     def counted(self) -> Counted:
         """What readers count now (`Counted`); recomputed only when a marker came or went."""
         batches = self.batches()
