@@ -103,6 +103,8 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "pipeline/report/engine_reads.py",
     ),
     "benchmarks.grading_worst_case": ("benchmarks/grading_worst_case.py", "actors/grading.py"),
+    # torch on the device machine: the step costs the measured curve is built from
+    "benchmarks.gpu_step_costs": ("benchmarks/gpu_step_costs.py",),
     "benchmarks.driver_memory": ("benchmarks/driver_memory.py", "pipeline/problems/sources.py"),
     # timings of a command or a test, not of a benchmark module
     "configs/smoke-sleep.yaml": (
@@ -141,6 +143,8 @@ REQUIRED: tuple[tuple[str, str, int], ...] = (
     ("docs/data-value.md", "benchmarks.self_improve", 1),  # the self-improvement round
     ("README.md", "benchmarks.vllm_path", 1),  # the embedded default on vLLM
     ("docs/scorers.md", "benchmarks.vllm_path", 1),  # rows per GPU-hour, read and stock
+    ("docs/sizing.md", "benchmarks.engine_saturation", 2),  # goodput on the measured curve
+    ("docs/sizing.md", "benchmarks.gpu_step_costs", 2),  # decode step and prefill costs
 )
 
 # Not checked: the dated history names its own commits, the others are generated.
