@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
@@ -43,6 +45,7 @@ from actors.engines.base import (
     engine_load,
 )
 from actors.engines.factory import build_engine, build_scorer_engine, check_engine
+from actors.errors import EngineError
 from actors.policy import EnginePolicy
 from actors.redact import install_log_redaction, redact_text
 from actors.scorer_kinds import build_scorer, check_scorer_engine
@@ -263,14 +266,20 @@ def deploy_policy(service: ServiceConfig, app: str = POLICY_APP) -> ServePolicy:
     """Start (or update) the policy deployment and return a client for it."""
     check_engine(service.engine)  # a clear error here, not a replica crash later
     serve.start(proxy_location="Disabled")
-    handle = serve.run(_bind(PolicyServer, service, "PolicyServer"), name=app, route_prefix=None)
+    with _replica_errors():
+        handle = serve.run(
+            _bind(PolicyServer, service, "PolicyServer"), name=app, route_prefix=None
+        )
     return ServePolicy(handle, service)
 
 
 def deploy_scorer(service: ScorerConfig, app: str = SCORER_APP) -> ServeScorer:
     check_scorer_engine(service)
     serve.start(proxy_location="Disabled")
-    handle = serve.run(_bind(ScorerServer, service, "ScorerServer"), name=app, route_prefix=None)
+    with _replica_errors():
+        handle = serve.run(
+            _bind(ScorerServer, service, "ScorerServer"), name=app, route_prefix=None
+        )
     return ServeScorer(handle, service)
 
 
@@ -282,13 +291,58 @@ def deploy_services(policy: ServiceConfig, scorer: ScorerConfig) -> tuple[ServeP
     check_engine(policy.engine)  # clear errors here, not replica crashes later
     check_scorer_engine(scorer)
     serve.start(proxy_location="Disabled")
-    policy_handle, scorer_handle = serve.run_many(
-        [
-            RunTarget(_bind(PolicyServer, policy, "PolicyServer"), POLICY_APP, None),
-            RunTarget(_bind(ScorerServer, scorer, "ScorerServer"), SCORER_APP, None),
-        ]
-    )
+    with _replica_errors():
+        policy_handle, scorer_handle = serve.run_many(
+            [
+                RunTarget(_bind(PolicyServer, policy, "PolicyServer"), POLICY_APP, None),
+                RunTarget(_bind(ScorerServer, scorer, "ScorerServer"), SCORER_APP, None),
+            ]
+        )
     return ServePolicy(policy_handle, policy), ServeScorer(scorer_handle, scorer)
+
+
+# The last line of a replica's traceback when its engine refused to start: the error's
+# class (module-qualified, or in Ray's "RayTaskError(EngineError)" form) and its message.
+_ENGINE_ERROR_LINE = re.compile(r"(?:^|[\s.(])EngineError\)?: (?P<message>.+)$", re.MULTILINE)
+# The config field an engine's message opens with ("engine.model: ...", "one_pass.x=...").
+_FIELD = re.compile(r"^(?P<field>[a-z_]+(?:\.[a-z_]+)+)[:=]")
+
+
+@contextmanager
+def _replica_errors() -> Iterator[None]:
+    """Serve says only "Deploying application scorer failed" when a replica's engine
+    raised while it loaded (a checkpoint that changed after the run's own check, a
+    missing model on the node): the engine's one line is in the deployment's status
+    message, inside a traceback.  Raise it as the `EngineError` it was, naming the
+    service, so the run ends with the cause rather than a pointer to the replica logs."""
+    try:
+        yield
+    except RuntimeError as exc:
+        found = _engine_error(str(exc))
+        if found is None:
+            raise
+        raise found from exc
+
+
+def _engine_error(failure: str) -> EngineError | None:
+    """The engine's error in the status of the application(s) that failed to deploy."""
+    try:
+        applications = serve.status().applications
+    except Exception:  # the status is an aid to the message: without it, Serve's own error
+        return None
+    for app, status in applications.items():
+        if f"application {app} failed" not in failure and str(status.status) != "DEPLOY_FAILED":
+            continue
+        for deployment in status.deployments.values():
+            lines = _ENGINE_ERROR_LINE.findall(deployment.message or "")
+            if not lines:
+                continue
+            message = lines[-1].strip()
+            field = _FIELD.match(message)
+            if field is None:
+                return EngineError(f"{app}: {message}")
+            return EngineError(f"{app}.{message}", field=f"{app}.{field['field']}")
+    return None
 
 
 @dataclass

@@ -79,7 +79,12 @@ class TransformersPRMEngine(OnePassEngine):
             from transformers import AutoModelForTokenClassification, AutoTokenizer
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise EngineError("the transformers_prm engine needs: pip install '.[prm]'") from exc
+        from actors.checkpoint import verify_prm
+
         folder = Path(model).expanduser()
+        # checked whole here too, not only before the run started: a folder changed since
+        # fails with its cause rather than loading a cut-short file or a random head
+        verify_prm(folder)
         torch.set_num_threads(threads)
         self._torch = torch
         self._tokenizer = AutoTokenizer.from_pretrained(str(folder))

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
+from actors.checkpoint import verify_prm
 from actors.engines.base import EngineError, StepValues
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
 from actors.engines.step_layout import StepLayout
@@ -76,6 +78,10 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
             raise EngineError(
                 f"engine_args: {', '.join(twice)} is set by the pooling engine; leave it out"
             )
+        if model != "embedded" and Path(model).expanduser().is_dir():
+            # a folder here is checked whole before vLLM reads it, as the run checked it
+            # before it started (a hub id is vLLM's to fetch and check)
+            verify_prm(model)
         super().__init__(model, engine_args={**extra, **POOLING_ARGS}, **start)
         self._pooling_params: Any = self._vllm.PoolingParams
         self.step_separator = step_separator

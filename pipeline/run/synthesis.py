@@ -27,9 +27,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from actors.errors import EngineError
 from actors.redact import install_log_redaction, redact_secrets, redact_text
 from pipeline.config import RunConfig
-from pipeline.errors import EmptySelection, OutputFullError, OutputLocationError
+from pipeline.errors import EmptySelection, InputError, OutputFullError, OutputLocationError
 from pipeline.problems.sources import check_source
 from pipeline.records import SCHEMAS
 from pipeline.report.engine_reads import COLUMNS as READ_COLUMNS
@@ -249,7 +250,14 @@ def _synthesize(
         if not verbose:
             quiet_ray()
         start_ray(config.ray_num_cpus, quiet=not verbose)
-        deploy_services(config.policy, config.scorer)
+        try:
+            deploy_services(config.policy, config.scorer)
+        except EngineError as exc:
+            # a replica's engine refused its config (a checkpoint changed since the check
+            # before Ray started): the same one line and exit status as that check's
+            if exc.field is None:
+                raise
+            raise InputError(str(exc)) from exc
         # Live counters: the search actors push to this board while their trees run.
         board_name = f"{BOARD_NAME}-{uuid.uuid4().hex[:8]}"
         board: Any = (
