@@ -7,8 +7,11 @@ The export is `pipeline.training.gguf_export` (what it writes and why); this is 
 command line, with the project's exit statuses (`jobs.exits`).
 
 Exit status: 0 written; 2 with one line when an input is wrong (a checkpoint folder
-missing or not a llama causal LM, one whose sizes differ from the ``--like`` model, an
-output file that exists without ``--overwrite``); 1 an unexpected error.
+missing or not a llama causal LM, one that is not whole - weights cut short or not finite,
+sizes in config.json its tensors do not have (`actors.checkpoint.verify_checkpoint`) - one
+whose sizes differ from the ``--like`` model, an output file that exists without
+``--overwrite`` or cannot be written); 1 an unexpected error.  The file appears whole or
+not at all.
 """
 
 from __future__ import annotations

@@ -71,12 +71,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 def run(args: argparse.Namespace) -> int:
     from actors.engines.step_layout import SeparatorError
+    from pipeline.training.prm_trainer import NonFiniteTraining
 
     return guarded(
         lambda: _train(args),
         verbose=args.verbose,
         # a run folder that is missing or denied, a separator of several tokens
         bad_input=(FileNotFoundError, PermissionError, SeparatorError),
+        # a loss or weights that stopped being numbers: stopped, nothing saved (exit 1)
+        failures=(NonFiniteTraining,),
     )
 
 

@@ -60,10 +60,23 @@ def export_checkpoint(
 ) -> tuple[int, Path]:
     """Write `checkpoint` as the GGUF `output` (`kind`: one of TYPES), metadata and
     tokenizer from the `like` GGUF; returns the tensors written and the `like` file."""
-    config = read_config(checkpoint)
-    like_path = resolve_like(like)
     _check_output(output, overwrite)
+    config = read_config(checkpoint)
+    _check_whole(checkpoint)
+    like_path = resolve_like(like)
     return export(checkpoint, like_path, output, kind, config=config), like_path
+
+
+def _check_whole(checkpoint: Path) -> None:
+    """The checkpoint's weights whole, of the shapes its config.json gives, every value
+    finite (`actors.checkpoint.verify_checkpoint`; the tokenizer comes from --like)."""
+    from actors.checkpoint import CheckpointError, verify_checkpoint
+    from pipeline.errors import InputError
+
+    try:
+        verify_checkpoint(checkpoint, tokenizer=False)
+    except CheckpointError as exc:
+        raise InputError(str(exc)) from None
 
 
 def resolve_like(like: str) -> Path:
@@ -81,17 +94,16 @@ def resolve_like(like: str) -> Path:
 
 def read_config(checkpoint: Path) -> dict[str, Any]:
     """The checkpoint's config.json, which must describe a llama causal LM."""
+    from actors.checkpoint import CheckpointError, read_model_config
     from pipeline.errors import InputError
 
     if not checkpoint.is_dir():
         raise InputError(f"checkpoint folder not found: {checkpoint}")
     path = checkpoint / "config.json"
-    if not path.is_file():
-        raise InputError(f"{checkpoint} has no config.json (not a Hugging Face checkpoint?)")
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read it as JSON ({exc})") from exc
+        config = read_model_config(checkpoint)
+    except CheckpointError as exc:
+        raise InputError(str(exc)) from None
     architectures = config.get("architectures") or [config.get("model_type", "unknown")]
     if architectures != [ARCHITECTURE]:
         raise InputError(
@@ -166,13 +178,39 @@ def export(
     return len(tensors)
 
 
+def gguf_fault(path: Path) -> str | None:
+    """What keeps `path` from being one whole GGUF file (cut short, not GGUF), or None."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        # gguf's reader fails on a file cut short while it lays its tensors out
+        return f"not a whole GGUF file ({type(exc).__name__})"
+    size = path.stat().st_size
+    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    if end > size:
+        return f"cut short: {size:,} bytes, its tensors need {end:,}"
+    return None
+
+
 def _check_output(output: Path, overwrite: bool) -> None:
+    """The output file may be written: not a folder, not there unless --overwrite, its
+    folder made now (one that cannot be is bad input before the export, not after)."""
     from pipeline.errors import InputError
 
     if output.is_dir():
         raise InputError(f"--output: {output} is a folder, not a .gguf file")
     if output.exists() and not overwrite:
         raise InputError(f"--output: {output} exists (pass --overwrite to replace it)")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"--output: {output} cannot be written ({exc.strerror or exc}: {exc.filename})"
+        ) from None
+    if not os.access(output.parent, os.W_OK):
+        raise InputError(f"--output: {output} cannot be written (its folder is not writable)")
 
 
 def _field(reader: GGUFReader, key: str) -> Any:

@@ -73,6 +73,30 @@ def read_problem_ids(path: str | Path) -> set[str]:
     return {line.strip() for line in text.splitlines() if line.strip()}
 
 
+def row_fault(row: dict[str, Any], mode: LabelMode) -> str | None:
+    """What makes `row` unfit to train on, or None: text that is not text, a step count
+    that differs from its labels' (or values'), a label that is not true or false, a
+    value that is not a finite number in [0, 1] (a NaN target makes the loss NaN)."""
+    if not isinstance(row.get("prompt"), str) or not isinstance(row.get("problem_id"), str):
+        return "its prompt or problem_id is not text"
+    steps = row.get("completions")
+    if not isinstance(steps, list) or not all(isinstance(step, str) for step in steps):
+        return "its completions are not a list of texts"
+    column = "labels" if mode == "hard" else "values"
+    given = row.get(column)
+    if not isinstance(given, list) or len(given) != len(steps):
+        size = len(given) if isinstance(given, list) else "no"
+        return f"it has {len(steps)} steps and {size} {column}"
+    for i, item in enumerate(given):
+        if mode == "hard" and not isinstance(item, bool):
+            return f"labels[{i}] is {item!r}, not true or false"
+        if mode != "hard" and not (
+            isinstance(item, int | float) and not isinstance(item, bool) and 0.0 <= item <= 1.0
+        ):
+            return f"values[{i}] is {item!r}, not a finite number in [0, 1]"
+    return None
+
+
 def targets_of(row: dict[str, Any], mode: LabelMode, threshold: float) -> tuple[float, ...]:
     """One target per step: the hard label, the soft value, or the value against a threshold."""
     if mode == "hard":
@@ -91,12 +115,22 @@ def select_rows(
     max_rows: int | None,
     seed: int,
 ) -> Selection:
-    """The rows to train on from each run's `prm` rows (`runs`: name and rows, in order)."""
+    """The rows to train on from each run's `prm` rows (`runs`: name and rows, in order).
+
+    A row unfit to train on (`row_fault`) is refused, naming its run, its place and its
+    problem, before anything is trained: the pipeline never writes one, so the run
+    folder is not what it seems."""
     kept: list[PrmRow] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()
     selection = Selection(rows=kept, read=0)
-    for _, rows in runs:
-        for row in rows:
+    for name, rows in runs:
+        for number, row in enumerate(rows):
+            fault = row_fault(row, mode)
+            if fault is not None:
+                raise InputError(
+                    f"{name}: prm row {number} (problem {row.get('problem_id')!r}) cannot be "
+                    f"trained on: {fault}"
+                )
             selection.read += 1
             if row["split"] == "test":
                 selection.dropped["test_split"] += 1
@@ -175,6 +209,7 @@ __all__ = [
     "encode",
     "encode_rows",
     "read_problem_ids",
+    "row_fault",
     "select_rows",
     "targets_of",
 ]

@@ -87,9 +87,16 @@ def class_weights(positives: int, negatives: int, choice: str) -> tuple[float, f
     return (total / (2 * negatives), total / (2 * positives))
 
 
+class NonFiniteTraining(RuntimeError):
+    """The loss or the weights stopped being finite numbers: the training is stopped at
+    that step and nothing is saved (transformers' Trainer would log such a loss as 0 and
+    carry on, and the saved checkpoint would score NaN)."""
+
+
 def collate(features: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]:
     """A padded batch of `Encoded` rows as dicts (right padding; padded positions masked
-    and ignored by the loss)."""
+    and ignored by the loss); ``rows``: each one's place in the training rows, for a
+    message that names them."""
     import torch
 
     width = max(len(item["input_ids"]) for item in features)
@@ -105,6 +112,7 @@ def collate(features: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any
         "attention_mask": torch.tensor(mask),
         "labels": torch.tensor(labels),
         "targets": torch.tensor(targets, dtype=torch.float32),
+        "rows": torch.tensor([int(item.get("row", -1)) for item in features]),
     }
 
 
@@ -171,11 +179,16 @@ def training_arguments(
     )
 
 
-def step_loss_trainer(weight_tensor: Any) -> Any:
-    """transformers' Trainer with the loss at the step separators only (`step_loss`)."""
+def step_loss_trainer(weight_tensor: Any, encoded: Sequence[Encoded]) -> Any:
+    """transformers' Trainer with the loss at the step separators only (`step_loss`),
+    which stops at the first loss that is not a finite number, naming its step and rows
+    (`encoded`: the training rows, for their problems)."""
+    import torch
     from transformers import Trainer
 
     class StepLossTrainer(Trainer):
+        last_rows: tuple[int, ...] = ()  # the batch the last update came from
+
         def compute_loss(
             self,
             model: Any,
@@ -185,11 +198,35 @@ def step_loss_trainer(weight_tensor: Any) -> Any:
         ) -> Any:
             labels = inputs.pop("labels")
             targets = inputs.pop("targets")
+            self.last_rows = tuple(int(r) for r in inputs.pop("rows").tolist())
             outputs = model(**inputs)
             loss = step_loss(outputs.logits, labels, targets, weight_tensor)
+            if not bool(torch.isfinite(loss.detach()).item()):
+                raise NonFiniteTraining(
+                    f"step {self.state.global_step + 1}: the loss is {float(loss.detach()):g} on "
+                    f"{describe_rows(self.last_rows, encoded)}; nothing was saved (a lower "
+                    "--learning-rate, or another --base)"
+                )
             return (loss, outputs) if return_outputs else loss
 
     return StepLossTrainer
+
+
+def describe_rows(rows: Sequence[int], encoded: Sequence[Encoded]) -> str:
+    """Training rows by their number and problem, for a message (at most five named)."""
+    named = [f"{r} ({encoded[r].problem_id})" for r in sorted(rows)[:5] if 0 <= r < len(encoded)]
+    more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+    return f"rows {', '.join(named)}{more}" if named else "its batch"
+
+
+def non_finite_weights(model: Any) -> str | None:
+    """The first parameter holding a NaN or an infinity, or None when all are finite."""
+    import torch
+
+    for name, parameter in model.named_parameters():
+        if not bool(torch.isfinite(parameter.detach()).all().item()):
+            return str(name)
+    return None
 
 
 def train(
@@ -212,7 +249,7 @@ def train(
 
     weight_tensor = None if weights is None else torch.tensor(weights, dtype=torch.float32)
 
-    StepLossTrainer = step_loss_trainer(weight_tensor)
+    StepLossTrainer = step_loss_trainer(weight_tensor, encoded)
 
     losses: list[tuple[int, float]] = []
     started = time.monotonic()
@@ -222,6 +259,15 @@ def train(
 
     class Progress(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            # an update from a finite loss can still overflow (a huge learning rate, an
+            # infinite gradient): stop at the step that did it, not at the save
+            broken = non_finite_weights(model)
+            if broken is not None:
+                raise NonFiniteTraining(
+                    f"step {state.global_step}: the update left {broken} NaN or infinite "
+                    f"(from {describe_rows(trainer.last_rows, encoded)}); nothing was saved "
+                    "(a lower --learning-rate, or another --base)"
+                )
             if state.global_step == state.max_steps:  # the last step's loss is always shown
                 control.should_log = True
             return control
@@ -245,7 +291,7 @@ def train(
         model=model,
         args=arguments,
         # dicts, so the length sampler finds each row's input_ids
-        train_dataset=[asdict(item) for item in encoded],
+        train_dataset=[{**asdict(item), "row": row} for row, item in enumerate(encoded)],
         data_collator=lambda batch: collate(batch, pad_id),
         callbacks=[Progress()],
     )
@@ -266,6 +312,7 @@ def train(
 __all__ = [
     "GGUF",
     "SMOLLM2",
+    "NonFiniteTraining",
     "TrainResult",
     "class_weights",
     "collate",

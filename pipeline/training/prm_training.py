@@ -13,19 +13,28 @@ checkpoint - model, tokenizer - plus its `TrainedLayout` file: the separator and
 format the scorer must use (``scorer.one_pass``), the runs and rows it learned from, the
 problems it saw, the loss and the time; the ``transformers_prm`` engine loads the folder as it is.
 
-An input that is wrong - a run folder missing or without prm rows, every row excluded,
-a separator that is not one token, an output folder that is not empty without
-``--overwrite`` - raises one line (`InputError`, `SeparatorError`, `FileNotFoundError`),
-which the command (`jobs.train_prm`) turns into exit status 2.
+An input that is wrong - a run folder missing or without prm rows, a part of it that
+cannot be read whole, a row unfit to train on (`prm_data.row_fault`), every row excluded,
+a separator that is not one token, a ``--base`` that is not whole
+(`actors.checkpoint.verify_checkpoint`), an output folder that is not empty without
+``--overwrite`` or cannot be written - raises one line (`InputError`, `SeparatorError`,
+`FileNotFoundError`) before any training, which the command (`jobs.train_prm`) turns into
+exit status 2.  A loss or weights that stop being finite stop the training at that step
+(`prm_trainer.NonFiniteTraining`, exit 1).  The checkpoint is written beside ``--output``
+and renamed into place whole (`staged`): an interrupted run never leaves half of one there,
+and ``--overwrite`` keeps the old one until the new one is complete.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -75,15 +84,35 @@ def _check_arguments(args: PrmTraining) -> None:
 
 
 def _read_runs(runs: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Each run's counted prm rows; a run with none is bad input (wrong folder?)."""
+    """Each run's counted prm rows; a run with none is bad input (wrong folder?), and so
+    is a part that cannot be read whole (cut short, not Parquet, text that is not UTF-8),
+    named."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
     from pipeline.errors import InputError
+    from pipeline.records import SCHEMAS
     from pipeline.store.run_folder import RunFolder
     from pipeline.training.prm_data import COLUMNS
 
     read = []
     for run_dir in runs:
-        folder = RunFolder.at(run_dir)
-        rows = folder.read("prm").select(COLUMNS).to_pylist()
+        try:
+            folder = RunFolder.at(run_dir)
+        except ValueError as exc:  # a scheme not served, credentials in the URI (redacted)
+            raise InputError(f"{run_dir}: not a run folder location ({exc})") from None
+        rows: list[dict[str, Any]] = []
+        for part in folder.parts("prm"):
+            try:
+                table = folder.read_part(part, schema=SCHEMAS["prm"])
+                rows.extend(table.select(COLUMNS).to_pylist())
+            except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError, KeyError) as exc:
+                name = str(part).rsplit("/", 1)[-1]
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise InputError(
+                    f"{folder.location}: prm part {name} cannot be read "
+                    f"({type(exc).__name__}: {reason}); it is cut short or not the "
+                    "pipeline's Parquet"
+                ) from None
         if not rows:
             raise InputError(f"{run_dir} has no prm rows (was records.prm off, or the run empty?)")
         read.append((str(folder.location), rows))
@@ -92,18 +121,28 @@ def _read_runs(runs: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
 
 def train_prm(args: PrmTraining) -> None:
     """Train, print progress and save the checkpoint; raises InputError for bad settings."""
-    from pipeline.errors import InputError
-    from pipeline.training import prm_data, prm_trainer
-
     started = time.monotonic()
     _check_arguments(args)
+    _check_base(args.base)
+    # the folder the checkpoint is written into, beside --output, is made first: an
+    # output that cannot be written is found before any work, not after the training
+    with staged(Path(args.output)) as folder:
+        _train(args, folder, started)
+    print(f"checkpoint: {args.output}")
+
+
+def _train(args: PrmTraining, folder: Path, started: float) -> None:
+    """Read, encode, train and save into `folder` (`staged`: it replaces --output only
+    once the checkpoint in it is whole)."""
     from transformers.utils import logging as transformers_logging
+
+    from pipeline.errors import InputError
+    from pipeline.training import prm_data, prm_trainer
 
     # progress bars for loading and saving are noise in a job's log
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     runs = _read_runs(args.runs)
     selection = _select(args, runs)
-
     tokenizer = prm_trainer.load_tokenizer(args.base)
 
     def tokenize(text: str) -> list[int]:
@@ -164,7 +203,7 @@ def train_prm(args: PrmTraining) -> None:
         bos_token_id=bos,
         max_length=args.max_length,
     )
-    _save(Path(args.output), args.overwrite, model, tokenizer, layout, metadata)
+    _save(folder, model, tokenizer, layout, metadata)
     final = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
     print(
         f"trained: {result.steps} steps, {result.epochs:g} epochs, {result.seconds:.0f}s "
@@ -173,7 +212,6 @@ def train_prm(args: PrmTraining) -> None:
         f"{len(encoded) * result.epochs / max(result.seconds, 1e-9):.2f} rows/s)  "
         f"final loss {final}"
     )
-    print(f"checkpoint: {args.output}")
 
 
 def _select(args: PrmTraining, runs: Any) -> Any:
@@ -206,21 +244,70 @@ def _select(args: PrmTraining, runs: Any) -> Any:
 
 
 def _save(
-    output: Path,
-    overwrite: bool,
-    model: Any,
-    tokenizer: Any,
-    layout: TrainedLayout,
-    metadata: dict[str, Any],
+    output: Path, model: Any, tokenizer: Any, layout: TrainedLayout, metadata: dict[str, Any]
 ) -> None:
     """The checkpoint folder: model, tokenizer, then the layout the scorer checks and what
     the model learned from (written last: its presence marks a finished checkpoint)."""
-    if output.is_dir() and overwrite:
-        shutil.rmtree(output)
-    output.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output)
     tokenizer.save_pretrained(output)
     layout.write(output, metadata)
+
+
+@contextmanager
+def staged(output: Path) -> Iterator[Path]:
+    """A folder beside `output` to write the checkpoint into, made at once (an output that
+    cannot be written is bad input before any work), which replaces `output` when the
+    block ends without an error; the old `output` stays whole until then.  A failed or
+    interrupted block leaves `output` as it was and removes the staged folder (a kill
+    leaves it under a hidden name of its own, which no reader takes for a checkpoint)."""
+    from pipeline.errors import InputError
+
+    output = output.expanduser().absolute()  # "." has no name to stage beside
+    staging = output.with_name(f".{output.name}.partial-{os.getpid()}")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        if staging.exists():  # left by a killed run whose pid this one now has
+            shutil.rmtree(staging)
+        staging.mkdir()
+    except OSError as exc:
+        raise InputError(
+            f"--output: {output} cannot be written ({exc.strerror or exc}: {exc.filename})"
+        ) from None
+    try:
+        yield staging
+        _replace(staging, output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _replace(staging: Path, output: Path) -> None:
+    """`staging` renamed to `output`; an `output` already there (empty, or --overwrite)
+    is first renamed aside and removed only once the new one is in its place, so an
+    interruption never leaves a half-written folder under the name (at worst, for the
+    instant between the two renames, neither, both kept whole beside it)."""
+    aside = None
+    if output.exists():
+        aside = output.with_name(f".{output.name}.old-{os.getpid()}")
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.rename(output, aside)
+    os.rename(staging, output)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _check_base(base: str | None) -> None:
+    """A --base folder checked whole before anything is read or trained: its weights,
+    their values and its tokenizer (`actors.checkpoint.verify_checkpoint`)."""
+    if base is None:
+        return
+    from actors.checkpoint import CheckpointError, verify_checkpoint
+    from pipeline.errors import InputError
+
+    try:
+        verify_checkpoint(base)
+    except CheckpointError as exc:
+        raise InputError(f"--base: {exc}") from None
 
 
 def _reasons(dropped: Counter[str]) -> str:
