@@ -40,12 +40,16 @@ from benchmarks.self_improve.runs import (
 )
 from benchmarks.support.commands import run_module
 from benchmarks.support.grading import grade_draws, grade_now
+from benchmarks.support.stages import StageError, check_work_dir, prepare_work_dir, write_whole
 from benchmarks.support.stats import pass_at
 from benchmarks.support.synthesis import synthesize_once
 from benchmarks.support.trl import DEFAULT_TRL_PYTHON, check_trl_python, run_job
 from search.answers import AnswerExtraction
 
 EXTRACTION = AnswerExtraction.LAST_NUMBER  # both configs' answer_extraction
+# the stage outputs a rerun reuses (besides results and markers: `benchmarks.support.stages`)
+PRM_CHECKPOINT = "prm-round0"
+POLICY_GGUF = "round0-policy.gguf"
 STOPS = ("Problem:",)
 METHODS = ("bg_mcts", "repeated_sampling")
 
@@ -98,7 +102,7 @@ def round0(mode: Mode, sel: Selections, work: Path, trl: Path) -> dict[str, Any]
 
 
 def train_prm(mode: Mode, work: Path, run_id: str) -> Path:
-    out = work / "prm-round0"
+    out = work / PRM_CHECKPOINT
     if TrainedLayout.written(out):
         log(f"PRM in {out}: trained before, reused")
         return out
@@ -109,14 +113,13 @@ def train_prm(mode: Mode, work: Path, run_id: str) -> Path:
 
 
 def export_policy(work: Path) -> Path:
-    """The round-0 checkpoint as a GGUF for the llama.cpp policy engine."""
-    out = work / "round0-policy.gguf"
+    """The round-0 checkpoint as a GGUF for the llama.cpp policy engine (the export
+    writes it whole or not at all; `check_work_dir` refuses one that is not whole)."""
+    out = work / POLICY_GGUF
     if out.is_file():
         return out
-    partial = work / "round0-policy.partial.gguf"
-    args = [str(work / "ckpt-round0"), "--like", "embedded", "--output", str(partial)]
+    args = [str(work / "ckpt-round0"), "--like", "embedded", "--output", str(out)]
     run_module("jobs.export_gguf", [*args, "--overwrite"], work / "export.log")
-    partial.rename(out)
     return out
 
 
@@ -213,12 +216,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_trl_python(args.trl_python)
     name = args.mode or ("quick" if args.quick else "full")
     mode = MODES[name]
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="self-improve-"))
-    work.mkdir(parents=True, exist_ok=True)
+    try:
+        work = prepare_work_dir(args.work_dir or Path(tempfile.mkdtemp(prefix="self-improve-")))
+        # what an earlier run left is resumed from, so it must be whole: checked before
+        # any stage runs, not met as a traceback an hour in
+        check_work_dir(work, checkpoints=[work / PRM_CHECKPOINT], ggufs=[work / POLICY_GGUF])
+        return _run(args, name, mode, work)
+    except StageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, name: str, mode: Mode, work: Path) -> int:
     log(f"mode={name} {mode} work={work}")
     started = time.perf_counter()
     sel = selections(mode)
-    (work / "heldout.jsonl").write_text("".join(json.dumps(p) + "\n" for p in sel.heldout))
+    write_whole(work / "heldout.jsonl", "".join(json.dumps(p) + "\n" for p in sel.heldout))
     first = round0(mode, sel, work, args.trl_python)
     at1 = {ops: first["passes"]["round0"][ops][0] for ops in sel.probe}
     operations = choose_operations(at1)

@@ -26,6 +26,7 @@ from typing import Any
 
 from benchmarks.self_improve.plan import ROUND0_MAX_STEPS, ROUND0_SEED, Mode, Problem
 from benchmarks.support.commands import REPO
+from benchmarks.support.stages import write_whole
 from benchmarks.support.synthesis import LOCAL, LOCAL_PRM, base_config, edited, run_variant
 from pipeline.config import RunConfig
 
@@ -128,8 +129,7 @@ def round1_config(
 
 
 def write_problems(problems: Sequence[Problem], path: Path) -> Path:
-    path.write_text("".join(json.dumps(p) + "\n" for p in problems))
-    return path
+    return write_whole(path, "".join(json.dumps(p) + "\n" for p in problems))
 
 
 @dataclass
@@ -233,10 +233,10 @@ def rows_under(work: Path, config: RunConfig, gates: dict[str, Any]) -> RunData:
 
 def write_sft(data: RunData, path: Path) -> Path:
     """The run's sft rows as the TRL half reads them (prompt and completion messages)."""
-    path.write_text(
+    return write_whole(
+        path,
         "".join(
             json.dumps({"prompt": r["prompt"], "completion": r["completion"]}) + "\n"
             for r in data.tables["sft"]
-        )
+        ),
     )
-    return path

@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel
 
 from benchmarks.support.commands import REPO, run_module
+from benchmarks.support.stages import MARKER, MARKER_TEXT, write_whole
 from pipeline.config import RunConfig, parse_config, parse_run_config, read_yaml
 
 if TYPE_CHECKING:
@@ -105,8 +106,7 @@ def run_variant(
 def write_config(config: RunConfig, path: Path) -> Path:
     """The config as the YAML file ``jobs.synthesize --config`` reads."""
     data = config.model_dump(mode="json", exclude_unset=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_whole(path, yaml.safe_dump(data, sort_keys=False))
 
 
 def synthesize(config: RunConfig, work: Path, name: str) -> float:
@@ -123,12 +123,12 @@ def synthesize_once(config: RunConfig, work: Path) -> None:
     """`synthesize` unless the ``work/<run id>.done`` marker says it already finished, so
     that a benchmark interrupted later does not search again."""
     name = config.resolved_run_id
-    marker = work / f"{name}.done"
+    marker = work / f"{name}{MARKER}"
     if marker.is_file():
         print(f"[synth] {name}: done before, reused", flush=True)
         return
     synthesize(config, work, name)
-    marker.write_text("ok\n")
+    write_whole(marker, MARKER_TEXT)
 
 
 def open_run(config: RunConfig) -> RunFolder:

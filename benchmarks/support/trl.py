@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.support.commands import REPO, run_module
+from benchmarks.support.stages import RESULT, read_result, write_whole
 
 DEFAULT_TRL_PYTHON = REPO / ".venv-trl" / "bin" / "python"
 # the TRL venv's half: imports torch, TRL and nothing of the pipeline
@@ -40,17 +41,17 @@ def run_job(
     """Run `job` in the TRL venv as ``WORK/<stage>.job.json``; its result
     (``WORK/<stage>.result.json``).  With `reuse`, a result a finished run left is read
     instead of training again."""
-    job_path, result_path = work / f"{stage}.job.json", work / f"{stage}.result.json"
+    job_path, result_path = work / f"{stage}.job.json", work / f"{stage}{RESULT}"
     if reuse and result_path.is_file():
         print(f"[trl] {stage}: done before, reused", flush=True)
-        cached: dict[str, Any] = json.loads(result_path.read_text())
-        return cached
-    job_path.write_text(json.dumps(job))
+        return read_result(result_path)  # one line naming it when it is not whole
+    write_whole(job_path, json.dumps(job))
     # written under another name first: a killed run leaves no result that looks finished
     partial = result_path.with_suffix(".partial")
     args = [str(job_path), str(partial)]
     run_module(TRAIN_MODULE, args, work / f"{stage}.log", python=trl_python)
+    read_result(partial)  # whole before it takes the name a rerun reuses
     partial.rename(result_path)
-    result: dict[str, Any] = json.loads(result_path.read_text())
+    result = read_result(result_path)
     print(f"[trl] {stage}: {json.dumps(result.get('train', {}))}", file=sys.stderr)
     return result
