@@ -29,7 +29,7 @@ from actors.errors import EngineError
 from actors.scorer_kinds import scorer_kind
 from pipeline.config import RunConfig
 from pipeline.errors import InputError
-from pipeline.problems.sources import load_problems
+from pipeline.problems.sources import ProblemRow, load_problems
 from pipeline.run.token_estimate import Committed, TokenEstimate, estimate_tokens, token_rows
 from pipeline.store.filesystem import check_reachable
 from pipeline.store.resume import pending
@@ -185,8 +185,17 @@ def plan_run(config: RunConfig, sample: int = 5) -> RunPlan:
         sample=tuple(_short(p["problem"]) for p in todo[:sample]),
         cluster_needs=cluster_needs,
         warnings=warnings,
-        tokens=estimate_tokens(config, len(todo), Committed.read(folder)),
+        tokens=estimate_tokens(
+            config, len(todo), Committed.read(folder), problem_chars=_mean_chars(todo)
+        ),
     )
+
+
+def _mean_chars(problems: list[ProblemRow]) -> float | None:
+    """The problems' mean length in characters: the scorer's prompt holds the problem."""
+    if not problems:
+        return None
+    return sum(len(p["problem"]) for p in problems) / len(problems)
 
 
 def _short(text: str, width: int = 90) -> str:

@@ -7,8 +7,10 @@ problems x B is an upper bound on policy output.  The scorer reads the solution 
 charges PRM tokens: with GenPRM it is about 20 times the policy's output, so a night sized
 on problems x B alone is off by an order of magnitude; a one-pass PRM reads each node's
 path once and writes nothing.  The scorer's share is estimated from this run's committed
-trees when a resumed run has some, else from the ratio measured for its scorer kind
-(`actors.scorer_kinds`).
+trees when a resumed run has some; else, for the PUCT searches (BG-MCTS, MCTS), from the
+model of path depth in `pipeline.run.scorer_model`, which follows B, the step length and
+the search's width (the scorer re-reads each node's whole path, and paths get deeper as B
+grows); else from the ratio measured for its scorer kind (`actors.scorer_kinds`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ from dataclasses import dataclass, field
 from actors.scorer_kinds import scorer_kind
 from pipeline.config import RunConfig
 from pipeline.records import SCHEMAS
+from pipeline.run.scorer_model import model_estimate
 from pipeline.store.run_folder import RunFolder
+
+# A problem's length when the dry run is not given its problems: about a MATH500 problem
+# (its 500 problems average 195 characters).
+DEFAULT_PROBLEM_CHARS = 200.0
 
 # The trees columns the estimate reads (not the trees themselves); the cache columns are
 # null in runs written before they were counted (read as 0).
@@ -64,8 +71,17 @@ class Committed:
         return cls(trees, totals)
 
 
-def estimate_tokens(config: RunConfig, todo: int, committed: Committed) -> TokenEstimate:
-    """Estimate the tokens of `todo` problems, from this run's committed trees if any."""
+def estimate_tokens(
+    config: RunConfig,
+    todo: int,
+    committed: Committed,
+    problem_chars: float | None = None,
+) -> TokenEstimate:
+    """Estimate the tokens of `todo` problems, from this run's committed trees if any.
+
+    `problem_chars`: the mean length of the problems to do, in characters (the scorer's
+    prompt holds the problem); None: `DEFAULT_PROBLEM_CHARS`.
+    """
     cost = config.search.cost
     policy_max = None
     if cost.policy_output > 0:
@@ -87,7 +103,18 @@ def estimate_tokens(config: RunConfig, todo: int, committed: Committed) -> Token
     if policy_max is None:
         # a ratio per policy output token needs a bound on policy output to scale
         return TokenEstimate(policy_max, None, in_budget, "policy output is not capped by B")
-    # the ratio measured for this kind of scorer (`actors.scorer_kinds`)
+    chars = DEFAULT_PROBLEM_CHARS if problem_chars is None else problem_chars
+    model = model_estimate(config, chars)
+    if model is not None:
+        # the model of path depth: the scorer reads every node's path, deeper as B grows
+        return TokenEstimate(
+            policy_output_max=policy_max,
+            scorer=round(policy_max * model.tokens.per_budget_token),
+            scorer_in_budget=in_budget,
+            rests_on=f"if every search spends B; {config.scorer.kind}: "
+            f"~{model.tokens.per_policy_token:.1f} per policy output token, {model.rests_on}",
+        )
+    # another search: the ratio measured for this kind of scorer (`actors.scorer_kinds`)
     kind = scorer_kind(config.scorer)
     per_token = kind.tokens_per_policy_token
     return TokenEstimate(
