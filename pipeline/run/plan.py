@@ -88,20 +88,25 @@ def _check_scorer_kind(config: RunConfig) -> None:
         raise _named("scorer", exc) from None
 
 
-# What a one-pass PRM's sequence holds beyond the policy's path: its own prompt (its system
-# turn and the problem, which the path bound from B does not count) and one separator per
-# step.  A MATH problem is 50-400 tokens; a path whose prompt is longer still comes back as
-# a context-overflow node at run time, never a crash.
+# What a one-pass PRM's sequence holds beyond a path bounded by B: its own prompt (its
+# system turn and the problem) and one separator per step.  A MATH problem is 50-400
+# tokens; a path whose prompt is longer still comes back as a context-overflow node at run
+# time, never a crash.
 ONE_PASS_PROMPT_ALLOWANCE = 512
 
 
-def longest_path(config: RunConfig) -> tuple[int, str] | None:
-    """The most tokens one path of the policy can hold under the config, and why: B in
-    policy output tokens (a path's steps are all charged to B), or the policy's own context
-    when that is shorter.  None: neither bounds it."""
+def scorer_context_needed(config: RunConfig) -> tuple[int, str] | None:
+    """The context a one-pass scorer needs to read the longest path the policy may write
+    whole, and why; None: nothing bounds the path.
+
+    Two bounds, the tighter one counts: B in policy output tokens (every step of a path is
+    charged to B) plus the PRM's own prompt (`ONE_PASS_PROMPT_ALLOWANCE`), or the policy's
+    own context, which already holds its prompt with the path (the PRM's prompt, the same
+    problem under another template, stands in for it)."""
     bounds = []
     if (weight := config.search.cost.policy_output) > 0:
-        bounds.append((int(config.budget / weight), f"B={config.budget:,}"))
+        path = int(config.budget / weight)
+        bounds.append((path + ONE_PASS_PROMPT_ALLOWANCE, f"B={config.budget:,} and the prompt"))
     field, tokens = config.policy.engine.context()
     if tokens is not None:
         bounds.append((tokens, f"policy.engine.{field}"))
@@ -114,19 +119,18 @@ def check_scorer_context(config: RunConfig) -> None:
     paid-for run.  (GenPRM trims a long conversation to fit, oldest critiques and steps
     first, `actors.genprm`, so its context is not checked here.)"""
     engine = config.scorer.engine
-    path = longest_path(config)
+    needed = scorer_context_needed(config)
     field, context = engine.context()
-    if not engine.scores_steps or path is None or context is None:
+    if not engine.scores_steps or needed is None or context is None:
         return
-    tokens, bound = path
-    if context < tokens + ONE_PASS_PROMPT_ALLOWANCE:
+    tokens, bound = needed
+    if context < tokens:
+        policy_field = config.policy.engine.context()[0]
         raise InputError(
             f"scorer.engine.{field}: {context:,} tokens cannot hold the longest path the "
-            f"policy may write ({tokens:,} tokens, from {bound}) and the PRM's prompt "
-            f"({ONE_PASS_PROMPT_ALLOWANCE} more); raise it to "
-            f"{tokens + ONE_PASS_PROMPT_ALLOWANCE:,} if the model reads that far, or bound "
-            f"the policy's paths (policy.engine.{config.policy.engine.context()[0]}: "
-            f"{max(context - ONE_PASS_PROMPT_ALLOWANCE, 0):,})"
+            f"policy may write ({tokens:,} tokens, from {bound}); raise it to {tokens:,} if "
+            f"the model reads that far, or bound the policy's paths to what it reads "
+            f"(policy.engine.{policy_field}: {context:,})"
         )
 
 

@@ -11,7 +11,7 @@ import yaml
 from jobs import synthesize
 from pipeline.config import load_run_config
 from pipeline.errors import InputError
-from pipeline.run.plan import ONE_PASS_PROMPT_ALLOWANCE, check_scorer_context, longest_path
+from pipeline.run.plan import ONE_PASS_PROMPT_ALLOWANCE, check_scorer_context, scorer_context_needed
 
 REPO = Path(__file__).resolve().parents[3]
 RUN_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.yaml") if not p.name.startswith("eval-"))
@@ -32,10 +32,11 @@ def with_policy_context(tmp_path: Path, tokens: int) -> Path:
     return path
 
 
-def test_the_longest_path_is_the_tighter_of_b_and_the_policys_context(tmp_path: Path) -> None:
-    assert longest_path(load_run_config(PRM_GPU)) == (3584, "policy.engine.max_model_len")
+def test_the_need_is_the_tighter_of_b_and_the_policys_context(tmp_path: Path) -> None:
+    assert scorer_context_needed(load_run_config(PRM_GPU)) == (3584, "policy.engine.max_model_len")
     wide = load_run_config(with_policy_context(tmp_path, 32768))
-    assert longest_path(wide) == (30000, "B=30,000")
+    needed = 30000 + ONE_PASS_PROMPT_ALLOWANCE
+    assert scorer_context_needed(wide) == (needed, "B=30,000 and the prompt")
 
 
 def test_a_prm_that_cannot_read_the_longest_path_is_refused(tmp_path: Path) -> None:
@@ -43,17 +44,19 @@ def test_a_prm_that_cannot_read_the_longest_path_is_refused(tmp_path: Path) -> N
     with pytest.raises(InputError) as refused:
         check_scorer_context(config)
     message = str(refused.value)
+    needed = f"{30000 + ONE_PASS_PROMPT_ALLOWANCE:,}"
     assert message.startswith("scorer.engine.max_model_len: 4,096 tokens cannot hold")
-    assert "30,000 tokens, from B=30,000" in message
-    assert f"raise it to {30000 + ONE_PASS_PROMPT_ALLOWANCE:,}" in message
-    assert "policy.engine.max_model_len: 3,584" in message  # the fix the shipped config took
+    assert f"({needed} tokens, from B=30,000 and the prompt)" in message
+    assert f"raise it to {needed}" in message
+    assert "(policy.engine.max_model_len: 4,096)" in message
 
 
-def test_one_token_less_room_is_refused_and_exactly_enough_passes(tmp_path: Path) -> None:
-    fits = 4096 - ONE_PASS_PROMPT_ALLOWANCE
-    check_scorer_context(load_run_config(with_policy_context(tmp_path, fits)))
-    with pytest.raises(InputError):
-        check_scorer_context(load_run_config(with_policy_context(tmp_path, fits + 1)))
+def test_a_policy_context_the_prm_holds_passes_and_one_token_more_is_refused(
+    tmp_path: Path,
+) -> None:
+    check_scorer_context(load_run_config(with_policy_context(tmp_path, 4096)))
+    with pytest.raises(InputError, match=r"\(4,097 tokens, from policy\.engine\.max_model_len\)"):
+        check_scorer_context(load_run_config(with_policy_context(tmp_path, 4097)))
 
 
 def test_the_dry_run_refuses_it_in_one_line(
