@@ -89,10 +89,13 @@ What it does not know.  The step length, how soon the policy answers and how oft
 continues an answered one are the policy's, not the config's: `search_shape` takes them
 from the step cap, the source (the arithmetic problems' operations; 7 steps otherwise) and
 two measured shapes (below); a policy whose steps are much shorter or longer than those
-moves N and so the depth.  The law was fitted on a simulated PRM whose scores are
-near-binary; a PRM whose scores separate steps less may make a more even tree.  The law
-covers the PUCT searches (BG-MCTS, and MCTS at its own scale); other algorithms keep the
-measured ratio of their scorer kind (`actors.scorer_kinds`).
+moves N and so the depth.  How often the policy answers is also the scorer's doing: at
+B = 1,000 on the embedded default, GenPRM's trees left 46% of their nodes unanswered and
+reached a mean depth of 5.0, the one-pass PRM's 24% and 3.2, and single trees ranged from
+1.9 (every step answered: balanced) to 7.4 (answers stopped: a dive).  The model cannot
+see that and sits between them.  The dive was fitted on a simulated PRM whose scores are
+near-binary.  The law covers the PUCT searches (BG-MCTS, and MCTS at its own scale);
+other algorithms keep the measured ratio of their scorer kind (`actors.scorer_kinds`).
 """
 
 from __future__ import annotations
@@ -301,10 +304,11 @@ def scorer_tokens(
 # steps, 1,260 tokens on average; `search.simulated.SimParams`).
 TYPICAL_STEP_TOKENS = 180.0
 # A cap that binds: the embedded default's steps under its 48-token `step_max_tokens`
-# (40% stop at the cap, the rest at an answer or a boundary): 9.5 nodes per tree at
-# B = 300 with 6.3 inserted tokens each, which `SearchShape.nodes` gives for steps of
-# 0.58 x the cap (the measured 25.2 per node counts the short steps at the end of B).
-CAPPED_STEP_SHARE = 0.58
+# (40% stop at the cap, the rest at an answer or a boundary).  Its four runs of
+# `benchmarks.scorer_estimate` (GenPRM and one-pass, B = 300 and 1,000) made 9.4, 10.0,
+# 25.5 and 25.5 nodes per tree; `SearchShape.nodes` gives those best (least squares on
+# the log) for steps of 0.63 x the cap.
+CAPPED_STEP_SHARE = 0.63
 # Steps to an answer when the source does not say: a MATH solution's 7 (SimParams, set to
 # Qwen2.5-7B-Instruct on MATH500 Level 5).  The generated arithmetic problems take 1 to
 # `max_steps` operations, and the embedded default's policy answers 88% of them in its
@@ -316,10 +320,11 @@ TYPICAL_ANSWER_STEPS = 7.0
 # estimate by under 3%.
 CONTINUED_SHARE = 0.45
 # One-pass: an answered node's own step is read up to its answer statement
-# (`cut_after_answer`).  What the embedded default's SmolLM2 writes after its answer
-# (a new "Problem:" until a stop string) is about half its answered steps.
-ANSWERED_SHARE = 0.6
-AFTER_ANSWER_SHARE = 0.5
+# (`cut_after_answer`), and SmolLM2 writes on after its answer (a new "Problem:" until a
+# stop string).  In the embedded default's one-pass runs 69% and 76% of the nodes were
+# answered, and the cut took 49% and 69% of their own step's tokens.
+ANSWERED_SHARE = 0.72
+AFTER_ANSWER_SHARE = 0.6
 # GenPRM: the analysis of a step when `max_analysis_tokens` does not cut it (the
 # simulated environment's critique, set to GenPRM-7B's), and the fixed text around each
 # critique: the opening "<analyze> Let's analyze the Paragraph i step by step:", the
