@@ -103,6 +103,18 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "pipeline/report/engine_reads.py",
     ),
     "benchmarks.grading_worst_case": ("benchmarks/grading_worst_case.py", "actors/grading.py"),
+    # the dry run's scorer estimate against the simulated grid and the embedded default's runs
+    "benchmarks.scorer_estimate": (
+        "benchmarks/scorer_estimate.py",
+        "benchmarks/scorer_value/grid.py",
+        "pipeline/run/scorer_model.py",
+        "search/simulated.py",
+        "search/algorithms/puct.py",
+        "configs/local.yaml",
+        "configs/local-prm.yaml",
+        "actors/genprm.py",
+        "actors/one_pass.py",
+    ),
     # torch on the device machine: the step costs the measured curve is built from
     "benchmarks.gpu_step_costs": ("benchmarks/gpu_step_costs.py",),
     "benchmarks.driver_memory": ("benchmarks/driver_memory.py", "pipeline/problems/sources.py"),
@@ -143,6 +155,7 @@ REQUIRED: tuple[tuple[str, str, int], ...] = (
     ("docs/data-value.md", "benchmarks.self_improve", 1),  # the self-improvement round
     ("README.md", "benchmarks.vllm_path", 1),  # the embedded default on vLLM
     ("docs/scorers.md", "benchmarks.vllm_path", 1),  # rows per GPU-hour, read and stock
+    ("docs/sizing.md", "benchmarks.scorer_estimate", 1),  # the scorer estimate against B
     ("docs/sizing.md", "benchmarks.engine_saturation", 2),  # goodput on the measured curve
     ("docs/sizing.md", "benchmarks.gpu_step_costs", 2),  # decode step and prefill costs
 )
