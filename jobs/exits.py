@@ -5,6 +5,9 @@
     2  bad config, source, run id or output location (`pipeline.errors.InputError`),
        the run folder is in use by another process, or another writer took its lease
        over while this one stalled (`pipeline.store.lease.LeaseLost`)
+  130  interrupted (Ctrl-C, SIGINT): rerun the same command to resume.  A SIGINT at any
+       moment of the command gives 130, even when the KeyboardInterrupt it raised was
+       caught and dropped on the way (`pipeline.run.interrupt`)
 
 An error is one line on stderr naming the thing to fix; the traceback is shown
 only with `--verbose` (never by default: cron mail and `ray job logs` stay readable).
@@ -17,7 +20,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-OK, FAILED, BAD_INPUT = 0, 1, 2
+OK, FAILED, BAD_INPUT, INTERRUPTED = 0, 1, 2, 130
 
 
 def add_verbose(parser: argparse.ArgumentParser) -> None:
@@ -39,16 +42,37 @@ def guarded(
 
     `InputError` and the `bad_input` types exit 2, the `failures` types (a Hub that
     refused a push) exit 1, each with its own message; anything else exits 1 naming its
-    type.  Every message and traceback goes through `redact_text`, and so does every log
-    line and warning of the process (`install_log_redaction`).
+    type.  A SIGINT exits 130, even when its KeyboardInterrupt was caught and dropped
+    on the way (`pipeline.run.interrupt`), and so does an error after one.  Every message
+    and traceback goes through `redact_text`, and so does every log line and warning of
+    the process (`install_log_redaction`).
     """
     from actors.redact import install_log_redaction, redact_text
     from pipeline.errors import InputError
+    from pipeline.run.interrupt import honoured, interrupted
 
     install_log_redaction()
     fix_input: tuple[type[BaseException], ...] = (InputError, *bad_input)
     try:
-        return action()
+        with honoured():
+            try:
+                status = action()
+            except Exception:
+                if not interrupted():
+                    raise
+                # what a dropped KeyboardInterrupt broke (a lock it left released, a
+                # queue it left empty) fails later: the cause, and the status, is the
+                # interrupt
+                _traceback(verbose)
+                raise KeyboardInterrupt from None
+            # a SIGINT whose KeyboardInterrupt something caught and dropped on the way
+            # still ends the command as interrupted, not as done
+            if interrupted():
+                raise KeyboardInterrupt
+        return status
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        return INTERRUPTED
     except fix_input as exc:
         _traceback(verbose)
         print(f"error: {redact_text(exc)}", file=sys.stderr)
@@ -57,9 +81,6 @@ def guarded(
         _traceback(verbose)
         print(f"error: {redact_text(exc)}", file=sys.stderr)
         return FAILED
-    except KeyboardInterrupt:
-        print("interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
     except Exception as exc:
         _traceback(verbose)
         hint = "" if verbose else " (run with --verbose for the traceback)"
@@ -76,4 +97,4 @@ def _traceback(verbose: bool) -> None:
         print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
 
 
-__all__ = ["BAD_INPUT", "FAILED", "OK", "add_verbose", "guarded"]
+__all__ = ["BAD_INPUT", "FAILED", "INTERRUPTED", "OK", "add_verbose", "guarded"]

@@ -37,6 +37,7 @@ from pipeline.report.engine_reads import COLUMNS as READ_COLUMNS
 from pipeline.report.engine_reads import EngineReads, engine_reads
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
 from pipeline.run.cluster import on_head_node, quiet_ray, start_ray
+from pipeline.run.interrupt import raise_if_interrupted
 from pipeline.run.live import LiveProgress
 from pipeline.run.plan import check_engines
 from pipeline.run.stream_rows import results_of
@@ -275,6 +276,9 @@ def _synthesize(
             if live is not None:
                 live.stop()
             ray.kill(board)
+    # a Ctrl-C whose KeyboardInterrupt was dropped on the way: no report of a run that
+    # was stopped (the rerun writes it)
+    raise_if_interrupted()
     _finish_run(config, folder, summary, start)
     return summary
 
@@ -318,6 +322,9 @@ def _commit_stream(
     batches = dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0)
     for batch in batches:
         for result in results_of(batch):
+            # A Ctrl-C stops the run here, between two commits, even when the
+            # KeyboardInterrupt it raised was caught and dropped (`pipeline.run.interrupt`)
+            raise_if_interrupted()
             if result.kind == "problem":
                 sink.write_batch(result.records)
                 summary.account(result.records)
