@@ -142,12 +142,13 @@ _EXPRESSION = frozenset(("latex", "op", "paren", "eq", "num"))
 
 
 def _runs(text: str, start: int, end: int) -> list[list[_Token]]:
-    """The runs of the line ``text[start:end]`` that hold an ``=`` and at most
-    `_MAX_TOKENS` tokens: maximal stretches of numbers, operators, parentheses and ``=``
-    (white space dropped).  Anything else ends a run: words, other characters, ``**``, a
-    number in another base, a number glued to a letter, an ``x`` not between two numbers.
-    Tokens are built only for the runs returned: a long line of arithmetic, which is no
-    step's, costs one pass over its matches."""
+    """The runs of the line ``text[start:end]`` that hold an ``=``, two numbers (a left
+    side needs them) and at most `_MAX_TOKENS` tokens: maximal stretches of numbers,
+    operators, parentheses and ``=`` (white space dropped).  Anything else ends a run:
+    words, other characters, ``**``, a number in another base, a number glued to a
+    letter, an ``x`` not between two numbers.  Tokens are built only for the runs
+    returned: a line of runs that cannot hold a false equation costs one pass over its
+    matches."""
     raw: list[_Raw] = [
         (m.lastgroup or "other", m.group(), m.start(), m.end())
         for m in _TOKEN.finditer(text, start, end)
@@ -155,7 +156,7 @@ def _runs(text: str, start: int, end: int) -> list[list[_Token]]:
     ]
     times = {i for i, t in enumerate(raw) if t[1] in ("x", "X") and _times(raw, i)}
     spans: list[tuple[int, int]] = []
-    first, has_eq = 0, False
+    first, has_eq, numbers = 0, False, 0
     for i, (kind, _, begin, finish) in enumerate(raw):
         if kind == "num":
             # ``2x``, ``5cm``, ``x2``: a number touching a word is algebra or a unit,
@@ -176,12 +177,14 @@ def _runs(text: str, start: int, end: int) -> list[list[_Token]]:
         else:
             stop = kind not in _EXPRESSION and i not in times
         if stop:
-            if has_eq and i - first <= _MAX_TOKENS:
+            if has_eq and numbers >= 2 and i - first <= _MAX_TOKENS:
                 spans.append((first, i))
-            first, has_eq = i + 1, False
+            first, has_eq, numbers = i + 1, False, 0
         elif kind == "eq":
             has_eq = True
-    if has_eq and len(raw) - first <= _MAX_TOKENS:
+        elif kind == "num":
+            numbers += 1
+    if has_eq and numbers >= 2 and len(raw) - first <= _MAX_TOKENS:
         spans.append((first, len(raw)))
     return [[_token(raw[i], i in times) for i in range(a, b)] for a, b in spans]
 

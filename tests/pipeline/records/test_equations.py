@@ -304,7 +304,7 @@ class _CountingPattern:
     [
         "Step 2: Carla has 7 - 9 = 1 sticker, so 1 + 1 = 3.   ",  # prose, every line checked
         "1+1=3 ",  # arithmetic with no end: one run far past the token bound
-        "(" * 197 + " = 1; ",  # runs at the token bound, all brackets to trim
+        "(" * 195 + "1+1 = 3; ",  # runs at the token bound, all brackets to trim
         "Then" + " " * 200 + "-1 + 1 = 3, ",  # long white space before each left side
     ],
 )
