@@ -4,8 +4,8 @@ Python turns SIGINT into a KeyboardInterrupt raised wherever the main thread is 
 moment.  Code that catches it there and carries on (a finalizer, an atexit callback, a
 library's ``except BaseException`` around a wait, a lock's cleanup that fails in its
 place) loses it, and the run goes on to finish and exit 0 as if nothing was pressed.
-Under load the main thread is more often busy in such code when the signal lands, so
-an interrupt that works alone can be lost there.
+Where the main thread is when the signal lands is a matter of timing, so a Ctrl-C that
+works on an idle machine can be lost on a loaded one.
 
 `honoured` installs a SIGINT handler that records the signal before raising it, so a
 lost KeyboardInterrupt is raised again at the next safe point (`raise_if_interrupted`:
@@ -29,7 +29,8 @@ def honoured() -> Iterator[None]:
     """Within the block a SIGINT is recorded, then handled as before (by default: a
     KeyboardInterrupt).  The record starts clear.  An ignored SIGINT (a job started with
     ``nohup`` or in the background by a non-interactive shell) stays ignored, and only
-    the main thread may set a handler: elsewhere the block only clears the record."""
+    the main thread may set a handler: elsewhere the block only clears the record.  A
+    block inside another keeps the outer one's handler and record."""
     previous = signal.getsignal(signal.SIGINT)
     if getattr(previous, "records_sigint", False):  # inside another block: its record
         yield
