@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,9 @@ def start_synthesize_job(
 
     Its own process group (`start_new_session`), so a test's kill of the group takes
     its Ray down with it; RAY_ADDRESS is dropped so it never joins another cluster.
+    SIGINT is set back to its default in the child, as a command started from a terminal
+    has it: a test run started in the background by a non-interactive shell (a CI runner)
+    ignores SIGINT, and a child would inherit that.
     """
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
@@ -71,7 +75,12 @@ def start_synthesize_job(
         stdout=subprocess.DEVNULL,
         stderr=stderr,
         start_new_session=True,
+        preexec_fn=_sigint_default,
     )
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def one_pass_scorer(checkpoint: Path, **engine: Any) -> dict[str, Any]:

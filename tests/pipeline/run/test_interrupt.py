@@ -22,6 +22,18 @@ from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import _commit_stream
 
 
+@pytest.fixture(autouse=True)
+def _sigint_as_at_a_terminal() -> Iterator[None]:
+    """Python's own SIGINT handler, as a command started from a terminal has: a test
+    process started in the background by a non-interactive shell (a CI runner, `cmd &`)
+    inherits SIGINT ignored, which the command rightly keeps ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def ctrl_c_dropped() -> None:
     """A SIGINT whose KeyboardInterrupt is caught where it lands and not raised again."""
     with contextlib.suppress(KeyboardInterrupt):
