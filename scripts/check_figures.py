@@ -119,6 +119,16 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "benchmarks.gpu_step_costs": ("benchmarks/gpu_step_costs.py",),
     "benchmarks.driver_memory": ("benchmarks/driver_memory.py", "pipeline/problems/sources.py"),
     # timings of a command or a test, not of a benchmark module
+    "make-synth": (  # `make synth` on a clean clone
+        "Makefile",
+        "requirements-nodeps.txt",
+        "configs/local.yaml",
+        "configs/prompts/arithmetic-fewshot.txt",
+        "pipeline/run/synthesis.py",
+        "actors/engines/llamacpp.py",
+        "actors/genprm.py",
+        "search/driver.py",
+    ),
     "configs/smoke-sleep.yaml": (
         "configs/smoke-sleep.yaml",
         "actors/engines/load_model.py",
@@ -154,6 +164,7 @@ REQUIRED: tuple[tuple[str, str, int], ...] = (
     ("docs/data-value.md", "benchmarks.data_value", 1),
     ("docs/data-value.md", "benchmarks.self_improve", 1),  # the self-improvement round
     ("README.md", "benchmarks.vllm_path", 1),  # the embedded default on vLLM
+    ("README.md", "make-synth", 1),  # the time and rows of the README's first command
     ("docs/scorers.md", "benchmarks.vllm_path", 1),  # rows per GPU-hour, read and stock
     ("docs/sizing.md", "benchmarks.scorer_estimate", 1),  # the scorer estimate against B
     ("docs/sizing.md", "benchmarks.engine_saturation", 2),  # goodput on the measured curve
