@@ -60,3 +60,24 @@ def write_tiny_prm(
     LlamaForTokenClassification(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def write_surface_prm(folder: Path) -> Path:
+    """A folder that looks like a one-pass PRM checkpoint on its surface (config, tokenizer
+    and layout files, a two-class head in `model.safetensors`): no model could be built
+    from it, and none need be for the faults the fast tests give it (a file cut short, a
+    JSON of the wrong shape)."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True)
+    config = {"architectures": ["LlamaForTokenClassification"], "model_type": "llama"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "tokenizer_config.json").write_text("{}")
+    (folder / "tokenizer.json").write_text("{}")
+    layout = {"step_separator": "\n", "prompt_format": "plain", "steps": "lines"}
+    (folder / "bgmcts_prm.json").write_text(json.dumps(layout))
+    save_file({"score.weight": np.ones((2, 8), np.float32)}, str(folder / "model.safetensors"))
+    return folder

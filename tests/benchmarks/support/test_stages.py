@@ -19,6 +19,7 @@ import pytest
 from benchmarks.self_improve.main import POLICY_GGUF, PRM_CHECKPOINT, main
 from benchmarks.support.stages import StageError, read_result, write_whole
 from benchmarks.support.trl import run_job
+from tests.prm_checkpoint import write_surface_prm
 
 
 def _refused(work: Path, capsys: pytest.CaptureFixture[str]) -> str:
@@ -70,19 +71,8 @@ def test_an_export_cut_short_is_one_line(
 def test_a_trained_prm_with_weights_cut_short_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    folder = tmp_path / PRM_CHECKPOINT
-    folder.mkdir()
-    config = {"architectures": ["LlamaForTokenClassification"], "model_type": "llama"}
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "tokenizer_config.json").write_text("{}")
-    (folder / "tokenizer.json").write_text("{}")
-    layout = {"step_separator": "\n", "prompt_format": "plain", "steps": "lines"}
-    (folder / "bgmcts_prm.json").write_text(json.dumps(layout))
+    folder = write_surface_prm(tmp_path / PRM_CHECKPOINT)
     weights = folder / "model.safetensors"
-    save_file({"score.weight": np.ones((2, 8), np.float32)}, str(weights))
     weights.write_bytes(weights.read_bytes()[:-4])
     err = _refused(tmp_path, capsys)
     assert f"{weights} is cut short" in err and f"delete {folder} to train it again" in err

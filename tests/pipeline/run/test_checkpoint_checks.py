@@ -23,26 +23,10 @@ import pytest
 import yaml
 
 from jobs.exits import BAD_INPUT
+from tests.prm_checkpoint import write_surface_prm
 from tests.tiny_run import local_prm_config
 
 WEIGHTS = "model.safetensors"
-
-
-def _fake_prm(folder: Path) -> Path:
-    """A folder that looks like a one-pass PRM checkpoint on its surface: no model could
-    be built from it, and none need be for the faults the fast tests give it."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    folder.mkdir(parents=True)
-    config = {"architectures": ["LlamaForTokenClassification"], "model_type": "llama"}
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "tokenizer_config.json").write_text("{}")
-    (folder / "tokenizer.json").write_text("{}")
-    layout = {"step_separator": "\n", "prompt_format": "plain", "steps": "lines"}
-    (folder / "bgmcts_prm.json").write_text(json.dumps(layout))
-    save_file({"score.weight": np.ones((2, 8), np.float32)}, str(folder / WEIGHTS))
-    return folder
 
 
 def _dry_run(tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> str:
@@ -84,7 +68,7 @@ def _cut(path: Path, keep: int) -> None:
 def test_a_config_json_of_the_wrong_shape_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
 ) -> None:
-    checkpoint = _fake_prm(tmp_path / "prm")
+    checkpoint = write_surface_prm(tmp_path / "prm")
     (checkpoint / "config.json").write_text(text)
     assert expected in _dry_run(tmp_path, checkpoint, capsys)
 
@@ -101,7 +85,7 @@ def test_a_config_json_of_the_wrong_shape_is_one_line(
 def test_layout_metadata_that_is_not_a_layout_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
 ) -> None:
-    checkpoint = _fake_prm(tmp_path / "prm")
+    checkpoint = write_surface_prm(tmp_path / "prm")
     (checkpoint / "bgmcts_prm.json").write_text(text)
     assert expected in _dry_run(tmp_path, checkpoint, capsys)
 
@@ -109,26 +93,26 @@ def test_layout_metadata_that_is_not_a_layout_is_one_line(
 def test_weights_cut_short_or_missing_and_no_tokenizer_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cut = _fake_prm(tmp_path / "cut")
+    cut = write_surface_prm(tmp_path / "cut")
     _cut(cut / WEIGHTS, 5)
     assert f"{cut / WEIGHTS} is cut short: " in _dry_run(tmp_path / "a", cut, capsys)
 
-    header = _fake_prm(tmp_path / "header")
+    header = write_surface_prm(tmp_path / "header")
     (header / WEIGHTS).write_bytes((header / WEIGHTS).read_bytes()[:20])
     assert "no whole header" in _dry_run(tmp_path / "b", header, capsys)
 
-    pickled = _fake_prm(tmp_path / "bin")
+    pickled = write_surface_prm(tmp_path / "bin")
     (pickled / WEIGHTS).rename(pickled / "pytorch_model.bin")
     assert "only pytorch_model.bin: save the checkpoint as safetensors" in _dry_run(
         tmp_path / "c", pickled, capsys
     )
 
-    shards = _fake_prm(tmp_path / "shards")
+    shards = write_surface_prm(tmp_path / "shards")
     index = {"weight_map": {"score.weight": "model-00001-of-00002.safetensors"}}
     (shards / "model.safetensors.index.json").write_text(json.dumps(index))
     assert "model-00001-of-00002.safetensors is missing" in _dry_run(tmp_path / "d", shards, capsys)
 
-    no_tokenizer = _fake_prm(tmp_path / "no-tokenizer")
+    no_tokenizer = write_surface_prm(tmp_path / "no-tokenizer")
     (no_tokenizer / "tokenizer_config.json").unlink()
     assert "has no tokenizer" in _dry_run(tmp_path / "e", no_tokenizer, capsys)
 
