@@ -12,7 +12,6 @@ extra of its own.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import tomllib
@@ -20,27 +19,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_manifests import with_included_extras
+
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 
 def requirements(extra: str) -> list[str]:
-    """What `pip install '.[extra]'` asks for: the base dependencies and the extra's,
-    with the project's own extras it names expanded."""
-    found = list(PROJECT["dependencies"])
-    todo, seen = [extra], set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for requirement in PROJECT["optional-dependencies"][name]:
-            own = re.fullmatch(rf"{PROJECT['name']}\[([\w,-]+)\]", requirement)
-            if own:
-                todo.extend(own.group(1).split(","))
-            else:
-                found.append(requirement)
-    return found
+    """What `pip install '.[extra]'` asks for: the base dependencies and the requirements
+    of the extra and of the project's own extras it includes (`with_included_extras`)."""
+    own = f"{PROJECT['name']}["
+    optional = PROJECT["optional-dependencies"]
+    extras = sorted(with_included_extras({extra}))
+    return [*PROJECT["dependencies"]] + [
+        r for name in extras for r in optional[name] if not r.startswith(own)
+    ]
 
 
 def test_the_training_extra_leaves_torch_and_transformers_to_vllm() -> None:
