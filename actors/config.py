@@ -109,6 +109,21 @@ class LlamaCppConfig(_Engine):
     )
     threads: int = Field(2, ge=1, description="CPU threads llama.cpp computes with")
     parallel: int = Field(4, ge=1, description="concurrent sequences (llama.cpp slots)")
+    slot_prompt_similarity: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="llama.cpp takes an idle slot whose cached prompt covers more than this "
+        "share of a request's prompt; otherwise the least recently used slot, after loading "
+        "the request's longest cached prefix from the host-RAM prompt cache (0: always the "
+        "least recently used slot)",
+    )
+    cache_ram_mib: int = Field(
+        8192,
+        ge=-1,
+        description="host memory for llama.cpp's prompt cache, where a slot's state is kept "
+        "when another prompt takes the slot (0: off; -1: no limit)",
+    )
 
     def check_model(self) -> str | None:
         """The GGUF file must exist here: llama.cpp is the CPU engine, run where the config

@@ -45,6 +45,8 @@ class LlamaCppEngine:
         context_length: int = 4096,
         threads: int = 2,
         parallel: int = 4,
+        slot_prompt_similarity: float = 0.1,
+        cache_ram_mib: int = 8192,
         request_timeout_s: float = 300.0,
         name: str | None = None,
     ) -> None:
@@ -59,6 +61,8 @@ class LlamaCppEngine:
         params.cpuparams.n_threads = threads
         params.cpuparams_batch.n_threads = threads
         params.n_parallel = parallel
+        params.slot_prompt_similarity = slot_prompt_similarity
+        params.cache_ram_mib = cache_ram_mib
         self.name = name or path.stem
         self.context_length = context_length
         self.parallel = parallel
