@@ -27,7 +27,12 @@ Where the analysis is written (`analysis_turn`):
   rendering cut right after the user's text, so it works with any template.
 * `assistant`: an assistant turn prefilled with the opening.
 
-Either way the finished critique is stored as the next assistant turn.  A prompt
+Either way the finished critique is stored as the next assistant turn, and a
+child's prompt extends its parent's judgement prompt byte for byte, so the engine's
+prefix cache serves the parent's whole conversation: in `assistant` mode the stored
+turns render as they were sent; in `user` mode each earlier critique is rendered at the
+end of its step's user turn, where it was written (rendering it as an assistant turn
+would break the prefix right after the parent's step and prefill the critique again).  A prompt
 that does not fit the engine's context is trimmed for that call, oldest
 critiques first (each keeps its judgement, its analysis becomes "..."), then
 the oldest steps' text; the stored conversation keeps everything.  After an
@@ -300,8 +305,12 @@ class GenPRMScorer:
             return await self.engine.render_chat(messages, continue_final=True)
         # GenPRM's format: `opened` continues the last user turn.  Render the chat with a
         # marker at the end of that turn and cut there, so no template has to support it.
-        last = conversation[-1]
-        marked = [*conversation[:-1], {**last, "content": last["content"] + _OPEN_TURN}]
+        # Each earlier critique is rendered where it was written, at the end of its step's
+        # user turn: then this prompt starts with the parent's judgement prompt byte for
+        # byte, and the engine's prefix cache serves the whole parent conversation.
+        turns = _critiques_in_user_turns(conversation)
+        last = turns[-1]
+        marked = [*turns[:-1], {**last, "content": last["content"] + _OPEN_TURN}]
         rendered = await self.engine.render_chat(marked, continue_final=False)
         cut = rendered.rfind(_OPEN_TURN)
         if cut < 0:
@@ -346,6 +355,19 @@ class GenPRMScorer:
                 f"context {self.engine.context_length})"
             )
         return completion
+
+
+def _critiques_in_user_turns(conversation: Conversation) -> list[Message]:
+    """The conversation with each critique appended to the user turn before it, as the
+    analysis was written when that step was judged (`analysis_turn: user`); the stored
+    conversation keeps them as assistant turns."""
+    turns: list[Message] = []
+    for message in conversation:
+        if message["role"] == "assistant" and turns and turns[-1]["role"] == "user":
+            turns[-1] = {**turns[-1], "content": turns[-1]["content"] + message["content"]}
+        else:
+            turns.append(dict(message))
+    return turns
 
 
 def _shorten(message: Message) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import pytest_asyncio
@@ -33,6 +33,10 @@ on_module_loop = pytest.mark.asyncio(loop_scope="module")
 PROBLEM = "What is 12 times 3?"
 PROMPTS = Path(__file__).resolve().parents[2] / "configs" / "prompts"
 ANALYSIS_TOKENS = 48
+# llama.cpp rounds a prompt read in one batch and one read after a cached prefix a little
+# differently (its 8-bit activations are quantized per batch): the judgement moved by up
+# to 0.033 here between the two, so the bound leaves room for that and no more.
+JUDGEMENT_TOLERANCE = 0.05
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -51,6 +55,7 @@ class Recording:
         self.context_length = engine.context_length
         self.prompts: list[str] = []
         self.options: list[Sampling] = []
+        self.completions: list[Completion] = []
         self.fail = fail
 
     async def complete(self, prompt: str, sampling: Sampling) -> Completion:
@@ -58,7 +63,9 @@ class Recording:
         self.options.append(sampling)
         if self.fail:
             return Completion("", 0, FinishReason.ERROR, error="injected failure")
-        return await self.engine.complete(prompt, sampling)
+        completion = await self.engine.complete(prompt, sampling)
+        self.completions.append(completion)
+        return completion
 
     async def render_chat(
         self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
@@ -244,6 +251,44 @@ async def test_genprm_analysis_continues_the_user_turn(engine: LlamaCppEngine) -
     scorer = GenPRMScorer(recording, max_analysis_tokens=16, analysis_turn="assistant")
     assert (await scorer.score(_request((step,)))).error is None
     assert recording.prompts[0].endswith("<|im_start|>assistant\n" + opening)
+
+
+@pytest.mark.parametrize("turn", ["user", "assistant"])
+@on_module_loop
+async def test_a_childs_prompt_extends_its_parents_judgement_prompt(
+    engine: LlamaCppEngine, turn: Literal["user", "assistant"]
+) -> None:
+    """Whatever `analysis_turn` is, a child's first request starts with its parent's last
+    (the judgement) byte for byte, so the engine's prefix cache serves all of it; and the
+    judgement read through the cache is the one a cold engine gives for the same request."""
+    recording = Recording(engine)
+    scorer = GenPRMScorer(recording, max_analysis_tokens=ANALYSIS_TOKENS, analysis_turn=turn)
+    steps = (" 12 times 3 means adding 12 three times.", "\nStep 2: 12 + 12 + 12 = 36.")
+    parent = await scorer.score(_request(steps[:1]))
+    assert parent.error is None
+    parent_judgement = recording.prompts[-1]
+    assert parent_judgement.endswith(PRM_JUDGEMENT_PREFIX)
+    sent = len(recording.prompts)
+    child = await scorer.score(_request(steps, parent.context))
+    assert child.error is None
+    analysis, judgement = recording.prompts[sent:]
+    assert analysis.startswith(parent_judgement)
+    assert judgement.startswith(analysis)
+    # the cache held the parent's conversation (all but the last few tokens, where the
+    # re-tokenized text may join the forced label to what follows)
+    known = len(await engine.tokenize(parent_judgement))
+    assert recording.completions[sent].cached_tokens >= known - 4
+    # the same judgement request on an engine that never saw it: the same top-20
+    cold = LlamaCppEngine(context_length=2048, parallel=1)
+    try:
+        warm = recording.completions[-1].top_logprobs[0]
+        fresh = await cold.complete(judgement, recording.options[-1])
+    finally:
+        await cold.close()
+    assert fresh.cached_tokens == 0
+    assert judgement_score(fresh.top_logprobs[0]) == pytest.approx(
+        judgement_score(warm), abs=JUDGEMENT_TOLERANCE
+    )
 
 
 @on_module_loop
