@@ -110,7 +110,7 @@ class LlamaCppConfig(_Engine):
     threads: int = Field(2, ge=1, description="CPU threads llama.cpp computes with")
     parallel: int = Field(4, ge=1, description="concurrent sequences (llama.cpp slots)")
     slot_prompt_similarity: float = Field(
-        0.1,
+        0.9,
         ge=0,
         le=1,
         description="llama.cpp takes an idle slot whose cached prompt covers more than this "

@@ -45,7 +45,7 @@ class LlamaCppEngine:
         context_length: int = 4096,
         threads: int = 2,
         parallel: int = 4,
-        slot_prompt_similarity: float = 0.1,
+        slot_prompt_similarity: float = 0.9,
         cache_ram_mib: int = 8192,
         request_timeout_s: float = 300.0,
         name: str | None = None,

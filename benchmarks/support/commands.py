@@ -22,17 +22,19 @@ REPO = Path(__file__).resolve().parents[2]
 LOG_TAIL_CHARS = 3000
 
 
-def child_env() -> dict[str, str]:
+def child_env(root: Path = REPO) -> dict[str, str]:
     """This process's environment for a child that runs the project's code.
 
-    The repository goes first on PYTHONPATH, so `python -m jobs.x` works from any venv;
+    The repository (`root`: another checkout of it, for a benchmark that runs an earlier
+    revision beside this one) goes first on PYTHONPATH, so `python -m jobs.x` works from
+    any venv and runs that checkout's code, in Ray's workers too (they inherit it);
     a Ray child starts its own local cluster without a login or telemetry unless the
     caller set otherwise; Hugging Face libraries stay offline (the models are local) and
     tokenizers do not start threads of their own on the shared cores.
     """
     return {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
         "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
         "RAY_USAGE_STATS_ENABLED": os.environ.get("RAY_USAGE_STATS_ENABLED", "0"),
         "RAY_ADDRESS": os.environ.get("RAY_ADDRESS", "local"),
@@ -46,8 +48,8 @@ def log_tail(log: Path, chars: int = LOG_TAIL_CHARS) -> str:
     return log.read_text(errors="replace")[-chars:] if log.is_file() else ""
 
 
-def run_logged(command: Sequence[str], log: Path, *, what: str) -> float:
-    """Run `command` in the repository root, stdout and stderr both into `log`.
+def run_logged(command: Sequence[str], log: Path, *, what: str, root: Path = REPO) -> float:
+    """Run `command` in the repository root (or `root`), stdout and stderr both into `log`.
 
     Returns the wall seconds it took; a non-zero exit raises RuntimeError naming `what`
     and the log, with the log's tail.
@@ -55,7 +57,7 @@ def run_logged(command: Sequence[str], log: Path, *, what: str) -> float:
     started = time.perf_counter()
     with log.open("w") as sink:
         done = subprocess.run(
-            list(command), cwd=REPO, env=child_env(), stdout=sink, stderr=subprocess.STDOUT
+            list(command), cwd=root, env=child_env(root), stdout=sink, stderr=subprocess.STDOUT
         )
     if done.returncode != 0:
         raise RuntimeError(f"{what} failed (exit {done.returncode}, log {log}):\n{log_tail(log)}")
@@ -63,7 +65,15 @@ def run_logged(command: Sequence[str], log: Path, *, what: str) -> float:
 
 
 def run_module(
-    module: str, args: Sequence[str], log: Path, *, python: Path | str = sys.executable
+    module: str,
+    args: Sequence[str],
+    log: Path,
+    *,
+    python: Path | str = sys.executable,
+    root: Path = REPO,
 ) -> float:
-    """``python -m module args`` with `run_logged` (the project's venv unless `python`)."""
-    return run_logged([str(python), "-m", module, *args], log, what=f"python -m {module}")
+    """``python -m module args`` with `run_logged` (the project's venv unless `python`; this
+    checkout's code unless `root`)."""
+    return run_logged(
+        [str(python), "-m", module, *args], log, what=f"python -m {module}", root=root
+    )
