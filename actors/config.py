@@ -124,6 +124,12 @@ class LlamaCppConfig(_Engine):
         description="host memory for llama.cpp's prompt cache, where a slot's state is kept "
         "when another prompt takes the slot (0: off; -1: no limit)",
     )
+    hold_shared_prefixes: bool = Field(
+        True,
+        description="a request waits while one in flight shares more of its prompt than "
+        "llama.cpp has cached (siblings of one node), so that the shared part is computed "
+        "once (actors/engines/prefix_gate.py)",
+    )
 
     def check_model(self) -> str | None:
         """The GGUF file must exist here: llama.cpp is the CPU engine, run where the config

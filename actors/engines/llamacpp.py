@@ -26,6 +26,7 @@ from actors.engines.base import (
     Sampling,
     TopLogprobs,
 )
+from actors.engines.prefix_gate import PrefixGate
 from actors.models import resolve_model_path
 from search.protocols import FinishReason
 
@@ -47,6 +48,7 @@ class LlamaCppEngine:
         parallel: int = 4,
         slot_prompt_similarity: float = 0.9,
         cache_ram_mib: int = 8192,
+        hold_shared_prefixes: bool = True,
         request_timeout_s: float = 300.0,
         name: str | None = None,
     ) -> None:
@@ -72,6 +74,8 @@ class LlamaCppEngine:
         )
         # llama.cpp's own per-request timings: prompt tokens it evaluated vs reused
         # from a slot's prefix cache (what tree-affinity routing is meant to raise)
+        # requests that share a prefix not cached yet go one after another (prefix_gate.py)
+        self._gate = PrefixGate() if hold_shared_prefixes else None
         self.prompt_tokens_evaluated = 0
         self.prompt_tokens_cached = 0
         self.tokens_generated = 0
@@ -107,6 +111,7 @@ class LlamaCppEngine:
             "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
             "prompt_tokens_cached": self.prompt_tokens_cached,
             "tokens_generated": self.tokens_generated,
+            "requests_held_for_a_shared_prefix": self._gate.waits if self._gate else 0,
         }
 
     async def _post(self, path: str, body: Mapping[str, Any]) -> httpx.Response:
@@ -127,6 +132,14 @@ class LlamaCppEngine:
             body["top_p"] = sampling.top_p
         if sampling.top_k is not None:
             body["top_k"] = sampling.top_k
+        if self._gate is None:
+            return await self._send(body, sampling.max_tokens)
+        async with self._gate.turn(prompt):
+            completion = await self._send(body, sampling.max_tokens)
+            self._gate.completed(prompt + completion.text)
+        return completion
+
+    async def _send(self, body: Mapping[str, Any], max_tokens: int) -> Completion:
         try:
             response = await self._post("/completion", body)
         except (httpx.HTTPError, OSError) as exc:
@@ -140,7 +153,7 @@ class LlamaCppEngine:
                 )
             message = error.get("message", response.text[:200])
             return Completion("", 0, FinishReason.ERROR, error=f"llama.cpp: {message}")
-        return self._completion(data, sampling.max_tokens)
+        return self._completion(data, max_tokens)
 
     def _completion(self, data: Mapping[str, Any], max_tokens: int) -> Completion:
         generated = int(data.get("tokens_predicted", 0))

@@ -1,0 +1,95 @@
+"""Hold back a request whose prompt another request in flight is about to cache.
+
+An engine with a prefix cache computes a prompt's shared prefix once only if the requests
+that share it arrive one after another.  A search sends them together: the k children of
+a node are k requests with the same prompt, and the scorer judges siblings at once, each
+prompt its parent's conversation plus the sibling's own step.  Sent together, each of
+them computes the shared part again: llama.cpp runs one prompt per slot, a slot's state
+cannot be read while it is busy, and the parent's state, held by one slot, serves only
+the first request that takes that slot.  In the embedded default about two thirds of the
+GenPRM tokens llama.cpp computed beyond what a tree had already sent were of that kind.
+
+`PrefixGate` keeps the prompts in flight and the texts of recent completions (prompt and
+answer: what the engine's cache holds after a request).  A request waits while a prompt
+in flight shares more with it than any recent completion does, by at least `margin`
+characters, or is the same prompt; when that request ends, its text is a completion, the
+new request's longest match, and the engine finds it in its cache.  Requests that share
+only what every request shares (a few-shot scaffold, a system prompt) never wait: a
+completion already holds that much.  A waiting request costs the search latency, not
+throughput: the engine computes other trees' requests meanwhile.
+
+Measured with `python -m benchmarks.prefix_reuse` (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+
+def common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of `a` and `b` (a binary search over slice
+    comparisons, which run in C: prompts are thousands of characters)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+class PrefixGate:
+    """Orders requests that share a prefix not cached yet (see the module docstring).
+
+    `margin`: how many more characters a prompt in flight must share than the best recent
+    completion before a request waits for it (a few tokens: less is not worth a wait).
+    `remembered`: how many recent completions are compared (the engine's cache holds at
+    least that many states; an older text is assumed gone).
+    """
+
+    def __init__(self, margin: int = 32, remembered: int = 256) -> None:
+        self.margin = margin
+        self._done: deque[str] = deque(maxlen=remembered)
+        self._in_flight: dict[int, tuple[str, asyncio.Event]] = {}
+        self._next = 0
+        self.waits = 0  # requests that waited for another (a count for the stats)
+
+    def _leader(self, prompt: str) -> asyncio.Event | None:
+        """The event of a request in flight this one should wait for, if any."""
+        if not self._in_flight:
+            return None
+        cached = max((common_prefix(prompt, text) for text in self._done), default=0)
+        for other, ended in self._in_flight.values():
+            shared = common_prefix(prompt, other)
+            if shared == len(prompt) == len(other) or shared >= cached + self.margin:
+                return ended
+        return None
+
+    @asynccontextmanager
+    async def turn(self, prompt: str) -> AsyncIterator[None]:
+        """Wait for the requests this prompt should follow, then run as one in flight; on
+        leaving, the prompt and what `answer` was set to count as a completion."""
+        waited = False
+        while (leader := self._leader(prompt)) is not None:
+            waited = True
+            await leader.wait()
+        self.waits += waited
+        key, self._next = self._next, self._next + 1
+        ended = asyncio.Event()
+        self._in_flight[key] = (prompt, ended)
+        try:
+            yield
+        finally:
+            del self._in_flight[key]
+            ended.set()
+
+    def completed(self, text: str) -> None:
+        """`text` (a prompt and its answer) is now in the engine's cache."""
+        self._done.append(text)
+
+
+__all__ = ["PrefixGate", "common_prefix"]
