@@ -7,7 +7,9 @@
   retried, still empty, so each problem is an `errors` row, the job exits 1 and no
   training row is written.  Then the same server answers for real and a rerun of the
   same command searches both problems once.  Committed as trees instead, the empty
-  searches would have made the job exit 0 and the rerun skip them.
+  searches would have made the job exit 0 and the rerun skip them.  The job's command
+  (`jobs.synthesize`'s `main`) runs in this process and joins the session's cluster
+  (`ray_cluster`).
 * The rules one by one: `EnginePolicy` turns an empty or white-space completion from a
   real HTTP server into a failed request; `failure_reason` refuses a tree whose every
   step is empty (continuation prompts had spent its budget); the training builders never
@@ -17,7 +19,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import yaml
 from actors.engines.openai_compat import OpenAIEngine
 from actors.policy import EnginePolicy
 from actors.search_outcome import failure_reason
+from jobs.synthesize import main as synthesize_main
 from pipeline.records import GatesConfig, PrmConfig, RecordsConfig, records_for
 from pipeline.store.run_folder import RunFolder
 from search import parse_search_config, run_search
@@ -37,7 +39,7 @@ from search.protocols import FinishReason, Generation, GenerationRequest
 from search.scripted import ScriptedPolicy, ScriptedScorer
 from search.tree import Node
 from tests.openai_server import FakeServer, chat_server_respond, completion
-from tests.tiny_run import start_synthesize_job, tiny_run_config
+from tests.tiny_run import tiny_run_config
 
 TRAINING = ("sft", "dpo", "step_dpo", "prm", "kto")
 ANSWER = " 1 + 1 = 2, so the answer is $\\boxed{2}$."
@@ -71,17 +73,20 @@ def engine() -> Iterator[tuple[Engine, FakeServer]]:
     server.close()
 
 
-def _run(config: Path) -> tuple[int, str]:
-    job = start_synthesize_job(config, stderr=subprocess.PIPE)
-    _, err = job.communicate(timeout=600)
-    return job.returncode, err.decode(errors="replace")
-
-
 @pytest.mark.e2e
 def test_an_engine_that_answers_nothing_gives_error_rows_and_a_rerun_completes(
-    tmp_path: Path, engine: tuple[Engine, FakeServer]
+    ray_cluster: None,
+    tmp_path: Path,
+    engine: tuple[Engine, FakeServer],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     state, server = engine
+
+    def _run(config: Path) -> tuple[int, str]:
+        """The job's command on the session's cluster: its exit status and its stderr."""
+        code = synthesize_main(["--config", str(config)])
+        return code, capsys.readouterr().err
+
     rows = [
         {"id": "p0", "question": "What is 1 + 1?", "answer": "2"},
         {"id": "p1", "question": "What is 0 + 2?", "answer": "2"},

@@ -1,7 +1,9 @@
 """Engine failures end to end, on a real local Ray cluster with the sleep engine.
 
 * A problem that cannot fit the policy's context is an `errors` row (not a tree),
-  the job exits 1, and a rerun searches it again.
+  the job exits 1, and a rerun searches it again.  The job's command (`jobs.synthesize`'s
+  `main`) runs in this process and joins the session's cluster (`ray_cluster`): nothing
+  here needs a cluster of its own.
 * A policy replica killed mid-run (SIGKILL to its process) is restarted by Serve,
   its in-flight requests are retried, and the run completes with every problem
   exactly once.
@@ -21,6 +23,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from jobs.synthesize import main as synthesize_main
 from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import start_synthesize_job, tiny_run_config
 
@@ -38,7 +41,9 @@ def _config(tmp_path: Path, rows: list[dict[str, str]], **extra: Any) -> Path:
     return path
 
 
-def test_a_problem_that_cannot_fit_the_context_is_an_error_and_retried(tmp_path: Path) -> None:
+def test_a_problem_that_cannot_fit_the_context_is_an_error_and_retried(
+    ray_cluster: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     engine = {"kind": "sleep", "latency_s": 0.05, "output_tokens": 8, "context_length": 300}
     rows = [
         {"id": "short", "question": "What is 1 + 1?", "answer": "2"},
@@ -46,9 +51,8 @@ def test_a_problem_that_cannot_fit_the_context_is_an_error_and_retried(tmp_path:
     ]
     path = _config(tmp_path, rows, engine=engine, run_id="ctx")
     for _ in range(2):  # the rerun tries the failed problem again
-        job = _job(path)
-        _, err = job.communicate(timeout=600)
-        assert job.returncode == 1, err.decode()[-2000:]
+        code = synthesize_main(["--config", str(path)])
+        assert code == 1, capsys.readouterr().err[-2000:]
     folder = RunFolder.open(tmp_path / "out", "ctx")
     assert folder.read("trees").column("problem_id").to_pylist() == ["short"]
     errors = folder.read("errors").to_pylist()
