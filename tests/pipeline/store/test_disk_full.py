@@ -12,7 +12,8 @@ the kernel, not from a patched function.
 * The whole job (slow): the output root is a 2 MiB tmpfs mounted for the test (this needs root, or
 CAP_SYS_ADMIN: elsewhere the test is skipped, saying so), with a ballast file leaving
 `FREE` bytes: room for run.json and a tree or two, not for all twelve.  The job runs
-for real (Ray, Serve, the sleep engine) and writes until the kernel answers ENOSPC.  It
+for real (Ray, Serve, the sleep engine; its command, `jobs.synthesize`'s `main`, in this
+process on the session's cluster) and writes until the kernel answers ENOSPC.  It
 must exit 2 with one error line that names the output root and the free space to
 make, keep every tree it committed, and leave nothing half-written that a reader
 would count.  Then the ballast is deleted and the same command runs again: it exits 0
@@ -39,7 +40,7 @@ from pipeline.records import error_row
 from pipeline.store.filesystem import out_of_space
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
-from tests.tiny_run import start_synthesize_job, tiny_run_config
+from tests.tiny_run import tiny_run_config
 
 SIZE = 2 * 1024 * 1024
 FREE = 200 * 1024
@@ -77,10 +78,12 @@ def _fill(root: Path, leave: int) -> Path:
     return ballast
 
 
-def _run(config: Path) -> tuple[int, str]:
-    job = start_synthesize_job(config, stderr=subprocess.PIPE)
-    _, err = job.communicate(timeout=600)
-    return job.returncode, err.decode(errors="replace")
+def _run(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """The job's command in this process (it joins the session's cluster): its exit
+    status and what it wrote to stderr."""
+    capsys.readouterr()
+    code = synth_main(["--config", str(config)])
+    return code, capsys.readouterr().err
 
 
 def _errors(n: int, seed: int) -> list[dict[str, object]]:
@@ -147,7 +150,7 @@ def test_quota_and_full_disk_errors_are_told_from_others() -> None:
 
 @pytest.mark.e2e
 def test_a_full_disk_is_exit_2_naming_the_root_and_the_space_and_a_rerun_completes(
-    tmp_path: Path, tiny_disk: Path
+    ray_cluster: None, tmp_path: Path, tiny_disk: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rows = [
         {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)}
@@ -161,7 +164,7 @@ def test_a_full_disk_is_exit_2_naming_the_root_and_the_space_and_a_rerun_complet
     path.write_text(yaml.safe_dump(config))
     ballast = _fill(tiny_disk, FREE)
 
-    code, err = _run(path)
+    code, err = _run(path, capsys)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2, err[-3000:]  # before: 1
     assert len(errors) == 1, err[-3000:]
@@ -177,7 +180,7 @@ def test_a_full_disk_is_exit_2_naming_the_root_and_the_space_and_a_rerun_complet
 
     ballast.unlink()  # the operator makes room and runs the same command again
     before = _free(tiny_disk)
-    code, err = _run(path)
+    code, err = _run(path, capsys)
     assert code == 0, err[-3000:]
     used = before - _free(tiny_disk)
     estimate = float(free[1]) * 1024 ** ("KiB", "MiB", "GiB").index(free[2]) * 1024
