@@ -5,7 +5,8 @@ A JSONL line of 100,000 nested arrays (json raises RecursionError), a line whose
 but is past the bound, a lone surrogate (no Parquet file can hold it), an id past the
 id bound, and a Parquet row that pyarrow cannot convert.  Real files through the real
 reading code: `load_records`, the streamed `iter_records` / `check_source` that the Ray
-read task runs, and a whole run (`jobs.synthesize` on a local Ray with the sleep engine).
+read task runs, and a whole run (`jobs.synthesize` on the session's local Ray with the sleep
+engine).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pipeline.problems.sources import (
     load_records,
 )
 from pipeline.store.run_folder import RunFolder
-from tests.tiny_run import COLUMNS, run_config, start_synthesize_job
+from tests.tiny_run import COLUMNS, run_config
 
 GOOD = [{"id": f"good{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(3)]
 
@@ -115,10 +116,13 @@ def test_parquet_rows_past_the_bounds_are_error_rows(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_a_run_over_hostile_lines_writes_one_error_row_each_and_searches_the_rest(
-    tmp_path: Path,
+    ray_cluster: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The real job: exit 1, one errors row per bad line (keyed by its line), every good
-    row searched and in trees."""
+    """The real job (its command, `jobs.synthesize`'s `main`, in this process on the
+    session's cluster): exit 1, one errors row per bad line (keyed by its line), every
+    good row searched and in trees."""
+    from jobs.synthesize import main as synthesize_main
+
     problems, expected = _hostile_jsonl(tmp_path / "hostile.jsonl")
     engine = {"kind": "sleep", "latency_s": 0.01, "output_tokens": 8}
     config = run_config(
@@ -126,9 +130,8 @@ def test_a_run_over_hostile_lines_writes_one_error_row_each_and_searches_the_res
     )
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    job = start_synthesize_job(path, stderr=-1)
-    _, err = job.communicate(timeout=600)
-    assert job.returncode == 1, err.decode()[-3000:]
+    code = synthesize_main(["--config", str(path)])
+    assert code == 1, capsys.readouterr().err[-3000:]
     folder = RunFolder.open(tmp_path / "out", "hostile")
     trees = folder.read("trees").column("problem_id").to_pylist()
     assert sorted(trees) == ["good0", "good1", "good2"]

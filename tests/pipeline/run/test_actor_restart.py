@@ -3,7 +3,9 @@
 Real local Ray cluster, Ray Data, Serve deployments and sink; the engine is the
 model-free `sleep` engine so that each search takes a predictable few seconds and
 the kill lands while trees are in flight (with the real model the timing would
-depend on the machine's load).
+depend on the machine's load).  The run joins the session's cluster (`ray_cluster`): the
+killed actor's process is one of this test process's descendants either way, and Ray
+Data's restart of it is the same on a shared cluster as on one of its own.
 """
 
 from __future__ import annotations
@@ -56,10 +58,8 @@ def _search_actor_pids() -> list[int]:
 
 
 def test_killed_search_actor_is_restarted_and_every_problem_written_once(
-    own_ray: None, tmp_path: Path
+    ray_cluster: None, tmp_path: Path
 ) -> None:
-    import ray
-    from ray import serve
 
     engine = {"kind": "sleep", "latency_s": 0.2, "output_tokens": 8}
     config = parse_run_config(
@@ -78,22 +78,16 @@ def test_killed_search_actor_is_restarted_and_every_problem_written_once(
     summaries: list[RunSummary] = []
     worker = threading.Thread(target=lambda: summaries.append(synthesize(config, progress=None)))
     killed = None
-    try:
-        worker.start()
-        deadline = time.monotonic() + 240
-        while killed is None and time.monotonic() < deadline and worker.is_alive():
-            if ray.is_initialized():
-                pids = _search_actor_pids()
-                if pids:
-                    time.sleep(3)  # let a batch get under way
-                    os.kill(pids[0], signal.SIGKILL)  # the actor's process dies mid-batch
-                    killed = pids[0]
-            time.sleep(0.2)
-        worker.join(timeout=600)
-    finally:
-        if ray.is_initialized():
-            serve.shutdown()  # type: ignore[no-untyped-call]
-            ray.shutdown()
+    worker.start()
+    deadline = time.monotonic() + 240
+    while killed is None and time.monotonic() < deadline and worker.is_alive():
+        pids = _search_actor_pids()
+        if pids:
+            time.sleep(3)  # let a batch get under way
+            os.kill(pids[0], signal.SIGKILL)  # the actor's process dies mid-batch
+            killed = pids[0]
+        time.sleep(0.2)
+    worker.join(timeout=600)
     assert killed is not None, "no search actor was seen alive to kill"
     assert summaries, "synthesize did not finish after the actor was killed"
     trees = RunFolder.open(tmp_path / "out", "actor-kill").read("trees")
