@@ -376,7 +376,8 @@ class LoadModelConfig(_Engine):
 
 class TransformersPRMConfig(_Engine):
     """A one-pass PRM on CPU: a token-classification checkpoint (what `bgmcts train-prm`
-    writes) run with transformers; concurrent paths share one padded forward."""
+    writes) run with transformers; concurrent paths share padded forwards, and a path's
+    forward starts after its parent's kept keys and values."""
 
     builds: ClassVar[str] = "actors.engines.transformers_prm:TransformersPRMEngine"
     packages: ClassVar[tuple[Package, ...]] = (
@@ -406,6 +407,15 @@ class TransformersPRMConfig(_Engine):
     )
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="the weights' and activations' type (bfloat16: half the memory)"
+    )
+    kv_cache_tokens: int = Field(
+        32_768,
+        ge=0,
+        description="tokens of scored paths' keys and values kept, so that a child's forward "
+        "computes only its new step (least recently used dropped first; 0: none kept). "
+        "SmolLM2-135M keeps 46 KB a token in float32 (1.5 GB at this default, half in "
+        "bfloat16); the default holds every path of the embedded default's 16 trees at once "
+        "(about 13,000 tokens) with room to spare",
     )
 
     def check_model(self) -> str | None:

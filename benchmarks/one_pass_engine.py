@@ -11,7 +11,8 @@ applied outside.  This measures both on SmolLM2-135M's real weights:
   `LlamaForTokenClassification` (float32; the two-class head is random, which changes
   nothing in the timing), saved and loaded as a checkpoint the way the engine loads a
   trained one; `batch` concurrent paths of ~60 and ~200 tokens, all in one padded
-  forward (checked); the best of `--repeats` runs;
+  forward (checked), its past cache off (every token computed, as llama.cpp's below);
+  the best of `--repeats` runs;
 * llama.cpp (xllamacpp, the policy's engine): the same paths as plain text, completions
   of one token with the prompt cache off, so every prompt token is evaluated; its own
   `prompt_ms` per request at batch 1 and the wall time of `batch` concurrent requests
@@ -19,6 +20,10 @@ applied outside.  This measures both on SmolLM2-135M's real weights:
   model, a cheaper number format - the honest price of each route as it would run;
 * how much of a child's path is its parent's (what a prefix cache would save), on the
   real SmolLM2 trees of `tests/fixtures/smollm2_trees.jsonl`;
+* those trees scored level by level (parents before children, all trees at once) with
+  the engine's past cache off and on: tokens computed and read per path, padding,
+  forwards, wall time, and the largest difference between the two runs' values
+  (`--trees-only` runs this part alone);
 * the largest difference between a path's values in a padded batch of 16 and alone.
 
 Needs the prm extra (torch, transformers, gguf) and xllamacpp; about 2-3 minutes here,
@@ -119,6 +124,78 @@ def batch_difference(engine: TransformersPRMEngine, paths: Sequence[Sequence[str
     )
 
 
+def fixture_levels(engine: TransformersPRMEngine) -> list[list[tuple[str, list[str]]]]:
+    """The fixture trees' scored paths (problem, steps), grouped by depth: level d holds
+    every tree's nodes at depth d+1, so replaying the levels in order scores each parent
+    before its children, several trees at once, as the search does."""
+    levels: list[list[tuple[str, list[str]]]] = []
+    for line in FIXTURE.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        tree = rebuild_result(record["nodes"], record["tree"]).tree
+        depth: dict[int, int] = {}
+        for node in tree.nodes[1:]:
+            parent = node.parent_id
+            depth[node.id] = depth.get(parent, 0) + 1 if parent is not None else 1
+            steps = [s.strip() for s in tree.assistant_text(node).splitlines() if s.strip()]
+            while len(levels) < depth[node.id]:
+                levels.append([])
+            levels[depth[node.id] - 1].append((tree.problem, steps))
+    return levels
+
+
+def tree_replay(engine: TransformersPRMEngine) -> tuple[dict[str, float], list[float]]:
+    """Score the fixture trees level by level (each level's paths concurrently, in the
+    engine's batches): per path, the prompt tokens computed and read from the engine's
+    past cache and the padding computed; the forwards, the wall time; every value."""
+    levels = fixture_levels(engine)
+    before = engine.cache_stats()
+    values: list[float] = []
+
+    async def replay() -> None:
+        for level in levels:
+            results = await asyncio.gather(*(engine.score_steps(q, s) for q, s in level))
+            assert all(r.error is None for r in results), results
+            values.extend(v for r in results for v in r.values)
+
+    started = time.perf_counter()
+    asyncio.run(replay())
+    wall = time.perf_counter() - started
+    after = engine.cache_stats()
+    paths = sum(len(level) for level in levels)
+    delta = {k: (after[k] - before[k]) / paths for k in after}
+    return {
+        "paths": paths,
+        "computed": delta["prompt_tokens_evaluated"],
+        "cached": delta["prompt_tokens_cached"],
+        "padding": delta["padded_tokens"],
+        "forwards": after["forwards"] - before["forwards"],
+        "wall": wall,
+    }, values
+
+
+def print_tree_replay(folder: str, threads: int) -> None:
+    """The fixture trees scored with the engine's past cache off and on (its default
+    bound), and the largest difference between their values."""
+    print(f"\nfixture trees scored level by level, {threads} thread(s), max_batch 16")
+    print("past cache     paths  computed/path  cached/path  padding/path  forwards  wall s")
+    values = {}
+    for label, tokens in (("off", 0), ("on (default)", None)):
+        extra = {} if tokens is None else {"kv_cache_tokens": tokens}
+        engine = TransformersPRMEngine(folder, threads=threads, batch_window_s=0.05, **extra)
+        asyncio.run(engine.score_steps(PROBLEM, ["Step 1: warm up."]))
+        row, values[label] = tree_replay(engine)
+        print(
+            f"{label:<13}  {row['paths']:>5.0f}  {row['computed']:>13.1f}  "
+            f"{row['cached']:>11.1f}  {row['padding']:>12.1f}  {row['forwards']:>8.0f}  "
+            f"{row['wall']:>6.1f}"
+        )
+    off, on = values.values()
+    print(
+        "values with the past cache vs without: max |difference| "
+        f"{max(abs(a - b) for a, b in zip(off, on, strict=True)):.2e}"
+    )
+
+
 def parent_share(engine: TransformersPRMEngine) -> tuple[float, float, int]:
     """Over the fixture trees' non-root, non-first-level nodes: the mean share of a
     child's path tokens that are its parent's path (a common prefix), the mean path
@@ -211,6 +288,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="keep the converted checkpoint in this folder and reuse it on the next run "
         "(default: a temporary folder, converted every run)",
     )
+    parser.add_argument(
+        "--trees-only",
+        action="store_true",
+        help="only replay the fixture trees (the engine's KV cache on and off)",
+    )
     args = parser.parse_args(argv)
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
@@ -219,8 +301,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         load_s = 0.0
         if not (Path(folder) / "config.json").is_file():
             load_s = write_checkpoint(Path(folder))
+        if args.trees_only:
+            print_tree_replay(folder, args.threads)
+            return
         started = time.perf_counter()
-        engine = TransformersPRMEngine(folder, threads=args.threads, batch_window_s=0.05)
+        # every token computed (no past kept: llama.cpp's prompt cache is off too), and a
+        # batch always one padded forward, as these tables measure
+        engine = TransformersPRMEngine(
+            folder, threads=args.threads, batch_window_s=0.05, kv_cache_tokens=0
+        )
+        engine.forward_cost_tokens = float("inf")
         print(
             f"GGUF -> checkpoint {load_s:.1f} s; engine load {time.perf_counter() - started:.1f} s"
         )
@@ -251,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"fixture trees: a child's path is {share:.0%} its parent's (mean over {nodes} "
             f"nodes); mean path {mean_len:.0f} tokens"
         )
+        print_tree_replay(folder, args.threads)
 
     texts = {
         n: [PROBLEM + "".join(s + "\n" for s in p) for p in group] for n, group in paths.items()

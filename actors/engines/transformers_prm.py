@@ -7,57 +7,180 @@ forward pass gives every step's value: the probability of a good step at the sep
 closing the step (`actors.engines.one_pass_engine`, which lays out, checks and reads for
 every one-pass engine; this module only runs the model).
 
-Concurrent `score_steps` calls are gathered into one padded forward: the first waiting
-path opens a window of `batch_window_s`, and whatever arrived by then (at most `max_batch`
-paths) is right-padded with an attention mask and run at once; a path that is not to
-be scored (too long, no step) never waits for one.  Right padding
-keeps every real token at the position it has alone (the causal mask never lets a token
-see the padding after it), so a path's values in a batch equal its values alone up to
-float rounding (tests/actors/engines/test_transformers_prm.py bounds the difference).
-The forward runs in one worker thread, so the event loop keeps serving while torch
-computes, and forwards never overlap (they share torch's `threads`).
+Past keys and values are kept between calls.  In a search tree a child's path is its
+parent's path plus one step, so most of a forward over the child would recompute what the
+parent's forward computed: the keys and values of the parent's tokens.  The engine keeps
+each scored path's keys and values (`PastCache`: least recently used dropped first, at
+most `kv_cache_tokens` tokens in all) and starts a path's forward after the longest kept
+prefix that ends at one of its separators, which is where a parent's path ends; only the
+new step is computed.  The rows then cover the new tokens only, and the earlier steps'
+values are those read when the parent was scored (`one_pass_engine.SuffixValues`); a value
+no longer remembered there sends the path again without the cache, computed whole.
+
+Concurrent `score_steps` calls are gathered: the first waiting path opens a window of
+`batch_window_s`, and whatever arrived by then (at most `max_batch` paths, from any tree)
+is run together; a path that is not to be scored (too long, no step) never waits for one.
+Rows with pasts of different lengths share a forward: the kept keys and values are
+left-padded to the longest past, the new tokens right-padded to the longest, with a 2-D
+attention mask that is 0 on both paddings and explicit position ids (the past's length
+plus the offset), so every real token attends to exactly its own path's earlier tokens at
+their own positions.  Rotary embeddings turn the keys before they are kept, so where a
+kept key sits in the padded tensor changes nothing; a path's values in a batch equal its
+values alone and cold up to float rounding (tests/actors/engines/test_transformers_prm.py
+bounds the difference).  Padding among the new tokens is computed through every layer,
+and a batch mixes cold paths (~90 tokens) with children (~20 new ones), so a batch is
+split into forwards of similar lengths wherever that saves more padding than a forward's
+fixed cost (`padding_groups`).  The pasts' lengths cost only attention, cheap at these
+lengths, and never split a batch.
+
+The forwards run in one worker thread, so the event loop keeps serving while torch
+computes, and forwards never overlap (they share torch's `threads`); the past cache is
+read and written only in that thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from actors.engines.base import EngineCapacity, EngineError, EngineLoad, StepValues
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
 from actors.engines.step_layout import StepLayout, layout, separator_id
 
 if TYPE_CHECKING:
+    import torch
+
     from actors.config import TransformersPRMConfig
 
 
 @dataclass
 class _Request:
     path: StepLayout
+    read_cache: bool
     future: asyncio.Future[TokenRows | StepValues]
     arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True, slots=True)
+class _Past:
+    """The keys and values of one path's tokens, per layer, each [kv heads, tokens, head
+    dim]: what the model would compute for those tokens again, already rotated to their
+    positions (RoPE is applied before the cache)."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    tokens: int
+
+
+class PastCache:
+    """Scored paths' keys and values, kept so that a child's forward starts after them.
+
+    A least-recently-used map from a path's token ids to its `_Past`, holding at most
+    `bound` tokens in all (0: nothing is kept).  The whole id tuple is the key, not its
+    hash: two different paths never share an entry, whatever their hashes.  Each entry is
+    a whole path, so a child stores its parent's tokens again: simpler than sharing
+    storage between entries, and it costs only memory, which the bound caps.  Used from
+    the engine's one forward thread only, so it takes no lock.
+    """
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.held = 0  # tokens in the entries now
+        self._entries: OrderedDict[tuple[int, ...], _Past] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def longest(self, path: StepLayout) -> _Past | None:
+        """The longest kept prefix of `path` that ends at one of its separators (where a
+        parent's path ends), leaving at least one token of the path to compute; None
+        when none is kept."""
+        ids = path.input_ids
+        for position in sorted(path.positions, reverse=True):
+            end = position + 1
+            if end >= len(ids):  # the whole path: its rows must come from a forward
+                continue
+            key = tuple(ids[:end])
+            past = self._entries.get(key)
+            if past is not None:
+                self._entries.move_to_end(key)
+                return past
+        return None
+
+    def store(self, ids: Sequence[int], past: _Past) -> None:
+        """Keep `past` for the path `ids`, then drop the least recently used entries
+        until the bound holds (their tensors are freed once no forward holds them)."""
+        if past.tokens > self.bound:
+            return  # it would evict everything and still not fit
+        key = tuple(ids)
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.held -= old.tokens
+        self._entries[key] = past
+        self.held += past.tokens
+        while self.held > self.bound:
+            _, evicted = self._entries.popitem(last=False)
+            self.held -= evicted.tokens
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.held = 0
+
+
+def padding_groups(lengths: Sequence[int], forward_cost: float) -> list[list[int]]:
+    """The rows of a batch (their `lengths` of tokens to compute) split into forwards so
+    that padding plus forwards costs least.
+
+    A padded forward computes rows x its longest row; a forward also has a fixed cost,
+    `forward_cost` in tokens' worth.  With the rows sorted longest first, the best split
+    is into runs of neighbours, so a short dynamic programme over the sorted rows finds it.
+    Returns the groups as row indices, longest rows first.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    best = [0.0] + [float("inf")] * len(order)  # best[j]: the cost of the first j rows
+    cut = [0] * (len(order) + 1)  # where the last group of those j rows starts
+    for end in range(1, len(order) + 1):
+        for start in range(end):  # a group of rows start..end-1, padded to row start's
+            cost = best[start] + forward_cost + (end - start) * lengths[order[start]]
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
+    groups: list[list[int]] = []
+    end = len(order)
+    while end:
+        groups.append(order[cut[end] : end])
+        end = cut[end]
+    return groups[::-1]
 
 
 class TransformersPRMEngine(OnePassEngine):
     """A token-classification PRM served by transformers in this process (CPU).
 
-    `cache_stats()` counts the prompt tokens computed; none are ever cached.  There is
-    no prefix cache here: every path is computed from its first token, although in a tree
-    most of a child's path is its parent's - 68% of its tokens on the real SmolLM2 trees
-    of the test fixtures (`benchmarks/one_pass_engine.py`), so a prefix cache would cut
-    this engine's work about threefold.  Measured on a heavily loaded 2-core box, one
-    thread scores 50-130 path tokens/s, so an 88-token path (the fixtures' mean) takes
-    about a second, the same order as llama.cpp decoding the step that made it.  That is
-    acceptable for the embedded default, which exists to run the real code on a laptop,
-    not for throughput; a large PRM belongs on vLLM's pooling runner with its prefix
-    cache.
+    `cache_stats()` counts the path tokens computed (`prompt_tokens_evaluated`, padding
+    left out) and those whose keys and values came from the past cache
+    (`prompt_tokens_cached`); `load()` and `capacity().prefix_hit_rate` report the same.
+    A child's path is mostly its parent's (68% of its tokens on the real SmolLM2 trees of
+    the test fixtures), so keeping pasts more than halves the work: scoring those 157
+    paths parents first computes 41 tokens a path instead of 88 and takes a third of the
+    time (24-28 s against 71-110 s on one thread of a heavily loaded 2-core box;
+    `benchmarks/one_pass_engine.py --trees-only`).
+
+    The price is memory: SmolLM2-135M keeps 2 x 30 layers x 3 heads x 64 floats a token,
+    46 KB in float32, so the default bound of 32,768 tokens is at most 1.5 GB.  It holds
+    every path the embedded default scores at once (16 trees: about 13,000 tokens on the
+    fixture trees) with room to spare.  A model whose forward takes no past, or with
+    sliding-window layers (a kept past would not be what a cold pass sees), keeps none.
+
+    Measured on a heavily loaded 2-core box, one thread computes 50-130 path tokens/s,
+    the same order as llama.cpp decoding the step that made the path.  That suits the
+    embedded default, which exists to run the real code on a laptop, not throughput; a
+    large PRM belongs on vLLM's pooling runner with its prefix cache.
     """
 
     source: ClassVar[str] = "transformers_prm"
@@ -71,6 +194,7 @@ class TransformersPRMEngine(OnePassEngine):
         batch_window_s: float = 0.002,
         context_length: int | None = None,
         dtype: str = "float32",
+        kv_cache_tokens: int = 32_768,
         step_separator: str = "\n",
         name: str | None = None,
     ) -> None:
@@ -96,6 +220,11 @@ class TransformersPRMEngine(OnePassEngine):
         self.max_batch = max_batch
         self.batch_window_s = batch_window_s
         self.threads = threads
+        # A forward's fixed cost in tokens' worth: SmolLM2-135M on one thread takes ~45 ms
+        # for a forward of one token and ~3 ms a token in a large one, so a forward costs
+        # about 16 tokens.  A batch is split where that saves more padding than it adds
+        # forwards (`padding_groups`); a huge value keeps every batch in one forward.
+        self.forward_cost_tokens: float = 16
         # The trainer's rule: a BOS first when the tokenizer has one (SmolLM2 does;
         # Qwen2.5's tokenizer has none).
         self.bos: int | None = self._tokenizer.bos_token_id
@@ -104,6 +233,8 @@ class TransformersPRMEngine(OnePassEngine):
         pad = self._tokenizer.pad_token_id
         # Any id serves as padding: right of every real token, masked, never read.
         self._pad = int(pad if pad is not None else self._tokenizer.eos_token_id or 0)
+        # Touched only by the forward thread (`forward`), so it needs no lock.
+        self._past = PastCache(kv_cache_tokens if self._keeps_past() else 0)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prm-forward")
         self._pending: deque[_Request] = deque()
         self._full = asyncio.Event()
@@ -112,7 +243,8 @@ class TransformersPRMEngine(OnePassEngine):
         self._closed = False
         self.forwards = 0  # padded forwards run
         self.sequences = 0  # paths they scored
-        self.prompt_tokens_evaluated = 0  # real (unpadded) tokens of those paths
+        self.prompt_tokens_evaluated = 0  # real (unpadded) tokens computed
+        self.prompt_tokens_cached = 0  # tokens whose keys and values came from `_past`
         self.padded_tokens = 0  # padding computed alongside them
 
     @classmethod
@@ -129,35 +261,45 @@ class TransformersPRMEngine(OnePassEngine):
 
     # -- what admission and the replica's stats read ------------------------------------
 
+    @property
+    def kv_cache_tokens(self) -> int:
+        """The most tokens of past keys and values kept between calls (0: none)."""
+        return self._past.bound
+
     def capacity(self) -> EngineCapacity:
-        """One padded forward of `max_batch` paths; no KV cache is kept between calls, so
-        the tokens held at once are a batch's worth, and the hit rate is 0 once anything
-        was scored (no prefix cache)."""
+        """One padded forward of `max_batch` paths.  The tokens kept warm between calls
+        are the past cache's bound (without one, a batch's worth, held only during the
+        forward); the hit rate is the share of path tokens read from it so far."""
+        seen = self.prompt_tokens_evaluated + self.prompt_tokens_cached
         return EngineCapacity(
             max_seqs=self.max_batch,
-            kv_tokens=self.max_batch * self.context_length,
+            kv_tokens=self._past.bound or self.max_batch * self.context_length,
             context_length=self.context_length,
-            prefix_hit_rate=0.0 if self.prompt_tokens_evaluated else None,
+            prefix_hit_rate=self.prompt_tokens_cached / seen if seen else None,
         )
 
     def load(self) -> EngineLoad:
+        # as llama.cpp reports them: every path token seen, and those of them read cached
         return EngineLoad(
             max_seqs=self.max_batch,
             running=self._running,
             waiting=len(self._pending),
-            prompt_tokens=self.prompt_tokens_evaluated,
-            cached_prompt_tokens=0,
+            prompt_tokens=self.prompt_tokens_evaluated + self.prompt_tokens_cached,
+            cached_prompt_tokens=self.prompt_tokens_cached,
         )
 
     def cache_stats(self) -> dict[str, int]:
-        """Prompt tokens computed (every token of every path: see the class docstring)."""
+        """Path tokens computed (padding left out: `padded_tokens`) and read from the past
+        cache, and what the cache holds now."""
         return {
             "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
-            "prompt_tokens_cached": 0,
+            "prompt_tokens_cached": self.prompt_tokens_cached,
             "tokens_generated": 0,
             "forwards": self.forwards,
             "sequences": self.sequences,
             "padded_tokens": self.padded_tokens,
+            "kv_cache_tokens_held": self._past.held,
+            "kv_cache_paths": len(self._past),
         }
 
     # -- the engine contract ------------------------------------------------------------
@@ -193,6 +335,7 @@ class TransformersPRMEngine(OnePassEngine):
             if not request.future.done():
                 request.future.set_result(StepValues((), 0, error="engine closed"))
         await asyncio.to_thread(self._executor.shutdown, wait=True)
+        self._past.clear()  # no forward runs any more: the tensors can go
 
     # -- the one-pass engine's parts ----------------------------------------------------
 
@@ -211,10 +354,10 @@ class TransformersPRMEngine(OnePassEngine):
         return layout(self._encode, prompt, steps, self.separator, self.bos)
 
     async def _rows(self, path: StepLayout, read_cache: bool = True) -> TokenRows | StepValues:
-        # no prefix cache here: every row is computed, `read_cache` or not
-        """The path waits for a padded forward with the paths that arrive in its window."""
+        """The path waits for a padded forward with the paths that arrive in its window;
+        with `read_cache`, its rows start after the longest prefix the past cache holds."""
         loop = asyncio.get_running_loop()
-        request = _Request(path, loop.create_future())
+        request = _Request(path, read_cache, loop.create_future())
         self._pending.append(request)
         if self._dispatcher is None or self._dispatcher.done():
             self._full = asyncio.Event()  # a fresh one for this event loop
@@ -245,7 +388,8 @@ class TransformersPRMEngine(OnePassEngine):
             results: Sequence[TokenRows | StepValues]
             try:
                 paths = [r.path for r in batch]
-                results = await loop.run_in_executor(self._executor, self.forward, paths)
+                reads = [r.read_cache for r in batch]
+                results = await loop.run_in_executor(self._executor, self.forward, paths, reads)
             except Exception as exc:  # a model failure answers every caller, never hangs one
                 error = f"transformers_prm forward failed: {type(exc).__name__}: {exc}"
                 results = [StepValues((), 0, error=error) for _ in batch]
@@ -255,24 +399,111 @@ class TransformersPRMEngine(OnePassEngine):
                 if not request.future.done():
                     request.future.set_result(result)
 
-    def forward(self, paths: Sequence[StepLayout]) -> list[TokenRows]:
-        """One right-padded forward over `paths` (worker thread): each path's rows of class
-        logits, its padding left out."""
+    def forward(
+        self, paths: Sequence[StepLayout], read_cache: Sequence[bool] | None = None
+    ) -> list[TokenRows]:
+        """Each path's rows of class logits (worker thread): for the tokens after the
+        longest prefix the past cache holds (`read_cache`: per path, default all), or for
+        every token.  Every path's keys and values are then kept for its children."""
+        reads = [True] * len(paths) if read_cache is None else list(read_cache)
+        pasts = [
+            self._past.longest(path) if read and self._past.bound else None
+            for path, read in zip(paths, reads, strict=True)
+        ]
+        new = [
+            len(path.input_ids) - (0 if past is None else past.tokens)
+            for path, past in zip(paths, pasts, strict=True)
+        ]
+        results: list[TokenRows | None] = [None] * len(paths)
+        for group in padding_groups(new, self.forward_cost_tokens):
+            rows = self._forward([paths[i] for i in group], [pasts[i] for i in group])
+            for index, answer in zip(group, rows, strict=True):
+                results[index] = answer
+        return [answer for answer in results if answer is not None]
+
+    def _forward(
+        self, paths: Sequence[StepLayout], pasts: Sequence[_Past | None]
+    ) -> list[TokenRows]:
+        """One padded forward of `paths`, each after its `past` (None: from its first
+        token).
+
+        The layout, per row: the past keys and values left-padded to the longest past of
+        the batch, then the new tokens right-padded to the longest; the 2-D attention mask
+        is 0 on both paddings, and each new token's position id is its index in its own
+        path (past length + offset).  So every real token attends to exactly its own
+        path's earlier tokens at their own positions, as in a forward of the path alone:
+        the causal mask is laid over the padded columns, and the cached keys carry their
+        rotary rotation already, so where they sit in the padded tensor changes nothing.
+        """
         torch = self._torch
-        longest = max(len(p.input_ids) for p in paths)
-        ids = torch.full((len(paths), longest), self._pad, dtype=torch.long)
-        mask = torch.zeros((len(paths), longest), dtype=torch.long)
-        for row, path in enumerate(paths):
-            ids[row, : len(path.input_ids)] = torch.tensor(path.input_ids, dtype=torch.long)
-            mask[row, : len(path.input_ids)] = 1
+        cached = [0 if past is None else past.tokens for past in pasts]
+        new = [len(path.input_ids) - c for path, c in zip(paths, cached, strict=True)]
+        width_past, width_new = max(cached), max(new)
+        ids = torch.full((len(paths), width_new), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(paths), width_past + width_new), dtype=torch.long)
+        positions = torch.zeros((len(paths), width_new), dtype=torch.long)
+        for row, (path, c, n) in enumerate(zip(paths, cached, new, strict=True)):
+            ids[row, :n] = torch.tensor(path.input_ids[c:], dtype=torch.long)
+            mask[row, width_past - c : width_past + n] = 1
+            # the padding after the path continues its positions (it is never attended to)
+            positions[row] = torch.arange(c, c + width_new)
+        keep = self._past.bound > 0
         with torch.inference_mode():
-            logits = self._model(input_ids=ids, attention_mask=mask).logits.float()
-        real = sum(len(p.input_ids) for p in paths)
+            cache = self._padded_past(pasts, width_past) if keep else None
+            logits = self._model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=keep,
+            ).logits.float()
+        if cache is not None:
+            for row, (path, c, n) in enumerate(zip(paths, cached, new, strict=True)):
+                # cloned: a view would keep the whole batch's tensors alive
+                start, end = width_past - c, width_past + n
+                layers = [
+                    (layer.keys[row, :, start:end].clone(), layer.values[row, :, start:end].clone())
+                    for layer in cache.layers
+                ]
+                self._past.store(path.input_ids, _Past(layers, c + n))
         self.forwards += 1
         self.sequences += len(paths)
-        self.prompt_tokens_evaluated += real
-        self.padded_tokens += len(paths) * longest - real
-        return [TokenRows(logits[row, : len(p.input_ids)].tolist()) for row, p in enumerate(paths)]
+        self.prompt_tokens_evaluated += sum(new)
+        self.prompt_tokens_cached += sum(cached)
+        self.padded_tokens += len(paths) * width_new - sum(new)
+        return [
+            TokenRows(logits[row, :n].tolist(), c)
+            for row, (c, n) in enumerate(zip(cached, new, strict=True))
+        ]
+
+    def _padded_past(self, pasts: Sequence[_Past | None], width: int) -> Any:
+        """A `DynamicCache` of the batch's pasts, each left-padded (zeros, masked) to
+        `width` tokens; an empty one, which the forward fills, when no row has a past."""
+        from transformers import DynamicCache
+
+        known = [past for past in pasts if past is not None]
+        if not known:
+            return DynamicCache()
+        layers = []
+        for index, (k, v) in enumerate(known[0].layers):
+            keys = k.new_zeros((len(pasts), k.shape[0], width, k.shape[2]))
+            values = v.new_zeros((len(pasts), v.shape[0], width, v.shape[2]))
+            for row, past in enumerate(pasts):
+                if past is not None:
+                    keys[row, :, width - past.tokens :] = past.layers[index][0]
+                    values[row, :, width - past.tokens :] = past.layers[index][1]
+            layers.append((keys, values))
+        return DynamicCache(ddp_cache_data=layers)
+
+    def _keeps_past(self) -> bool:
+        """Whether this model can start a forward from kept keys and values: its forward
+        takes `past_key_values`, and every layer attends to the whole path (a sliding
+        window layer drops old keys, so a kept past would not be what a cold pass sees)."""
+        if "past_key_values" not in inspect.signature(self._model.forward).parameters:
+            return False
+        config = self._model.config.get_text_config()
+        types = getattr(config, "layer_types", None) or ()
+        return all(kind == "full_attention" for kind in types)
 
 
 __all__ = ["TransformersPRMEngine"]

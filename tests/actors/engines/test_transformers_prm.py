@@ -24,7 +24,7 @@ from actors.config import OnePassSettings, ScorerConfig, TransformersPRMConfig  
 from actors.engines.base import StepScoringEngine, StepValues  # noqa: E402
 from actors.engines.factory import build_engine, check_step_separator  # noqa: E402
 from actors.engines.step_layout import SeparatorError, layout  # noqa: E402
-from actors.engines.transformers_prm import TransformersPRMEngine  # noqa: E402
+from actors.engines.transformers_prm import TransformersPRMEngine, padding_groups  # noqa: E402
 from actors.errors import EngineError  # noqa: E402
 from search.scorer_kinds import ONE_PASS  # noqa: E402
 
@@ -33,6 +33,9 @@ pytestmark = pytest.mark.integration
 # A padded batch against the same path alone, float32 on CPU: the values are probabilities,
 # and batching changes only the order of float sums (matmul blocking), not the maths.
 TOLERANCE = 1e-5
+# A forward's cost (in tokens) that no padding outweighs: a batch stays one forward, so the
+# tests see its padding (by default the engine splits a batch whose rows differ much).
+ONE_FORWARD = 1e9
 
 PROBLEM = "Jon has 6 jars with 5 marbles in each jar. How many marbles does Jon have?"
 PATHS: list[list[str]] = [
@@ -73,6 +76,7 @@ def _score_all(engine: TransformersPRMEngine, paths: Sequence[Sequence[str]]) ->
 
 def test_a_padded_batch_gives_each_path_its_values_alone(checkpoint: Path) -> None:
     engine = TransformersPRMEngine(str(checkpoint), max_batch=8, batch_window_s=0.05)
+    engine.forward_cost_tokens = ONE_FORWARD
     assert isinstance(engine, StepScoringEngine)
     results = _score_all(engine, PATHS)
     assert engine.forwards == 1  # five concurrent paths, one padded forward
@@ -90,6 +94,7 @@ def test_a_padded_batch_gives_each_path_its_values_alone(checkpoint: Path) -> No
 
 def test_concurrent_calls_share_forwards_up_to_max_batch(checkpoint: Path) -> None:
     engine = TransformersPRMEngine(str(checkpoint), max_batch=4, batch_window_s=0.05)
+    engine.forward_cost_tokens = ONE_FORWARD
     paths = [PATHS[i % len(PATHS)] for i in range(10)]
     results = _score_all(engine, paths)
     assert (engine.forwards, engine.sequences) == (3, 10)  # 4 + 4 + 2
@@ -176,3 +181,151 @@ def test_a_separator_of_two_tokens_is_refused(checkpoint: Path) -> None:
         check_step_separator(scorer("ки"))  # Math-Shepherd's step tag: 2 tokens in SmolLM2
     with pytest.raises(SeparatorError):  # the same check when the engine loads
         TransformersPRMEngine(str(checkpoint), step_separator="ки")
+
+
+# A path read after its parent's kept keys and values against the same path cold: the
+# maths is the same, only the shapes of the float sums differ (a shorter query, a padded
+# past), so the values agree to float32 rounding; 1e-4 on a probability leaves room for a
+# real model's larger sums (the tiny model here differs by about 1e-8).
+CACHE_TOLERANCE = 1e-4
+
+# Three trees' paths by depth: each child is its parent plus one step.
+TREES: list[list[list[str]]] = [
+    [
+        ["Step 1: Jon has 6 jars."],
+        ["Step 1: Jon has 6 jars.", "Step 2: Each jar has 5 marbles, so 6 x 5 = 30."],
+        ["Step 1: Jon has 6 jars.", "Step 2: Each jar has 5 marbles, so 6 x 5 = 30.", "30"],
+    ],
+    [
+        ["Step 1: 6 + 5 = 11 marbles in all, adding the jars to the marbles per jar."],
+        ["Step 1: 6 + 5 = 11 marbles in all, adding the jars to the marbles per jar.", "11"],
+    ],
+    [
+        ["Step 1: 5 marbles", "Step 2: 6 jars"],
+        ["Step 1: 5 marbles", "Step 2: 6 jars", "Step 3: 5 x 6 = 30, so the answer is 30."],
+    ],
+]
+
+
+def _cold(checkpoint: Path, paths: Sequence[Sequence[str]]) -> list[StepValues]:
+    """Each path alone through an engine that keeps no past."""
+    engine = TransformersPRMEngine(str(checkpoint), kv_cache_tokens=0, batch_window_s=0)
+    return [_score_all(engine, [p])[0] for p in paths]
+
+
+def _largest_difference(a: Sequence[StepValues], b: Sequence[StepValues]) -> float:
+    return max(
+        abs(x - y)
+        for one, two in zip(a, b, strict=True)
+        for x, y in zip(one.values, two.values, strict=True)
+    )
+
+
+def test_a_child_after_its_parent_computes_only_its_new_step(checkpoint: Path) -> None:
+    engine = TransformersPRMEngine(str(checkpoint), batch_window_s=0)
+    parent, child = TREES[0][0], TREES[0][1]
+    (first,) = _score_all(engine, [parent])
+    before = engine.cache_stats()
+    (second,) = _score_all(engine, [child])
+    after = engine.cache_stats()
+    assert second.error is None and len(second.values) == 2
+    assert second.cached_tokens == first.input_tokens  # the parent's whole path was read
+    computed = after["prompt_tokens_evaluated"] - before["prompt_tokens_evaluated"]
+    assert computed == second.input_tokens - first.input_tokens  # the new step and its "\n"
+    cached = after["prompt_tokens_cached"] - before["prompt_tokens_cached"]
+    assert cached == first.input_tokens
+    (cold,) = _cold(checkpoint, [child])
+    assert cold.cached_tokens == 0
+    assert _largest_difference([second], [cold]) <= CACHE_TOLERANCE
+    assert second.values == pytest.approx(_reference(checkpoint, PROBLEM, child), abs=TOLERANCE)
+    seen = after["prompt_tokens_evaluated"] + after["prompt_tokens_cached"]
+    assert engine.load().cached_prompt_tokens == after["prompt_tokens_cached"]
+    assert engine.load().prompt_tokens == seen
+    assert engine.capacity().prefix_hit_rate == pytest.approx(cached / seen)
+
+
+def test_a_batch_of_different_pasts_gives_each_path_its_cold_values(checkpoint: Path) -> None:
+    engine = TransformersPRMEngine(str(checkpoint), max_batch=16, batch_window_s=0.05)
+    engine.forward_cost_tokens = ONE_FORWARD
+    # level by level, as several trees are searched at once: every tree's parents first
+    depth = max(len(tree) for tree in TREES)
+    levels = [[tree[d] for tree in TREES if d < len(tree)] for d in range(depth)]
+    # and a first step with no parent, computed cold in the same forwards
+    levels[1].append(PATHS[2])
+    warm: list[StepValues] = []
+    for level in levels:
+        forwards = engine.forwards
+        warm.extend(_score_all(engine, level))
+        assert engine.forwards == forwards + 1  # one forward per level, whatever the pasts
+    second = warm[len(levels[0]) : len(levels[0]) + len(levels[1])]
+    # the rows of that forward had pasts of several lengths, and one had none
+    assert len({r.cached_tokens for r in second}) == len(second)
+    assert second[-1].cached_tokens == 0
+    assert all(r.cached_tokens > 0 for r in second[:-1])
+    cold = _cold(checkpoint, [p for level in levels for p in level])
+    assert all(r.error is None for r in warm)
+    assert _largest_difference(warm, cold) <= CACHE_TOLERANCE
+    stats = engine.cache_stats()
+    assert stats["prompt_tokens_evaluated"] + stats["prompt_tokens_cached"] == sum(
+        r.input_tokens for r in warm
+    )
+    assert stats["prompt_tokens_cached"] == sum(r.cached_tokens for r in warm)
+
+
+def test_the_past_cache_holds_at_most_its_bound_and_an_evicted_parent_is_computed_cold(
+    checkpoint: Path,
+) -> None:
+    probe = TransformersPRMEngine(str(checkpoint), kv_cache_tokens=0)
+    sizes = [len(probe.path_layout(PROBLEM, tree[0]).input_ids) for tree in TREES[:2]]
+    # room for either first step alone, not both: the second evicts the first
+    bound = max(sizes) + min(sizes) - 1
+    engine = TransformersPRMEngine(str(checkpoint), kv_cache_tokens=bound, batch_window_s=0)
+    held: list[int] = []
+    for parent in (TREES[0][0], TREES[1][0]):
+        _score_all(engine, [parent])
+        held.append(engine.cache_stats()["kv_cache_tokens_held"])
+    # the kept parent's child first: storing a child's path evicts in turn
+    kept, evicted = _score_all(engine, [TREES[1][1]])[0], _score_all(engine, [TREES[0][1]])[0]
+    held.append(engine.cache_stats()["kv_cache_tokens_held"])
+    assert max(held) <= bound and held[0] == sizes[0] and held[1] == sizes[1]
+    assert evicted.cached_tokens == 0  # its parent was evicted: the whole path computed
+    assert kept.cached_tokens == sizes[1]
+    assert _largest_difference([evicted, kept], _cold(checkpoint, [TREES[0][1], TREES[1][1]])) <= (
+        CACHE_TOLERANCE
+    )
+    # a path longer than the whole bound is scored and not kept
+    small = TransformersPRMEngine(str(checkpoint), kv_cache_tokens=8, batch_window_s=0)
+    (alone,) = _score_all(small, [TREES[0][0]])
+    assert alone.error is None and small.cache_stats()["kv_cache_tokens_held"] == 0
+
+
+def test_a_cached_value_that_was_not_kept_sends_the_path_cold(checkpoint: Path) -> None:
+    """The one-pass contract: a read past whose steps' values `SuffixValues` no longer
+    holds is asked again without the cache, and the engine then computes every token."""
+    engine = TransformersPRMEngine(str(checkpoint), batch_window_s=0)
+    parent, child = TREES[2]
+    _score_all(engine, [parent])
+    engine._suffix_values = None  # forget the parent's values, keep its keys and values
+    forwards, computed = engine.forwards, engine.prompt_tokens_evaluated
+    (result,) = _score_all(engine, [child])
+    assert engine.forwards == forwards + 2  # the suffix, then the whole path cold
+    assert result.cached_tokens == 0
+    assert engine.prompt_tokens_evaluated - computed < 2 * result.input_tokens
+    assert _largest_difference([result], _cold(checkpoint, [child])) <= CACHE_TOLERANCE
+
+
+def test_a_batch_is_split_where_padding_costs_more_than_a_forward() -> None:
+    # rows of ~90 tokens (cold paths) and ~20 (children after their parents' past)
+    lengths = [88, 20, 22, 90, 21, 19, 85]
+    assert padding_groups(lengths, 16) == [[3, 0, 6], [2, 4, 1, 5]]
+    assert padding_groups(lengths, ONE_FORWARD) == [[3, 0, 6, 2, 4, 1, 5]]
+    assert padding_groups([30, 31, 29], 16) == [[1, 0, 2]]  # a token of padding: one forward
+    assert padding_groups([], 16) == []
+
+
+def test_split_forwards_give_each_path_its_values_alone(checkpoint: Path) -> None:
+    engine = TransformersPRMEngine(str(checkpoint), max_batch=8, batch_window_s=0.05)
+    results = _score_all(engine, PATHS)
+    assert engine.forwards > 1  # lengths from ~30 to ~110 tokens: not one padded forward
+    assert engine.padded_tokens < 5 * 16
+    assert _largest_difference(results, _cold(checkpoint, PATHS)) <= TOLERANCE
