@@ -134,9 +134,10 @@ class LlamaCppEngine:
             body["top_k"] = sampling.top_k
         if self._gate is None:
             return await self._send(body, sampling.max_tokens)
-        async with self._gate.turn(prompt):
+        async with self._gate.turn(prompt) as turn:
             completion = await self._send(body, sampling.max_tokens)
-            self._gate.completed(prompt + completion.text)
+            if completion.finish is not FinishReason.ERROR:
+                turn.completed(completion.text)
         return completion
 
     async def _send(self, body: Mapping[str, Any], max_tokens: int) -> Completion:

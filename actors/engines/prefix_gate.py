@@ -18,6 +18,13 @@ only what every request shares (a few-shot scaffold, a system prompt) never wait
 completion already holds that much.  A waiting request costs the search latency, not
 throughput: the engine computes other trees' requests meanwhile.
 
+A request that continues a completion (GenPRM's judgement, sent right after its analysis
+with the analysis appended) goes before the requests that waited for that completion:
+they are let go when the continuation starts, or `grace_s` after the completion when none
+comes.  Let go at once, a sibling took the slot that held the analysis (it shares most of
+it) a few milliseconds before the judgement asked for it, and the judgement computed the
+analysis again.
+
 Measured with `python -m benchmarks.prefix_reuse` (docs/benchmarks.md).
 """
 
@@ -42,54 +49,86 @@ def common_prefix(a: str, b: str) -> int:
     return low
 
 
+class _Turn:
+    """A request's place in the gate: `completed` once its answer is known."""
+
+    def __init__(self, gate: PrefixGate, prompt: str) -> None:
+        self.gate = gate
+        self.prompt = prompt
+        self.text: str | None = None
+
+    def completed(self, answer: str) -> None:
+        """The prompt and `answer` are now in the engine's cache."""
+        self.text = self.prompt + answer
+        self.gate.remember(self.text)
+
+
 class PrefixGate:
     """Orders requests that share a prefix not cached yet (see the module docstring).
 
     `margin`: how many more characters a prompt in flight must share than the best recent
     completion before a request waits for it (a few tokens: less is not worth a wait).
     `remembered`: how many recent completions are compared (the engine's cache holds at
-    least that many states; an older text is assumed gone).
+    least that many states; an older text is assumed gone).  `grace_s`: how long a
+    completion is kept for its continuation before the requests that waited for it go.
     """
 
-    def __init__(self, margin: int = 32, remembered: int = 256) -> None:
+    def __init__(self, margin: int = 32, remembered: int = 256, grace_s: float = 0.1) -> None:
         self.margin = margin
+        self.grace_s = grace_s
         self._done: deque[str] = deque(maxlen=remembered)
-        self._in_flight: dict[int, tuple[str, asyncio.Event]] = {}
+        # the prompt and event of each request in flight, and of each completion kept for
+        # its continuation; the event is set when the entry goes
+        self._entries: dict[int, tuple[str, asyncio.Event]] = {}
+        self._kept: dict[int, str] = {}  # a kept entry -> its completion's text
         self._next = 0
         self.waits = 0  # requests that waited for another (a count for the stats)
 
     def _leader(self, prompt: str) -> asyncio.Event | None:
-        """The event of a request in flight this one should wait for, if any."""
-        if not self._in_flight:
+        """The event of an entry this request should wait for, if any."""
+        if not self._entries:
             return None
         cached = max((common_prefix(prompt, text) for text in self._done), default=0)
-        for other, ended in self._in_flight.values():
+        for other, ended in self._entries.values():
             shared = common_prefix(prompt, other)
             if shared == len(prompt) == len(other) or shared >= cached + self.margin:
                 return ended
         return None
 
     @asynccontextmanager
-    async def turn(self, prompt: str) -> AsyncIterator[None]:
-        """Wait for the requests this prompt should follow, then run as one in flight; on
-        leaving, the prompt and what `answer` was set to count as a completion."""
+    async def turn(self, prompt: str) -> AsyncIterator[_Turn]:
+        """Wait for the entries this prompt should follow, then run as one in flight; a
+        completion (`_Turn.completed`) is kept for its continuation for `grace_s`."""
+        for key, text in list(self._kept.items()):
+            if prompt.startswith(text):  # this continues a kept completion: it goes first
+                self._release(key)
         waited = False
         while (leader := self._leader(prompt)) is not None:
             waited = True
             await leader.wait()
         self.waits += waited
         key, self._next = self._next, self._next + 1
-        ended = asyncio.Event()
-        self._in_flight[key] = (prompt, ended)
+        self._entries[key] = (prompt, asyncio.Event())
+        turn = _Turn(self, prompt)
         try:
-            yield
+            yield turn
         finally:
-            del self._in_flight[key]
-            ended.set()
+            if turn.text is not None and self.grace_s > 0:
+                self._kept[key] = turn.text
+                asyncio.get_running_loop().call_later(self.grace_s, self._release, key)
+            else:
+                self._release(key)
 
-    def completed(self, text: str) -> None:
-        """`text` (a prompt and its answer) is now in the engine's cache."""
+    def remember(self, text: str) -> None:
+        """`text` (a prompt and its answer) is in the engine's cache."""
         self._done.append(text)
+
+    def _release(self, key: int) -> None:
+        """The entry goes: the requests waiting for it check again."""
+        self._kept.pop(key, None)
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            entry[1].set()
 
 
 __all__ = ["PrefixGate", "common_prefix"]
