@@ -79,6 +79,23 @@ class _Past:
     tokens: int
 
 
+# Below this many shared tokens a past is not worth a row of padded keys in the batch.
+MIN_SHARED = 8
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many first tokens `a` and `b` share (a binary search over tuple slices, which
+    compare in C)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 class PastCache:
     """Scored paths' keys and values, kept so that a child's forward starts after them.
 
@@ -99,20 +116,29 @@ class PastCache:
         return len(self._entries)
 
     def longest(self, path: StepLayout) -> _Past | None:
-        """The longest kept prefix of `path` that ends at one of its separators (where a
-        parent's path ends), leaving at least one token of the path to compute; None
-        when none is kept."""
-        ids = path.input_ids
-        for position in sorted(path.positions, reverse=True):
-            end = position + 1
-            if end >= len(ids):  # the whole path: its rows must come from a forward
-                continue
-            key = tuple(ids[:end])
-            past = self._entries.get(key)
-            if past is not None:
-                self._entries.move_to_end(key)
-                return past
-        return None
+        """The kept keys and values of the longest prefix `path` shares with a kept path,
+        leaving at least one token of `path` to compute; None when that is shorter than
+        `MIN_SHARED` tokens.
+
+        Any shared prefix serves, not only a whole kept path: a child's path is its
+        parent's path plus a step, and a root's children share the problem's tokens with
+        the first child scored, though none of them is another's prefix.  A cut entry is
+        a view of its first tokens (the keys of a token depend only on those before it).
+        """
+        ids = tuple(path.input_ids)
+        best, best_key = 0, None
+        for key in self._entries:
+            shared = _common_prefix(key, ids)
+            if shared >= best:  # later entries are more recent: they win ties
+                best, best_key = shared, key
+        best = min(best, len(ids) - 1)
+        if best_key is None or best < MIN_SHARED:
+            return None
+        self._entries.move_to_end(best_key)
+        past = self._entries[best_key]
+        if best == past.tokens:
+            return past
+        return _Past([(k[:, :best], v[:, :best]) for k, v in past.layers], best)
 
     def store(self, ids: Sequence[int], past: _Past) -> None:
         """Keep `past` for the path `ids`, then drop the least recently used entries
