@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from actors.engines.transformers_prm import TransformersPRMEngine
+from actors.engines.transformers_prm import DEFAULT_KV_CACHE_TOKENS, TransformersPRMEngine
 from actors.models import embedded_model_path
 from pipeline.records.rebuild import rebuild_result
 
@@ -179,9 +179,10 @@ def print_tree_replay(folder: str, threads: int) -> None:
     print(f"\nfixture trees scored level by level, {threads} thread(s), max_batch 16")
     print("past cache     paths  computed/path  cached/path  padding/path  forwards  wall s")
     values = {}
-    for label, tokens in (("off", 0), ("on (default)", None)):
-        extra = {} if tokens is None else {"kv_cache_tokens": tokens}
-        engine = TransformersPRMEngine(folder, threads=threads, batch_window_s=0.05, **extra)
+    for label, tokens in (("off", 0), ("on (default)", DEFAULT_KV_CACHE_TOKENS)):
+        engine = TransformersPRMEngine(
+            folder, threads=threads, batch_window_s=0.05, kv_cache_tokens=tokens
+        )
         asyncio.run(engine.score_steps(PROBLEM, ["Step 1: warm up."]))
         row, values[label] = tree_replay(engine)
         print(

@@ -79,6 +79,9 @@ class _Past:
     tokens: int
 
 
+# The past cache's default bound: at most 1.5 GB for SmolLM2-135M in float32 (46 KB a token),
+# twice what the embedded default's 16 trees hold at once (docs/configuration.md).
+DEFAULT_KV_CACHE_TOKENS = 32_768
 # Below this many shared tokens a past is not worth a row of padded keys in the batch.
 MIN_SHARED = 8
 
@@ -220,7 +223,7 @@ class TransformersPRMEngine(OnePassEngine):
         batch_window_s: float = 0.002,
         context_length: int | None = None,
         dtype: str = "float32",
-        kv_cache_tokens: int = 32_768,
+        kv_cache_tokens: int = DEFAULT_KV_CACHE_TOKENS,
         step_separator: str = "\n",
         name: str | None = None,
     ) -> None:
