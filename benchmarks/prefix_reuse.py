@@ -45,7 +45,14 @@ from typing import Any
 
 from benchmarks.support.commands import REPO, run_module
 from benchmarks.support.stages import MARKER, write_whole
-from benchmarks.support.synthesis import LOCAL, LOCAL_PRM, base_config, edited, open_run
+from benchmarks.support.synthesis import (
+    LOCAL,
+    LOCAL_PRM,
+    base_config,
+    edited,
+    open_run,
+    quick_or_scored_by,
+)
 from benchmarks.support.synthesis import write_config as write_run_config
 from pipeline.config import RunConfig
 from pipeline.report.engine_reads import EngineReads, engine_reads
@@ -109,14 +116,7 @@ def run_config(run: Run, work: Path, quick: bool, checkpoint: Path | None) -> Ru
     source_root = work / "before-src" if run.before else REPO
     config = base_config(source_root / run.config.relative_to(REPO))
     config = edited(config, run_id=run.name, output_root=work)
-    if quick:
-        source = {**config.source.model_dump(exclude_unset=True), "count": 4}
-        config = edited(config, budget=100, source=source, trees_per_actor=4)
-    if checkpoint is not None:
-        engine = {**config.scorer.engine.model_dump(exclude_unset=True), "model": str(checkpoint)}
-        scorer = {**config.scorer.model_dump(exclude_unset=True), "engine": engine}
-        config = edited(config, scorer=scorer)
-    return config
+    return quick_or_scored_by(config, quick, checkpoint)
 
 
 def synthesize_once(run: Run, config: RunConfig, work: Path) -> float:

@@ -46,7 +46,13 @@ from typing import Any
 
 from benchmarks.scorer_value.gpu_hour import QUICK_SETTINGS, SETTINGS, run_gpu_hour
 from benchmarks.support.commands import REPO, run_module
-from benchmarks.support.synthesis import base_config, edited, open_run, write_config
+from benchmarks.support.synthesis import (
+    base_config,
+    edited,
+    open_run,
+    quick_or_scored_by,
+    write_config,
+)
 from pipeline.config import RunConfig
 from pipeline.report.engine_reads import EngineReads, engine_reads
 from search.scorer_kinds import GENPRM, ONE_PASS, ScorerKindName
@@ -81,14 +87,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def stage_config(stage: Stage, work: Path, quick: bool, checkpoint: Path | None) -> RunConfig:
     """The shipped config of `stage`, its output under `work`; smaller with `quick`."""
     config = edited(base_config(REPO / stage.config), run_id=stage.name, output_root=work)
-    if quick:
-        source = {**config.source.model_dump(exclude_unset=True), "count": 4}
-        config = edited(config, budget=100, source=source, trees_per_actor=4)
-    if checkpoint is not None:
-        engine = {**config.scorer.engine.model_dump(exclude_unset=True), "model": str(checkpoint)}
-        scorer = {**config.scorer.model_dump(exclude_unset=True), "engine": engine}
-        config = edited(config, scorer=scorer)
-    return config
+    return quick_or_scored_by(config, quick, checkpoint)
 
 
 def once(work: Path, name: str, run: Any) -> None:

@@ -34,11 +34,15 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TypeVar
+
+Text = TypeVar("Text", str, tuple[int, ...])
 
 
-def common_prefix(a: str, b: str) -> int:
-    """The length of the longest common prefix of `a` and `b` (a binary search over slice
-    comparisons, which run in C: prompts are thousands of characters)."""
+def common_prefix(a: Text, b: Text) -> int:
+    """The length of the longest common prefix of `a` and `b`, two strings or two tuples of
+    token ids (a binary search over slice comparisons, which run in C: prompts are
+    thousands of characters)."""
     low, high = 0, min(len(a), len(b))
     while low < high:
         middle = (low + high + 1) // 2

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from actors.engines.base import EngineCapacity, EngineError, EngineLoad, StepValues
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
+from actors.engines.prefix_gate import common_prefix
 from actors.engines.step_layout import StepLayout, layout, separator_id
 
 if TYPE_CHECKING:
@@ -84,19 +85,6 @@ class _Past:
 DEFAULT_KV_CACHE_TOKENS = 32_768
 # Below this many shared tokens a past is not worth a row of padded keys in the batch.
 MIN_SHARED = 8
-
-
-def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    """How many first tokens `a` and `b` share (a binary search over tuple slices, which
-    compare in C)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
 
 
 class PastCache:
@@ -131,7 +119,7 @@ class PastCache:
         ids = tuple(path.input_ids)
         best, best_key = 0, None
         for key in self._entries:
-            shared = _common_prefix(key, ids)
+            shared = common_prefix(key, ids)
             if shared >= best:  # later entries are more recent: they win ties
                 best, best_key = shared, key
         best = min(best, len(ids) - 1)

@@ -103,6 +103,20 @@ def run_variant(
     )
 
 
+def quick_or_scored_by(config: RunConfig, quick: bool, checkpoint: Path | None) -> RunConfig:
+    """`config` as a benchmark's stage runs it: 4 problems at B=100 with `quick` (a smoke
+    test of the benchmark), and its scorer's model `checkpoint` when one is given (a
+    one-pass PRM the benchmark trained)."""
+    if quick:
+        source = {**config.source.model_dump(exclude_unset=True), "count": 4}
+        config = edited(config, budget=100, source=source, trees_per_actor=4)
+    if checkpoint is not None:
+        engine = {**config.scorer.engine.model_dump(exclude_unset=True), "model": str(checkpoint)}
+        scorer = {**config.scorer.model_dump(exclude_unset=True), "engine": engine}
+        config = edited(config, scorer=scorer)
+    return config
+
+
 def write_config(config: RunConfig, path: Path) -> Path:
     """The config as the YAML file ``jobs.synthesize --config`` reads."""
     data = config.model_dump(mode="json", exclude_unset=True)
