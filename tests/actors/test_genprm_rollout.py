@@ -256,11 +256,22 @@ async def test_genprm_analysis_continues_the_user_turn(engine: LlamaCppEngine) -
 @pytest.mark.parametrize("turn", ["user", "assistant"])
 @on_module_loop
 async def test_a_childs_prompt_extends_its_parents_judgement_prompt(
-    engine: LlamaCppEngine, turn: Literal["user", "assistant"]
+    turn: Literal["user", "assistant"],
 ) -> None:
     """Whatever `analysis_turn` is, a child's first request starts with its parent's last
     (the judgement) byte for byte, so the engine's prefix cache serves all of it; and the
     judgement read through the cache is the one a cold engine gives for the same request."""
+    # GenPRM's engine as configs/local.yaml sets it: a child's analysis shares ~80% of its
+    # prompt with its parent's judgement, so a slot holding that is taken at 0.5 (at the
+    # policy's 0.9 llama.cpp takes another slot and finds only what its RAM cache holds)
+    genprm_engine = LlamaCppEngine(context_length=2048, parallel=4, slot_prompt_similarity=0.5)
+    try:
+        await _child_extends_parent(genprm_engine, turn)
+    finally:
+        await genprm_engine.close()
+
+
+async def _child_extends_parent(engine: LlamaCppEngine, turn: Literal["user", "assistant"]) -> None:
     recording = Recording(engine)
     scorer = GenPRMScorer(recording, max_analysis_tokens=ANALYSIS_TOKENS, analysis_turn=turn)
     steps = (" 12 times 3 means adding 12 three times.", "\nStep 2: 12 + 12 + 12 = 36.")

@@ -105,15 +105,25 @@ def _killed_run(tmp_path: Path, ids: list[str], run_id: str) -> tuple[Path, dict
         while True:
             assert job.poll() is None, "the job ended before it could be killed mid-run"
             assert time.monotonic() < deadline, "no tree committed within 240 s"
-            committed = any((run_dir / "trees").glob("part-*.parquet"))
-            logs = list((run_dir / FOLDER).glob("*/*.jsonl"))
-            if committed and sum(1 for p in logs if p.stat().st_size > 2000) >= 2:
+            if _committed_and_logged(run_dir):
                 break
             time.sleep(0.1)
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     return problems, config
+
+
+def _committed_and_logged(run_dir: Path) -> bool:
+    """A tree is committed and two trees have logged more than 2,000 bytes each.  The job
+    deletes a tree's request log once the tree is committed, so a folder or file seen a
+    moment ago may be gone: that look is simply taken again."""
+    try:
+        committed = any((run_dir / "trees").glob("part-*.parquet"))
+        logs = list((run_dir / FOLDER).glob("*/*.jsonl"))
+        return committed and sum(1 for p in logs if p.stat().st_size > 2000) >= 2
+    except FileNotFoundError:
+        return False
 
 
 IDS = [f"p{i}" for i in range(9)]
