@@ -1,18 +1,11 @@
 """Kill the synthesis job midway, rerun it with the same run id: every problem exactly once.
 
 The job runs as a real subprocess (`python -m jobs.synthesize`) on its own local Ray
-cluster; the test SIGKILLs the whole process group (driver, raylet, workers, Serve
-replicas) as soon as the first tree is committed.  Four problems, two trees at a time
-(one search actor, `trees_per_actor` 2): at the kill at most two trees are committed and
-the rest are half way or not started, so the rerun has both kinds to finish.
-It runs twice:
-
-* `genprm`: the real SmolLM2 model on llama.cpp as the policy and as the GenPRM scorer,
-  the product's guarantee on a real model;
-* `one_pass`: a one-pass PRM (the `transformers_prm` engine on the session's tiny random
-  checkpoint, `tests/prm_checkpoint.py`) as the scorer, whose trees read PRM input and
-  write no PRM output.  Its policy is the model-free sleep engine: the llama.cpp policy's
-  kill and resume is the `genprm` case's, what this case adds is the one-pass scorer's.
+cluster with the real SmolLM2 model; the test SIGKILLs the whole process group
+(driver, raylet, workers, Serve replicas) as soon as the first batch is committed.
+It runs twice: with GenPRM on SmolLM2 as the scorer, and with a one-pass PRM (the
+`transformers_prm` engine on the session's tiny random checkpoint,
+`tests/prm_checkpoint.py`), whose trees read PRM input and write no PRM output.
 """
 
 from __future__ import annotations
@@ -35,12 +28,6 @@ from tests.tiny_run import one_pass_scorer, start_synthesize_job, tiny_run_confi
 pytestmark = pytest.mark.e2e
 
 
-PROBLEMS = 4
-# the one-pass case's policy: each step takes a few tenths of a second, so a tree takes
-# seconds and the kill lands while the others are searched
-SLEEP_POLICY = {"kind": "sleep", "latency_s": 0.5, "output_tokens": 8}
-
-
 def _write_config(tmp_path: Path, scorer: dict[str, Any] | None) -> Path:
     rows = [
         {
@@ -48,12 +35,9 @@ def _write_config(tmp_path: Path, scorer: dict[str, Any] | None) -> Path:
             "question": f"Tom has {i} apples and buys {i + 1} more. How many?",
             "answer": str(2 * i + 1),
         }
-        for i in range(PROBLEMS)
+        for i in range(8)
     ]
-    engine = None if scorer is None else SLEEP_POLICY  # None: llama.cpp (tests.tiny_run)
-    config = tiny_run_config(
-        tmp_path, rows, budget=32, engine=engine, run_id="killed", ray_num_cpus=2
-    )
+    config = tiny_run_config(tmp_path, rows, budget=32, run_id="killed", ray_num_cpus=2)
     if scorer is not None:
         config["scorer"] = scorer
     path = tmp_path / "config.yaml"
@@ -83,12 +67,12 @@ def test_killed_job_resumes_without_duplicates(
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     before = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
-    assert 0 < len(before) < PROBLEMS, "the kill must land midway"
+    assert 0 < len(before) < 8, "the kill must land midway"
 
     rerun = _job(config, tmp_path / "rerun.log")
     assert rerun.wait(timeout=600) == 0, (tmp_path / "rerun.log").read_text()[-3000:]
     trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
-    assert Counter(trees) == Counter(f"p{i}" for i in range(PROBLEMS))  # each exactly once
+    assert Counter(trees) == Counter(f"p{i}" for i in range(8))  # each exactly once
     nodes = RunFolder.open(tmp_path / "out", "killed").read("nodes")
     keys = list(zip(*(nodes.column(c).to_pylist() for c in ("problem_id", "node_id")), strict=True))
     assert len(keys) == len(set(keys))  # no node row twice
