@@ -72,10 +72,10 @@ class LlamaCppEngine:
         self._client = httpx.AsyncClient(
             base_url=self._server.listening_address, timeout=request_timeout_s
         )
-        # llama.cpp's own per-request timings: prompt tokens it evaluated vs reused
-        # from a slot's prefix cache (what tree-affinity routing is meant to raise)
         # requests that share a prefix not cached yet go one after another (prefix_gate.py)
         self._gate = PrefixGate() if hold_shared_prefixes else None
+        # llama.cpp's own per-request timings: prompt tokens it evaluated vs reused
+        # from a slot's prefix cache (what tree-affinity routing is meant to raise)
         self.prompt_tokens_evaluated = 0
         self.prompt_tokens_cached = 0
         self.tokens_generated = 0
