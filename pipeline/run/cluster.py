@@ -31,11 +31,13 @@ def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
     level = logging.WARNING if quiet else logging.INFO
     address = os.environ.get("RAY_ADDRESS")
     runtime_env = _runtime_env()
-    if address:
+    if address and address != "local":
         ray.init(address=address, log_to_driver=False, logging_level=level, runtime_env=runtime_env)
     else:
         # "local": a new cluster of this process's own.  Without it, Ray joins whatever
         # cluster `ray start` left running on this machine, and refuses `num_cpus` there.
+        # RAY_ADDRESS=local asks for the same, so it gets the same settings: no dashboard
+        # (its processes cost a small machine CPU at every start; `ray start` has one).
         ray.init(
             address="local",
             num_cpus=num_cpus,

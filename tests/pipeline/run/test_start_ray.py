@@ -1,0 +1,46 @@
+"""`start_ray`'s choice between joining a cluster and starting one of its own.
+
+`ray.init` is replaced by a recorder here (the fast tier starts no cluster): what is
+checked is which arguments each RAY_ADDRESS gets; the pipeline tiers run them for real.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import ray
+
+from pipeline.run.cluster import start_ray
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(kwargs))
+    return seen
+
+
+@pytest.mark.parametrize("address", [None, "", "local"])
+def test_a_local_cluster_gets_its_cpus_and_no_dashboard(
+    calls: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, address: str | None
+) -> None:
+    if address is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    assert start_ray(3) is True
+    (call,) = calls
+    assert call["address"] == "local"
+    assert call["num_cpus"] == 3 and call["include_dashboard"] is False
+
+
+def test_a_cluster_address_is_joined_as_it_is(
+    calls: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    assert start_ray(3) is True
+    (call,) = calls
+    assert call["address"] == "ray://head:10001"
+    assert "num_cpus" not in call and "include_dashboard" not in call
