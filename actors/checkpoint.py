@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.json_file import first_line, read_json_object
+
 INDEX = "model.safetensors.index.json"
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -170,25 +172,8 @@ def _fingerprint(folder: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 def _json_object(path: Path, what: str) -> dict[str, Any]:
-    """A JSON file that must hold an object (a list or null is refused, not indexed)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"{path} is not readable JSON ({_first_line(exc)})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} holds {_json_kind(data)}, not the object {what} is")
-    return data
-
-
-def _json_kind(data: Any) -> str:
-    return {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(data), f"a {type(data).__name__}"
-    )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    """A checkpoint file that must hold an object (`what`), refused as a CheckpointError."""
+    return read_json_object(path, what, CheckpointError)
 
 
 def read_model_config(folder: Path) -> dict[str, Any]:
@@ -438,7 +423,7 @@ def needed_tensors(
             transformers_logging.set_verbosity(verbosity)
     except Exception as exc:  # a config transformers cannot build a model from
         raise CheckpointError(
-            f"{folder / CONFIG} does not describe a {architectures[0]}: {_first_line(exc)}"
+            f"{folder / CONFIG} does not describe a {architectures[0]}: {first_line(exc)}"
         ) from None
     ignored = [re.compile(p) for p in getattr(model, "_keys_to_ignore_on_load_missing", None) or ()]
     groups: dict[int, list[tuple[str, tuple[int, ...]]]] = {}

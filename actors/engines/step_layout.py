@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from actors.engines.base import StepValues
+from actors.json_file import read_json_object
 
 Tokenize = Callable[[str], list[int]]  # text -> ids, no special tokens added
 
@@ -80,12 +81,7 @@ class TrainedLayout:
         path = cls.path(checkpoint)
         if not path.is_file():
             return None
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise CheckpointLayoutError(f"{path} cannot be read as JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise CheckpointLayoutError(f"{path} holds {type(data).__name__}, not an object")
+        data = read_json_object(path, "a PRM layout", CheckpointLayoutError)
         served = [data.get(name) for name in cls.SERVED]
         for name, value in zip(cls.SERVED, served, strict=True):
             if not isinstance(value, str):

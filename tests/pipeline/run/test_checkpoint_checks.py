@@ -76,9 +76,9 @@ def test_a_config_json_of_the_wrong_shape_is_one_line(
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('{"step_separator": "\\n", ', "bgmcts_prm.json cannot be read as JSON"),
-        ("[]", "bgmcts_prm.json holds list, not an object"),
-        ("null", "bgmcts_prm.json holds NoneType, not an object"),
+        ('{"step_separator": "\\n", ', "bgmcts_prm.json is not readable JSON"),
+        ("[]", "bgmcts_prm.json holds a list, not the object a PRM layout is"),
+        ("null", "bgmcts_prm.json holds null, not the object a PRM layout is"),
         ('{"step_separator": 1}', "step_separator is missing or not a string"),
     ],
 )
