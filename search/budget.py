@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +20,10 @@ from search.protocols import TokenCounts
 
 class BudgetViolation(RuntimeError):
     """A service reported more cost than the budget allowed it to spend."""
+
+
+# Every token kind's weight: a price or cost, never negative, never infinite or NaN.
+Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class TokenWeights(BaseModel):
@@ -31,30 +36,19 @@ class TokenWeights(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy_output: float = Field(
-        1.0,
-        ge=0,
-        allow_inf_nan=False,
-        description="weight of one policy output token (cost units: 1 is the paper's budget)",
+    policy_output: Weight = Field(
+        1.0, description="weight of one policy output token (cost units: 1 is the paper's budget)"
     )
-    policy_input: float = Field(
+    policy_input: Weight = Field(
         0.0,
-        ge=0,
-        allow_inf_nan=False,
         description="weight of one policy prompt token, counted per request; 0: prompts are "
         "free (the paper)",
     )
-    prm_input: float = Field(
-        0.0,
-        ge=0,
-        allow_inf_nan=False,
-        description="weight of one PRM prompt token; 0: scoring is free (the paper)",
+    prm_input: Weight = Field(
+        0.0, description="weight of one PRM prompt token; 0: scoring is free (the paper)"
     )
-    prm_output: float = Field(
-        0.0,
-        ge=0,
-        allow_inf_nan=False,
-        description="weight of one PRM generated token; 0: scoring is free (the paper)",
+    prm_output: Weight = Field(
+        0.0, description="weight of one PRM generated token; 0: scoring is free (the paper)"
     )
 
     @property
