@@ -31,6 +31,23 @@ def add_verbose(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_run_options(parser: argparse.ArgumentParser, *, config: str, dry_run: str) -> None:
+    """The options of a job that runs a synthesis config: --config (default `config`),
+    --output-root, --dry-run (`dry_run` says what it does) and --verbose."""
+    parser.add_argument("--config", default=config, help="YAML run config")
+    parser.add_argument("--output-root", help="overrides output_root of the config")
+    parser.add_argument("--dry-run", action="store_true", help=dry_run)
+    add_verbose(parser)
+
+
+def guarded_publishing(action: Callable[[], int], *, verbose: bool) -> int:
+    """`guarded` for a job that publishes to the Hub: a push the Hub refused exits 1 with
+    its own message (the local Parquet stays; the message says how to retry)."""
+    from pipeline.publish.hub import HubPublishError
+
+    return guarded(action, verbose=verbose, failures=(HubPublishError,))
+
+
 def guarded(
     action: Callable[[], int],
     *,
@@ -97,4 +114,13 @@ def _traceback(verbose: bool) -> None:
         print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
 
 
-__all__ = ["BAD_INPUT", "FAILED", "INTERRUPTED", "OK", "add_verbose", "guarded"]
+__all__ = [
+    "BAD_INPUT",
+    "FAILED",
+    "INTERRUPTED",
+    "OK",
+    "add_run_options",
+    "add_verbose",
+    "guarded",
+    "guarded_publishing",
+]

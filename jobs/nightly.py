@@ -20,7 +20,7 @@ import datetime as dt
 import sys
 from typing import TYPE_CHECKING, Any
 
-from jobs.exits import FAILED, OK, add_verbose, guarded
+from jobs.exits import FAILED, OK, add_run_options, guarded_publishing
 
 if TYPE_CHECKING:
     from pipeline.config import RunConfig
@@ -29,26 +29,17 @@ if TYPE_CHECKING:
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/nightly.yaml", help="YAML run config")
-    parser.add_argument("--output-root", help="overrides output_root of the config")
-    parser.add_argument("--date", help="YYYY-MM-DD (default: today, UTC); reruns resume")
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="plan the night's slice and print it; start nothing, write nothing",
+    add_run_options(
+        parser,
+        config="configs/nightly.yaml",
+        dry_run="plan the night's slice and print it; start nothing, write nothing",
     )
-    add_verbose(parser)
+    parser.add_argument("--date", help="YYYY-MM-DD (default: today, UTC); reruns resume")
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.publish.hub import HubPublishError
-
-    return guarded(
-        lambda: _night(args),
-        verbose=args.verbose,
-        failures=(HubPublishError,),
-    )
+    return guarded_publishing(lambda: _night(args), verbose=args.verbose)
 
 
 def _night(args: argparse.Namespace) -> int:

@@ -21,31 +21,22 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pipeline.config import RunConfig
 
-from jobs.exits import FAILED, OK, add_verbose, guarded
+from jobs.exits import FAILED, OK, add_run_options, guarded_publishing
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/local.yaml", help="YAML run config")
-    parser.add_argument("--output-root", help="overrides output_root of the config")
-    parser.add_argument("--run-id", help="overrides run_id (rerun the same id to resume)")
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="validate the config and source, print the plan, start nothing",
+    add_run_options(
+        parser,
+        config="configs/local.yaml",
+        dry_run="validate the config and source, print the plan, start nothing",
     )
-    add_verbose(parser)
+    parser.add_argument("--run-id", help="overrides run_id (rerun the same id to resume)")
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.publish.hub import HubPublishError
-
-    return guarded(
-        lambda: _run(args),
-        verbose=args.verbose,
-        failures=(HubPublishError,),  # the local Parquet stays; the message says how to retry
-    )
+    return guarded_publishing(lambda: _run(args), verbose=args.verbose)
 
 
 def _run(args: argparse.Namespace) -> int:
