@@ -45,8 +45,9 @@ import asyncio
 import itertools
 import resource
 import selectors
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from actors.admission import AdmissionController, TreeShape, search_tree_shape, trees_in_flight
 from actors.engines.batching import EngineCurve
@@ -338,6 +339,9 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+T = TypeVar("T")
+
+
 class _JumpingSelector(selectors.SelectSelector):
     """Never sleeps: a wait for the next timer moves the loop's clock to it instead."""
 
@@ -370,18 +374,24 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         return self._selector_clock.now
 
 
-def run_setting(
-    setting: Setting, warm_s: float, window_s: float, curve: EngineCurve = H100
-) -> dict[str, Any]:
+def run_virtual(main: Coroutine[Any, Any, T]) -> T:
+    """`main` run to its end on a fresh `VirtualClockLoop`, which is then closed: the tasks
+    it leaves (the engines' or batcher's loops, idle by now) are cancelled first."""
     loop = VirtualClockLoop()
     try:
-        return loop.run_until_complete(_run(setting, 1.0, warm_s, window_s, curve))
+        return loop.run_until_complete(main)
     finally:
-        rest = asyncio.all_tasks(loop)  # the engines' batch loops, idle by now
+        rest = asyncio.all_tasks(loop)
         for task in rest:
             task.cancel()
         loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
         loop.close()
+
+
+def run_setting(
+    setting: Setting, warm_s: float, window_s: float, curve: EngineCurve = H100
+) -> dict[str, Any]:
+    return run_virtual(_run(setting, 1.0, warm_s, window_s, curve))
 
 
 def row(r: dict[str, Any]) -> str:

@@ -45,8 +45,8 @@ from benchmarks.h100_goodput import (
     STEP,
     K,
     TreeStream,
-    VirtualClockLoop,
     h100_engine,
+    run_virtual,
 )
 from search import parse_search_config
 from search.protocols import Generation, GenerationRequest, Score, ScoreRequest
@@ -212,17 +212,7 @@ def run_gpu_hour(
     """One scorer at one setting, on a virtual clock (simulated seconds, no wall time);
     `read_prefix_cache` False: the one-pass PRM computes every path whole (the cache
     written but never read, stock vLLM's default for token classification)."""
-    loop = VirtualClockLoop()
-    try:
-        return loop.run_until_complete(
-            _run(scorer, setting, warm_s, window_s, curve, read_prefix_cache)
-        )
-    finally:
-        rest = asyncio.all_tasks(loop)  # the batcher's loop, idle by now
-        for task in rest:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
-        loop.close()
+    return run_virtual(_run(scorer, setting, warm_s, window_s, curve, read_prefix_cache))
 
 
 def best(results: list[dict[str, Any]], scorer: Scorer) -> dict[str, Any]:
