@@ -101,7 +101,7 @@ other algorithms keep the measured ratio of their scorer kind (`actors.scorer_ki
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from search.config import NodeUnit
@@ -185,11 +185,9 @@ BG_MCTS_DEPTH = DepthLaw(
 # Budget-agnostic MCTS has no completion bias and never anneals its exploration: a more
 # balanced, shallower tree.  Same exponents, its own scale (on the grid, k = 2: 7.3 at
 # B = 30k against BG-MCTS's 12.7).
-MCTS_DEPTH = DepthLaw(
+MCTS_DEPTH = replace(
+    BG_MCTS_DEPTH,
     scale=0.72,
-    nodes_power=0.60,
-    children_power=1.16,
-    inflight_power=0.39,
     calibrated_on="the simulated grid (MCTS) at B=1k-30k",
     completion_bias=False,
 )
