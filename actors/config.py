@@ -306,19 +306,41 @@ class SleepConfig(_Engine):
     seed: int = Field(0, description="seeds which completions answer (with the request's seed)")
 
 
-# The continuous-batching curve's fields that both model-free load engines (the policy's and
-# the one-pass PRM's) share: one definition each, so the two cannot drift apart.
-PrefillRate = Annotated[float, Field(gt=0, description="uncached prompt tokens/s")]
-MaxSeqs = Annotated[int, Field(ge=1, description="sequences in the batch at most; others queue")]
-CacheTokens = Annotated[int, Field(ge=0, description="LRU prefix cache size in tokens")]
-BlockTokens = Annotated[int, Field(ge=1, description="prefix cache block size in tokens")]
-TimeScale = Annotated[
-    float,
-    Field(gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"),
-]
+class LoadCurveConfig(_Engine):
+    """The continuous-batching curve both model-free load engines run on (the policy's,
+    `load_model`, and the one-pass PRM's, `load_model_prm`): one definition of each field,
+    so the two cannot drift apart.  A step is a decode step of the policy's engine, the
+    one forward step of a scored path on the PRM's.
+    """
+
+    # each engine narrows `kind` to its Literal and gives `model` its default; declared
+    # here so that they stay the first keys of both engines (and of their docs)
+    kind: str
+    model: str = Field(description="the name the engine reports")
+    decode_base_ms: float = Field(
+        7.4,
+        ge=0,
+        description="step time with no sequences (a decode step; the PRM's: its forward step)",
+    )
+    decode_per_seq_ms: float = Field(
+        0.051, ge=0, description="extra step time per sequence in the batch"
+    )
+    decode_per_context_token_ns: float = Field(
+        0.0,
+        ge=0,
+        description="extra step time per context token the batch holds (attention reading "
+        "the KV cache); 0: folded into decode_per_seq_ms, as the public figures are",
+    )
+    prefill_tokens_per_s: float = Field(24_000.0, gt=0, description="uncached prompt tokens/s")
+    max_seqs: int = Field(256, ge=1, description="sequences in the batch at most; others queue")
+    cache_tokens: int = Field(400_000, ge=0, description="LRU prefix cache size in tokens")
+    block_tokens: int = Field(16, ge=1, description="prefix cache block size in tokens")
+    time_scale: float = Field(
+        1.0, gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"
+    )
 
 
-class LoadModelConfig(_Engine):
+class LoadModelConfig(LoadCurveConfig):
     """No model: a continuous-batching engine's timing (actors/engines/load_model.py).
 
     Defaults: vLLM serving a 7-8B model on one H100 80GB; the module docstring cites
@@ -331,21 +353,6 @@ class LoadModelConfig(_Engine):
         "load_model", description="no model: a continuous-batching engine's timing"
     )
     model: str = Field("load-model", description="the name the engine reports")
-    decode_base_ms: float = Field(7.4, ge=0, description="decode step time with no sequences")
-    decode_per_seq_ms: float = Field(
-        0.051, ge=0, description="extra decode step time per sequence in the batch"
-    )
-    decode_per_context_token_ns: float = Field(
-        0.0,
-        ge=0,
-        description="extra decode step time per context token the batch holds (attention "
-        "reading the KV cache); 0: folded into decode_per_seq_ms, as the public figures are",
-    )
-    prefill_tokens_per_s: PrefillRate = 24_000.0
-    max_seqs: MaxSeqs = 256
-    cache_tokens: CacheTokens = 400_000
-    block_tokens: BlockTokens = 16
-    time_scale: TimeScale = 1.0
     output_tokens: int = Field(16, ge=1, description="tokens per completion (max_tokens caps)")
     output_tokens_max: int | None = Field(
         None,
@@ -442,7 +449,7 @@ def _verify_prm(folder: Path) -> None:
     verify_prm(folder)
 
 
-class LoadModelPRMConfig(_Engine):
+class LoadModelPRMConfig(LoadCurveConfig):
     """No model: a one-pass PRM's timing on a continuous-batching engine (load_model_prm.py).
 
     A scoring request prefills the uncached tokens of its path (the prefix cache
@@ -458,18 +465,6 @@ class LoadModelPRMConfig(_Engine):
         "load_model_prm", description="no model: a one-pass PRM's continuous-batching timing"
     )
     model: str = Field("load-model-prm", description="the name the engine reports")
-    decode_base_ms: float = Field(7.4, ge=0, description="forward step time with no sequences")
-    decode_per_seq_ms: float = Field(
-        0.051, ge=0, description="extra forward step time per sequence in the batch"
-    )
-    decode_per_context_token_ns: float = Field(
-        0.0, ge=0, description="extra step time per context token the batch holds"
-    )
-    prefill_tokens_per_s: PrefillRate = 24_000.0
-    max_seqs: MaxSeqs = 256
-    cache_tokens: CacheTokens = 400_000
-    block_tokens: BlockTokens = 16
-    time_scale: TimeScale = 1.0
     context_length: int = Field(
         4096, ge=256, description="the longest path scored; a longer one is an error value"
     )

@@ -44,7 +44,7 @@ from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache,
 from actors.engines.sleep import SleepEngine
 
 if TYPE_CHECKING:
-    from actors.config import LoadModelConfig, LoadModelPRMConfig
+    from actors.config import LoadCurveConfig, LoadModelConfig
 
 # The config fields that make the engine's curve (in ms and ns there, seconds here).
 _CURVE_FIELDS = {
@@ -56,9 +56,7 @@ _CURVE_FIELDS = {
 }
 
 
-def curve_and_rest(
-    config: LoadModelConfig | LoadModelPRMConfig,
-) -> tuple[EngineCurve, dict[str, Any]]:
+def curve_and_rest(config: LoadCurveConfig) -> tuple[EngineCurve, dict[str, Any]]:
     """A load-model config's curve (its fields in ms and ns, the curve's in seconds) and
     every other field but `kind` and `model`, the engine constructor's keywords."""
     curve = EngineCurve(
