@@ -26,7 +26,7 @@ read of the node aggregates kept by `Tree`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from search.algorithms.base import Expansion, SearchAlgorithm
 from search.budget import Budget
@@ -39,45 +39,38 @@ from search.tree import ROOT_ID, Node, Tree
 class PuctSettings:
     k: int
     c: float
-    kappa: float
-    lam: float
-    explore_annealing: bool
-    exploit_shaping: bool
-    widen_annealing: bool
-    generative_node: bool
     unit: NodeUnit
     early_stop: bool
     early_stop_threshold: float
+    # BG-MCTS's terms; each default turns its term off, which leaves plain PUCT MCTS
+    kappa: float = 0.0
+    lam: float = 0.0
+    explore_annealing: bool = False
+    exploit_shaping: bool = False
+    widen_annealing: bool = False
+    generative_node: bool = False
     root_explores: bool = True  # False: the released BG-MCTS (ln m_root = 0)
 
     @classmethod
     def from_config(cls, config: BGMCTSConfig | MCTSConfig) -> PuctSettings:
-        common = {
-            "root_explores": not (config.reference and isinstance(config, BGMCTSConfig)),
-            "k": config.k,
-            "c": config.c,
-            "unit": config.node_unit,
-            "early_stop": config.early_stop,
-            "early_stop_threshold": config.early_stop_threshold,
-        }
+        mcts = cls(
+            k=config.k,
+            c=config.c,
+            unit=config.node_unit,
+            early_stop=config.early_stop,
+            early_stop_threshold=config.early_stop_threshold,
+        )
         if isinstance(config, MCTSConfig):
-            return cls(
-                kappa=0.0,
-                lam=0.0,
-                explore_annealing=False,
-                exploit_shaping=False,
-                widen_annealing=False,
-                generative_node=False,
-                **common,  # type: ignore[arg-type]
-            )
-        return cls(
+            return mcts
+        return replace(
+            mcts,
             kappa=config.kappa,
             lam=config.lam,
             explore_annealing=config.explore_annealing,
             exploit_shaping=config.exploit_shaping,
             widen_annealing=config.widen_annealing,
             generative_node=config.generative_node,
-            **common,  # type: ignore[arg-type]
+            root_explores=not config.reference,
         )
 
 
