@@ -31,6 +31,7 @@ import asyncio
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from actors.engines.base import Completion, Sampling, TopLogprobs
@@ -49,39 +50,32 @@ def _unit(*parts: object) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
+# eq=False: an engine is one service whose `calls` count its requests, not a value
+@dataclass(eq=False, kw_only=True)
 class SleepEngine:
     """Sleeps `latency_s` per `complete` call and returns a fixed-length completion."""
 
-    def __init__(
-        self,
-        *,
-        latency_s: float = 0.05,
-        output_tokens: int = 16,
-        context_length: int = 4096,
-        answer_every: int = 4,
-        seed: int = 0,
-        name: str = "sleep",
-        output_tokens_max: int | None = None,
-    ) -> None:
-        if latency_s < 0:
-            raise ValueError(f"latency_s must be >= 0, got {latency_s}")
-        if output_tokens < 1:
-            raise ValueError(f"output_tokens must be >= 1, got {output_tokens}")
-        self.latency_s = latency_s
-        self.output_tokens = output_tokens
-        # None: every completion has `output_tokens`; else a length drawn per request in
-        # [output_tokens, output_tokens_max] (trees of varied length, steps up to the max)
-        if output_tokens_max is not None and output_tokens_max < output_tokens:
+    latency_s: float = 0.05
+    output_tokens: int = 16
+    context_length: int = 4096
+    answer_every: int = 4
+    seed: int = 0
+    name: str = "sleep"
+    # None: every completion has `output_tokens`; else a length drawn per request in
+    # [output_tokens, output_tokens_max] (trees of varied length, steps up to the max)
+    output_tokens_max: int | None = None
+    calls: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.latency_s < 0:
+            raise ValueError(f"latency_s must be >= 0, got {self.latency_s}")
+        if self.output_tokens < 1:
+            raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens}")
+        if self.output_tokens_max is not None and self.output_tokens_max < self.output_tokens:
             raise ValueError(
-                f"output_tokens_max ({output_tokens_max}) must be >= output_tokens "
-                f"({output_tokens})"
+                f"output_tokens_max ({self.output_tokens_max}) must be >= output_tokens "
+                f"({self.output_tokens})"
             )
-        self.output_tokens_max = output_tokens_max
-        self.context_length = context_length
-        self.answer_every = answer_every
-        self.seed = seed
-        self.name = name
-        self.calls = 0
 
     @classmethod
     def from_config(cls, config: SleepConfig) -> SleepEngine:
