@@ -40,7 +40,7 @@ _STOP_TYPES = {"eos": FinishReason.EOS, "word": FinishReason.STOP_STRING}
 # libgomp's waiting thread spins about 300,000 times before it sleeps.  That suits a
 # process that owns its cores; here two engines (policy and PRM) share two cores with Ray,
 # and one engine's spinning threads take the cores the other needs.  Spinning 300 times
-# keeps one engine alone as fast and makes two busy engines 2.6x and three 4.4x faster
+# keeps one engine alone as fast and makes two busy engines 3.2x and three 4.9x faster
 # (`python -m benchmarks.llamacpp_threads`).  libgomp reads this once, when it is loaded
 # (by the first `import xllamacpp` in the process), and a value the user set is kept.
 GOMP_SPIN_COUNT = "300"
