@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from actors.models import plain_weights
 from pipeline.training.prm_data import IGNORE, Encoded
@@ -140,35 +140,46 @@ class TrainResult:
     losses: list[tuple[int, float]]
 
 
-def training_arguments(
-    work_dir: Path,
-    epochs: float,
-    max_steps: int | None,
-    batch_size: int,
-    learning_rate: float,
-    log_every: int,
-    seed: int,
-) -> Any:
+class Schedule(Protocol):
+    """How long, in what batches and how fast one training runs, and how often it says so:
+    `prm_training.PrmTraining` holds these as the `bgmcts train-prm` options of the same
+    names, which reach transformers' TrainingArguments through `training_arguments`."""
+
+    @property
+    def epochs(self) -> float: ...
+    @property
+    def max_steps(self) -> int | None: ...  # None: `epochs` decides
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def learning_rate(self) -> float: ...
+    @property
+    def log_every(self) -> int: ...  # a loss line every this many steps
+    @property
+    def seed(self) -> int: ...
+
+
+def training_arguments(work_dir: Path, schedule: Schedule) -> Any:
     """transformers' TrainingArguments for one PRM training (no checkpoints, no reports)."""
     import torch
     from transformers import TrainingArguments
 
     return TrainingArguments(
         output_dir=str(work_dir),
-        num_train_epochs=epochs,
-        max_steps=max_steps if max_steps is not None else -1,
-        per_device_train_batch_size=batch_size,
-        learning_rate=learning_rate,
+        num_train_epochs=schedule.epochs,
+        max_steps=schedule.max_steps if schedule.max_steps is not None else -1,
+        per_device_train_batch_size=schedule.batch_size,
+        learning_rate=schedule.learning_rate,
         lr_scheduler_type="linear",
         warmup_steps=0,
         weight_decay=0.0,
-        logging_steps=log_every,
+        logging_steps=schedule.log_every,
         logging_first_step=True,
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
-        seed=seed,
-        data_seed=seed,
+        seed=schedule.seed,
+        data_seed=schedule.seed,
         use_cpu=not torch.cuda.is_available(),
         # rows of like length share a batch: paths run from a few dozen tokens to
         # max_length, and padding a batch to its longest row cost several times the work
@@ -235,12 +246,7 @@ def train(
     *,
     pad_id: int,
     weights: tuple[float, float] | None,
-    epochs: float,
-    batch_size: int,
-    learning_rate: float,
-    seed: int,
-    max_steps: int | None,
-    log_every: int,
+    schedule: Schedule,
     work_dir: Path,
 ) -> TrainResult:
     """Train `model` in place with transformers' Trainer; progress lines on stdout."""
@@ -284,9 +290,7 @@ def train(
                     flush=True,
                 )
 
-    arguments = training_arguments(
-        work_dir, epochs, max_steps, batch_size, learning_rate, log_every, seed
-    )
+    arguments = training_arguments(work_dir, schedule)
     trainer = StepLossTrainer(
         model=model,
         args=arguments,
@@ -313,6 +317,7 @@ __all__ = [
     "GGUF",
     "SMOLLM2",
     "NonFiniteTraining",
+    "Schedule",
     "TrainResult",
     "class_weights",
     "collate",

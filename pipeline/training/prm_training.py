@@ -56,6 +56,8 @@ class PrmTraining:
     threshold: float = 0.5
     class_weight: Literal["auto", "balanced", "none"] = "auto"
     separator: str = "\n"
+    # the trainer's `prm_trainer.Schedule`: epochs, max_steps, batch_size, learning_rate,
+    # seed and log_every
     epochs: float = 2.0
     max_steps: int | None = None
     batch_size: int = 8
@@ -185,12 +187,7 @@ def _train(args: PrmTraining, folder: Path, started: float) -> None:
             encoded,
             pad_id=tokenizer.pad_token_id,
             weights=weights,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            learning_rate=args.learning_rate,
-            seed=args.seed,
-            max_steps=args.max_steps,
-            log_every=args.log_every,
+            schedule=args,
             work_dir=Path(work),
         )
     metadata = _metadata(
