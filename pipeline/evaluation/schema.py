@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from pipeline.records import TRACE_POINT as TREES_TRACE_POINT
 from pipeline.records import (
     TREE_NODES_SCHEMA,
     TREES_SCHEMA,
@@ -23,15 +24,17 @@ from pipeline.records import (
 
 _tree = TREES_SCHEMA.field
 _node = TREE_NODES_SCHEMA.field
+_point = TREES_TRACE_POINT.field
 
+# The `trees` trace point, with two counts the report's curves read besides.
 TRACE_POINT = pa.struct(
     [
-        pa.field("c_used", pa.float64(), nullable=False),
-        pa.field("any_answer", pa.bool_(), nullable=False),
-        pa.field("correct", pa.bool_(), nullable=False),
+        _point("c_used"),
+        _point("any_answer"),
+        _point("correct"),
         pa.field("n_answered", pa.int64(), nullable=False),
-        pa.field("max_depth", pa.int64(), nullable=False),
-        pa.field("max_width", pa.int64(), nullable=False),
+        _point("max_depth"),
+        _point("max_width"),
         pa.field("generative", pa.int64(), nullable=False),
     ]
 )

@@ -41,7 +41,8 @@ MESSAGE_TYPE = pa.struct(
 # "element" is Parquet's name for a list's item, so the schema survives a round trip unchanged
 MESSAGES_TYPE = pa.list_(pa.field("element", MESSAGE_TYPE, nullable=False))
 
-# The anytime trace of a tree: the same fields the evaluation report's curves read.
+# The anytime trace of a tree; an evaluation's trace point is this one with two counts more
+# (pipeline.evaluation.schema).
 TRACE_POINT = pa.struct(
     [
         pa.field("c_used", pa.float64(), nullable=False),
