@@ -30,7 +30,7 @@ prefix-cache blocks (as in h100_goodput, under both scorers); a one-pass PRM is 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
@@ -134,18 +134,6 @@ def _engines(
     return policy, OnePassStandIn(prm), batcher
 
 
-def _counters(batcher: ContinuousBatcher) -> dict[str, float]:
-    s = batcher.stats
-    return {
-        "decode_tokens": s.decode_tokens,
-        "prompt_tokens": s.prompt_tokens,
-        "cached_prompt_tokens": s.cached_prompt_tokens,
-        "prefill_tokens": s.prefill_tokens,
-        "work_s": s.work_s,
-        "requests": s.requests,
-    }
-
-
 async def _run(
     scorer: Scorer,
     setting: GpuHourSetting,
@@ -169,21 +157,25 @@ async def _run(
     loop = asyncio.get_running_loop()
     try:
         await asyncio.sleep(warm_s)
+        # copies of the batcher's counters (it goes on counting in place)
         before, tokens_before, done_before = (
-            _counters(batcher),
+            replace(batcher.stats),
             counted.output_tokens,
             stream.finished,
         )
         start = loop.time()
         await asyncio.sleep(window_s)
         seconds = loop.time() - start
-        after, tokens_after = _counters(batcher), counted.output_tokens
+        after, tokens_after = replace(batcher.stats), counted.output_tokens
     finally:
         stream._stopping = True
         for task in list(stream.active):
             task.cancel()
         await asyncio.gather(*stream.active, return_exceptions=True)
-    delta = {k: after[k] - before[k] for k in after}
+
+    def delta(counter: str) -> float:
+        return float(getattr(after, counter) - getattr(before, counter))
+
     policy_tokens = tokens_after - tokens_before
     return {
         "scorer": scorer,
@@ -193,11 +185,11 @@ async def _run(
         "policy_tokens_per_s": policy_tokens / seconds,
         "trees_per_gpu_hour": policy_tokens / BUDGET / seconds * 3600,
         "trees_done": stream.finished - done_before,
-        "decode_util": delta["decode_tokens"] / (seconds * curve.ceiling_decode_tokens_per_s),
-        "engine_util": delta["work_s"] / seconds,
-        "hit": delta["cached_prompt_tokens"] / max(delta["prompt_tokens"], 1),
-        "prefill_per_policy_token": delta["prefill_tokens"] / max(policy_tokens, 1),
-        "decode_per_policy_token": delta["decode_tokens"] / max(policy_tokens, 1),
+        "decode_util": delta("decode_tokens") / (seconds * curve.ceiling_decode_tokens_per_s),
+        "engine_util": delta("work_s") / seconds,
+        "hit": delta("cached_prompt_tokens") / max(delta("prompt_tokens"), 1),
+        "prefill_per_policy_token": delta("prefill_tokens") / max(policy_tokens, 1),
+        "decode_per_policy_token": delta("decode_tokens") / max(policy_tokens, 1),
     }
 
 
