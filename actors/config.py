@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from actors.errors import EngineError
 from actors.prompts import PromptConfig
 from search.scorer_kinds import DEFAULT_SCORER_KIND, ScorerKindName, decodes
+from search.strict_config import StrictConfig
 
 # The engine field an error about a model folder concerns (`EngineError.field`).
 MODEL = "engine.model"
@@ -37,10 +38,6 @@ def check_custom_resources(resources: dict[str, float], fields: str) -> dict[str
     return resources
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class Package(NamedTuple):
     """A module an engine imports beyond the base install, and what installs it."""
 
@@ -51,7 +48,7 @@ class Package(NamedTuple):
         return f"{self.module} (pip install {self.install})"
 
 
-class _Engine(_Strict):
+class _Engine(StrictConfig):
     """What every engine config tells `actors.engines.factory`, which has no list of kinds:
     a new engine is one config class here (added to `EngineConfig`) and one module.
 
@@ -501,7 +498,7 @@ EngineConfig = Annotated[
 ]
 
 
-class ServiceConfig(_Strict):
+class ServiceConfig(StrictConfig):
     """One Serve deployment: its engine, resources, scaling and request resilience."""
 
     engine: EngineConfig = Field(
@@ -599,7 +596,7 @@ class ServiceConfig(_Strict):
         return self.affinity_buckets_per_replica * max(replicas, 1)
 
 
-class GenPRMSettings(_Strict):
+class GenPRMSettings(StrictConfig):
     """GenPRM's sampling (the released code: T 0.6, top-p 0.95, top-k 20, 1,024 tokens)."""
 
     samples: int = Field(1, ge=1, description="N judgements averaged per step")
@@ -621,7 +618,7 @@ class GenPRMSettings(_Strict):
 QWEN_PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
-class OnePassSettings(_Strict):
+class OnePassSettings(StrictConfig):
     """A one-pass (discriminative) PRM: one forward pass scores every step of a path.
 
     The path is laid out as the model was trained (`actors.engines.step_layout`): the

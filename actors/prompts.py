@@ -17,7 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from search.strict_config import StrictConfig
 
 POLICY_INSTRUCTION = """\
 Work out the math problem below one step at a time, briefly and clearly. Begin each step \
@@ -73,14 +75,12 @@ def check_problem_template(template: str, name: str) -> None:
         raise ValueError(f"{name}: has no {{problem}} field")
 
 
-class PromptConfig(BaseModel):
+class PromptConfig(StrictConfig):
     """Prompts of a service, each inline or from a file (`*_file`, read when the config loads).
 
     `policy_instruction`: the policy's user turn (instruction and worked example)
     with a `{problem}` field; `prm_system`: GenPRM's system prompt.  Unset: ours.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy_instruction: str = Field(
         POLICY_INSTRUCTION,

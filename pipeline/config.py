@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
 
 from actors.config import (
     ScorerConfig,
@@ -35,6 +35,7 @@ from pipeline.store.filesystem import check_output_root
 from pipeline.store.request_log import RequestLogConfig
 from search.budget import TokenWeights
 from search.config import SearchConfig
+from search.strict_config import StrictConfig
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -51,10 +52,8 @@ class ConfigError(InputError):
     """A run config that cannot be used; the message names the file and the field."""
 
 
-class PublishConfig(BaseModel):
+class PublishConfig(StrictConfig):
     """Where a finished run's Parquet is published on the Hugging Face Hub (jobs.publish)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     repo: str | None = Field(None, description="Hub dataset repo id; unset: do not publish")
     private: bool = Field(
@@ -66,10 +65,8 @@ class PublishConfig(BaseModel):
     endpoint: str | None = Field(None, description="Hub endpoint URL; unset: huggingface.co")
 
 
-class NightlyConfig(BaseModel):
+class NightlyConfig(StrictConfig):
     """How `jobs.nightly` slices the source: one slice of this many problems per date."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     problems_per_night: int = Field(100, ge=1, description="problems in each date's slice")
     run_id_prefix: str = Field(
@@ -117,10 +114,8 @@ class PricesConfig(TokenWeights):
     currency: str = Field("USD", description="the currency's name, as the report shows it")
 
 
-class RunConfig(BaseModel):
+class RunConfig(StrictConfig):
     """Everything one synthesis run needs."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     run_id: str | None = Field(
         None,

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from search.protocols import TokenCounts
+from search.strict_config import StrictConfig
 
 
 class BudgetViolation(RuntimeError):
@@ -26,15 +27,13 @@ class BudgetViolation(RuntimeError):
 Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class TokenWeights(BaseModel):
+class TokenWeights(StrictConfig):
     """One weight per token kind: policy output, policy input, PRM input, PRM output.
 
     The one type for anything priced per token: the search's cost units (`search.cost`,
     `CostWeights`: defaults are the paper, output tokens only) and the run report's money
     per million tokens (`prices`, `PricesConfig`).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy_output: Weight = Field(
         1.0, description="weight of one policy output token (cost units: 1 is the paper's budget)"

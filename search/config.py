@@ -10,10 +10,11 @@ import enum
 import math
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
 from search.answers import AnswerExtraction
 from search.budget import TokenWeights
+from search.strict_config import StrictConfig
 
 CONTINUATION_PROMPT = "But wait, let me think about the problem again."
 
@@ -73,9 +74,7 @@ class CostWeights(TokenWeights):
         )
 
 
-class _Common(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class _Common(StrictConfig):
     # The algorithm class this config builds, "module:Class" (`make_algorithm` imports the
     # module only then and calls `Class.from_config`): a new algorithm is a config class
     # here (added to `SearchConfig`) and a module, with no list of them anywhere else.

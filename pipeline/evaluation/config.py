@@ -5,19 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from actors.config import ScorerConfig, ServiceConfig, check_generating_engine
 from pipeline.problems.sources import SourceConfig
 from pipeline.records import RecordsConfig
 from search.config import SearchConfig
+from search.strict_config import StrictConfig
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Method(_Strict):
+class Method(StrictConfig):
     """One row of the accuracy table: a search config and the label it is reported under."""
 
     label: str = Field(
@@ -26,7 +23,7 @@ class Method(_Strict):
     search: SearchConfig = Field(description="the search config, chosen by `algorithm`")
 
 
-class SimulatedEnvironment(_Strict):
+class SimulatedEnvironment(StrictConfig):
     """The simulated reasoning environment (search/simulated.py): no model, ground truth."""
 
     kind: Literal["simulated"] = Field(
@@ -40,7 +37,7 @@ class SimulatedEnvironment(_Strict):
     workers: int = Field(2, ge=1, description="processes running searches")
 
 
-class ServicesEnvironment(_Strict):
+class ServicesEnvironment(StrictConfig):
     """Real models behind the same Serve deployments the synthesis pipeline uses."""
 
     kind: Literal["services"] = Field(
@@ -83,7 +80,7 @@ def _method(value: Any) -> Any:
     return value
 
 
-class EvalConfig(_Strict):
+class EvalConfig(StrictConfig):
     """Everything one evaluation needs: each method at each budget and seed, on one environment."""
 
     name: str = Field(

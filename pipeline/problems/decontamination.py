@@ -66,7 +66,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from search.strict_config import StrictConfig
 
 Bundled = Literal["math500", "gsm8k_test"]
 _TOKEN = re.compile(r"\d+|[^\W\d_]+")
@@ -82,10 +84,8 @@ _MARKUP = re.compile(
 )
 
 
-class DecontaminationConfig(BaseModel):
+class DecontaminationConfig(StrictConfig):
     """Which benchmarks a run's problems are checked against, and the overlap rule."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = Field(True, description="check problems against the benchmarks")
     benchmarks: tuple[Bundled, ...] = Field(

@@ -49,11 +49,12 @@ from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import Field, TypeAdapter, model_validator
 from typing_extensions import TypeIs
 
 from pipeline.errors import InputError
 from pipeline.problems import arithmetic
+from search.strict_config import StrictConfig
 
 # Bounds on the work one source row may cost (see the module docstring).
 MAX_DEPTH = 64  # nesting levels of arrays/objects in one JSON line
@@ -108,15 +109,11 @@ def hash_id(problem: str) -> str:
 # Configs
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 Scalar = str | int | float | bool
 FilterValue = Scalar | list[Scalar]
 
 
-class ColumnMap(_Strict):
+class ColumnMap(StrictConfig):
     """Which source column holds what; `id: null` hashes the problem text instead."""
 
     problem: str = Field("problem", min_length=1, description="column holding the problem text")
@@ -130,7 +127,7 @@ class ColumnMap(_Strict):
     )
 
 
-class _SourceCommon(_Strict):
+class _SourceCommon(StrictConfig):
     filters: dict[str, FilterValue] = Field(
         default_factory=dict,
         description="equality on source columns; a list value means 'one of'",

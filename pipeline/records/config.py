@@ -5,21 +5,20 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from actors.prompts import check_problem_template
 from pipeline.problems.decontamination import DecontaminationConfig
 from pipeline.records.tree_paths import PairType
+from search.strict_config import StrictConfig
 
 PseudoLabel = Literal["prm_threshold", "majority"]
 Pairing = Literal["shared_prefix", "best_vs_worst", "random"]
 SelfCorrection = Literal["exclude", "include", "only"]
 
 
-class DpoConfig(BaseModel):
+class DpoConfig(StrictConfig):
     """Which kinds of pairs the DPO builder may make."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     pair_types: tuple[PairType, ...] = Field(
         ("siblings", "cousins", "root"),
@@ -29,10 +28,8 @@ class DpoConfig(BaseModel):
     )
 
 
-class PrmConfig(BaseModel):
+class PrmConfig(StrictConfig):
     """The `prm` record: its step separator and which paths become rows."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     pseudo_labels: bool = Field(
         False,
@@ -52,10 +49,8 @@ class PrmConfig(BaseModel):
     )
 
 
-class TrainingPromptConfig(BaseModel):
+class TrainingPromptConfig(StrictConfig):
     """The user turn of every training row (sft, dpo, kto, prm, step_dpo)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     template: str = Field(
         "{problem}",
@@ -74,10 +69,8 @@ class TrainingPromptConfig(BaseModel):
         return self
 
 
-class GatesConfig(BaseModel):
+class GatesConfig(StrictConfig):
     """Quality gates of the training rows; each counts what it drops (`trees.gate_drops`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     drop_truncated: bool = Field(
         True,
@@ -147,10 +140,8 @@ class GatesConfig(BaseModel):
     )
 
 
-class RecordsConfig(BaseModel):
+class RecordsConfig(StrictConfig):
     """Knobs of grading and of the training exports."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     prompt: TrainingPromptConfig = Field(
         default_factory=TrainingPromptConfig,

@@ -35,10 +35,11 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import IO, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from actors.redact import redact_text
 from pipeline.store.filesystem import Store
+from search.strict_config import StrictConfig
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,8 @@ FOLDER = "requests"
 SUFFIX = ".jsonl"
 
 
-class RequestLogConfig(BaseModel):
+class RequestLogConfig(StrictConfig):
     """The request log that lets a rerun replay a killed tree's requests (actors.replay)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = Field(
         True, description="log each tree's requests and replay them when the tree is redone"
