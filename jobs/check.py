@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.exits import FAILED, OK, add_verbose, guarded
+from jobs.exits import FAILED, OK, add_verbose, guarded, run_alone
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     # A string, not a Path: Path("s3://b/x") would fold the "//" of a bucket URI.
     parser.add_argument("run_dir", help="a run folder: out/run=<id> or s3://bucket/prefix/run=<id>")
     parser.add_argument(
@@ -37,7 +36,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="seconds math-verify may take per comparison (a rejected text against the reference)",
     )
     add_verbose(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +61,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    return run_alone(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

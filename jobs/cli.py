@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("prefetch-models", prefetch_models, "the configs' Hub models into the cache, ahead"),
     ):
         sub = commands.add_parser(name, help=help_, description=module.__doc__)
-        module.build_parser(sub)
+        module.add_arguments(sub)
         sub.set_defaults(handler=module.run)
     report = commands.add_parser("report", help="summarize a run or evaluation folder")
     report.add_argument(

@@ -21,16 +21,14 @@ import argparse
 import time
 from pathlib import Path
 
-from jobs.exits import OK, add_verbose, guarded
+from jobs.exits import OK, add_verbose, guarded, run_alone
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--root", type=Path, default=None, help="the folder to write under (default: the cache)"
     )
     add_verbose(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +49,7 @@ def _write(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    return run_alone(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

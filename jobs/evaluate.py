@@ -17,16 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-from jobs.exits import FAILED, OK, add_verbose, guarded
+from jobs.exits import FAILED, OK, add_verbose, guarded, run_alone
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default="configs/eval-sim.yaml", help="YAML eval config")
     parser.add_argument("--output-dir", help="overrides output_dir of the config")
     parser.add_argument("--name", help="overrides name (the report folder under output_dir)")
     add_verbose(parser)
-    return parser
 
 
 def report_folder(folder: Path, *, rewrite: bool = True) -> int:
@@ -84,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    return run_alone(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,26 @@ import argparse
 import sys
 import traceback
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.config import RunConfig
 
 OK, FAILED, BAD_INPUT, INTERRUPTED = 0, 1, 2, 130
+
+
+def run_alone(
+    doc: str | None,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    argv: list[str] | None,
+) -> int:
+    """A job run as its own command (`python -m jobs.<name>`), not as a `bgmcts`
+    subcommand: its options on a parser that the first line of its docstring (`doc`)
+    describes, then `run` on `argv` parsed."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 def add_verbose(parser: argparse.ArgumentParser) -> None:
@@ -40,12 +58,21 @@ def add_run_options(parser: argparse.ArgumentParser, *, config: str, dry_run: st
     add_verbose(parser)
 
 
-def guarded_publishing(action: Callable[[], int], *, verbose: bool) -> int:
-    """`guarded` for a job that publishes to the Hub: a push the Hub refused exits 1 with
-    its own message (the local Parquet stays; the message says how to retry)."""
+def run_config(args: argparse.Namespace, **overrides: Any) -> RunConfig:
+    """The run config that the options of `add_run_options` name: --config, with
+    --output-root (when given) and `overrides` over its own values."""
+    from pipeline.config import load_run_config
+
+    return load_run_config(args.config, output_root=args.output_root, **overrides)
+
+
+def guarded_publishing(job: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """`guarded` `job(args)` for a job that publishes to the Hub (--verbose from `args`): a
+    push the Hub refused exits 1 with its own message (the local Parquet stays; the
+    message says how to retry)."""
     from pipeline.publish.hub import HubPublishError
 
-    return guarded(action, verbose=verbose, failures=(HubPublishError,))
+    return guarded(lambda: job(args), verbose=args.verbose, failures=(HubPublishError,))
 
 
 def guarded(
@@ -123,4 +150,6 @@ __all__ = [
     "add_verbose",
     "guarded",
     "guarded_publishing",
+    "run_alone",
+    "run_config",
 ]

@@ -20,12 +20,11 @@ import argparse
 import time
 from pathlib import Path
 
-from jobs.exits import OK, add_verbose, guarded
+from jobs.exits import OK, add_verbose, guarded, run_alone
 from pipeline.training.gguf_export import DEFAULT_TYPE, TYPES
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="the fine-tuned Hugging Face checkpoint folder")
     parser.add_argument(
         "--like",
@@ -42,7 +41,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
     add_verbose(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +68,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    return run_alone(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -20,30 +20,27 @@ import datetime as dt
 import sys
 from typing import TYPE_CHECKING, Any
 
-from jobs.exits import FAILED, OK, add_run_options, guarded_publishing
+from jobs.exits import FAILED, OK, add_run_options, guarded_publishing, run_alone, run_config
 
 if TYPE_CHECKING:
     from pipeline.config import RunConfig
     from pipeline.run.nightly import Ledger, NightSlice
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_options(
         parser,
         config="configs/nightly.yaml",
         dry_run="plan the night's slice and print it; start nothing, write nothing",
     )
     parser.add_argument("--date", help="YYYY-MM-DD (default: today, UTC); reruns resume")
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded_publishing(lambda: _night(args), verbose=args.verbose)
+    return guarded_publishing(_night, args)
 
 
 def _night(args: argparse.Namespace) -> int:
-    from pipeline.config import load_run_config
     from pipeline.errors import InputError
     from pipeline.publish.hub import HubPublishError
     from pipeline.publish.publish_run import publish_configured
@@ -51,7 +48,7 @@ def _night(args: argparse.Namespace) -> int:
     from pipeline.run.synthesis import synthesize
     from pipeline.store.filesystem import check_reachable, open_store
 
-    config = load_run_config(args.config, output_root=args.output_root)
+    config = run_config(args)
     try:
         date = dt.date.fromisoformat(args.date) if args.date else dt.datetime.now(dt.UTC).date()
     except ValueError:
@@ -144,7 +141,7 @@ def _publish_only(config: RunConfig, ledger: Ledger, night: NightSlice) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    return run_alone(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

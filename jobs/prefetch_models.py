@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.exits import OK, add_verbose, guarded
+from jobs.exits import OK, add_verbose, guarded, run_alone
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", help="run configs (YAML) whose models to fetch")
     parser.add_argument("--list", action="store_true", help="print the repositories, fetch none")
     add_verbose(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +50,7 @@ def _prefetch(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    return run_alone(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

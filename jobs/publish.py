@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.exits import OK, add_verbose, guarded
+from jobs.exits import OK, add_verbose, guarded, run_alone
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     # A string, not a Path: Path("s3://b/x") would fold the "//" of a bucket URI.
     parser.add_argument(
         "--run-dir", required=True, help="the .../run=<id> folder or s3://bucket/prefix/run=<id>"
@@ -27,7 +26,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--public", action="store_true", help="create the repo public")
     parser.add_argument("--endpoint", help="Hub endpoint (default: huggingface.co)")
     add_verbose(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +57,7 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    return run_alone(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -21,28 +21,24 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pipeline.config import RunConfig
 
-from jobs.exits import FAILED, OK, add_run_options, guarded_publishing
+from jobs.exits import FAILED, OK, add_run_options, guarded_publishing, run_alone, run_config
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_options(
         parser,
         config="configs/local.yaml",
         dry_run="validate the config and source, print the plan, start nothing",
     )
     parser.add_argument("--run-id", help="overrides run_id (rerun the same id to resume)")
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded_publishing(lambda: _run(args), verbose=args.verbose)
+    return guarded_publishing(_run, args)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipeline.config import load_run_config
-
-    config = load_run_config(args.config, output_root=args.output_root, run_id=args.run_id)
+    config = run_config(args, run_id=args.run_id)
     if args.dry_run:
         return dry_run(config)
     from pipeline.publish.publish_run import publish_configured
@@ -77,7 +73,7 @@ def dry_run(config: RunConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    return run_alone(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.exits import OK, add_verbose, guarded
+from jobs.exits import OK, add_verbose, guarded, run_alone
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     # strings, not Paths: Path("s3://b/x") would fold the "//" of a bucket URI
     parser.add_argument(
         "runs", nargs="+", help="run folders: out/run=<id> or s3://bucket/prefix/run=<id>"
@@ -66,7 +65,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-every", type=int, default=5, help="a loss line every N steps")
     add_verbose(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,7 +93,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    return run_alone(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":
