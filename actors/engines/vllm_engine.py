@@ -33,6 +33,7 @@ without it; constructing a `VLLMEngine` there raises a clear EngineError.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import re
 import uuid
@@ -60,7 +61,8 @@ _CONTEXT_ERROR = re.compile(
 
 
 class VLLMStart(TypedDict, total=False):
-    """How to start vLLM, the fields both in-process engines take (`InProcessVLLM`)."""
+    """How to start vLLM, the keywords both in-process engines take (`InProcessVLLM`);
+    `vllm_engine_args` holds what a key left out gets."""
 
     context_length: int
     dtype: str
@@ -69,7 +71,6 @@ class VLLMStart(TypedDict, total=False):
     seed: int
     enable_prefix_caching: bool
     max_num_seqs: int | None
-    name: str | None
 
 
 def start_fields(config: VLLMConfig | VLLMPoolingConfig) -> VLLMStart:
@@ -90,10 +91,11 @@ class InProcessVLLM:
     tokenizer and chat template, and shutting it down.
 
     `model` is a model folder or id (`embedded`: the embedded SmolLM2's folder, written on
-    first use, `actors.models.embedded_model_folder`).  `engine_args` passes any further
-    `AsyncEngineArgs` field (e.g. `enforce_eager`); one that an argument here already sets
-    is refused (`vllm_engine_args`).  Starting the engine loads the model and may take a
-    minute; construct it once per process.
+    first use, `actors.models.embedded_model_folder`).  The `VLLMStart` keywords say how
+    vLLM starts (one left out takes `vllm_engine_args`'s default); `engine_args` passes any
+    further `AsyncEngineArgs` field (e.g. `enforce_eager`); one that an argument here
+    already sets is refused (`vllm_engine_args`).  Starting the engine loads the model and
+    may take a minute; construct it once per process.
     """
 
     # Said after the model's name when vLLM cannot start it (" for pooling").
@@ -103,28 +105,12 @@ class InProcessVLLM:
         self,
         model: str,
         *,
-        context_length: int = 4096,
-        dtype: str = "auto",
-        tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.9,
-        seed: int = 0,
-        enable_prefix_caching: bool = True,
-        max_num_seqs: int | None = None,
         engine_args: Mapping[str, Any] | None = None,
         name: str | None = None,
+        **start: Unpack[VLLMStart],
     ) -> None:
         model = resolve_model_folder(model)
-        kwargs = vllm_engine_args(
-            model,
-            context_length=context_length,
-            dtype=dtype,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            seed=seed,
-            enable_prefix_caching=enable_prefix_caching,
-            max_num_seqs=max_num_seqs,
-            engine_args=engine_args,
-        )
+        kwargs = vllm_engine_args(model, engine_args=engine_args, **start)
         vllm = import_vllm()
         try:
             args = self._async_engine_args(vllm, kwargs)
@@ -134,7 +120,7 @@ class InProcessVLLM:
         self._vllm: Any = vllm
         self._tokenizer: Any = None
         self.name = name or short_name(model)
-        self.context_length = context_length
+        self.context_length: int = kwargs["max_model_len"]
         self.prompt_tokens_seen = 0
         self.cached_tokens_seen = 0
 
@@ -216,17 +202,6 @@ class VLLMEngine(InProcessVLLM):
     generation; `InProcessVLLM` says what the arguments are, `from_config` takes the
     `engine:` block of a service config instead."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        engine_args: Mapping[str, Any] | None = None,
-        **start: Unpack[VLLMStart],
-    ) -> None:
-        super().__init__(model, engine_args=engine_args, **start)
-        self._sampling_params: Any = self._vllm.SamplingParams
-        self._final_only: Any = _final_only_kind()
-
     @classmethod
     def from_config(cls, config: VLLMConfig) -> VLLMEngine:
         """From the `engine:` block of a service config (`kind: vllm`)."""
@@ -253,7 +228,7 @@ class VLLMEngine(InProcessVLLM):
             if len(prompt_ids) >= self.context_length:  # not even one token would fit
                 return Completion("", 0, FinishReason.CONTEXT_OVERFLOW, len(prompt_ids))
             nucleus = {"top_p": sampling.top_p, "top_k": sampling.top_k}
-            params = self._sampling_params(
+            params = self._vllm.SamplingParams(
                 n=1,
                 max_tokens=sampling.max_tokens,
                 stop=list(sampling.stop),
@@ -262,8 +237,9 @@ class VLLMEngine(InProcessVLLM):
                 logprobs=sampling.top_logprobs or None,
                 **{key: value for key, value in nucleus.items() if value is not None},
             )
-            if self._final_only is not None:
-                params.output_kind = self._final_only
+            final_only = _final_only_kind()
+            if final_only is not None:
+                params.output_kind = final_only
             final: Any = None
             async for output in self._llm.generate(
                 {"prompt_token_ids": prompt_ids}, params, request_id=uuid.uuid4().hex
@@ -348,16 +324,17 @@ class VLLMEngine(InProcessVLLM):
 def vllm_engine_args(
     model: str,
     *,
-    context_length: int,
+    context_length: int = 4096,
     dtype: str = "auto",
-    tensor_parallel_size: int,
-    gpu_memory_utilization: float,
-    seed: int,
-    enable_prefix_caching: bool,
-    max_num_seqs: int | None,
-    engine_args: Mapping[str, Any] | None,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.9,
+    seed: int = 0,
+    enable_prefix_caching: bool = True,
+    max_num_seqs: int | None = None,
+    engine_args: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The keyword arguments of vLLM's `AsyncEngineArgs` (built without importing vLLM).
+    """The keyword arguments of vLLM's `AsyncEngineArgs` (built without importing vLLM),
+    from a `VLLMStart`'s keys (these defaults where it leaves one out).
 
     `max_num_seqs` None leaves vLLM's own default.  A key of `engine_args` that an
     argument here already sets is an error: one of the two would win silently (a batch
@@ -397,8 +374,10 @@ def import_vllm() -> Any:
     return vllm
 
 
+@functools.cache
 def _final_only_kind() -> Any:
-    """`RequestOutputKind.FINAL_ONLY` where this vLLM has it (one output per request)."""
+    """`RequestOutputKind.FINAL_ONLY` where this vLLM has it (one output per request);
+    looked up once (a failed import is not cached by Python, and would be tried again)."""
     try:
         from vllm.sampling_params import RequestOutputKind
     except ImportError:  # pragma: no cover - old vLLM

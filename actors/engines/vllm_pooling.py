@@ -70,6 +70,7 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
         step_separator: str = "\n",
         read_prefix_cache: bool = True,
         engine_args: Mapping[str, Any] | None = None,
+        name: str | None = None,
         **start: Unpack[VLLMStart],
     ) -> None:
         extra = dict(engine_args or {})
@@ -82,7 +83,7 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
             # a folder here is checked whole before vLLM reads it, as the run checked it
             # before it started (a hub id is vLLM's to fetch and check)
             verify_prm(model)
-        super().__init__(model, engine_args={**extra, **POOLING_ARGS}, **start)
+        super().__init__(model, engine_args={**extra, **POOLING_ARGS}, name=name, **start)
         self._pooling_params: Any = self._vllm.PoolingParams
         self.step_separator = step_separator
         self.read_prefix_cache = read_prefix_cache and start.get("enable_prefix_caching", True)
