@@ -20,6 +20,18 @@ CONTEXT_OVERFLOW = (
     "context overflow"
 )
 
+# The sleep engine's answers, which the load model gives too (a SleepEngine answers for
+# it): each setting defined once for both configs.
+OutputTokens = Annotated[int, Field(ge=1, description="tokens per completion (max_tokens caps)")]
+SleepContext = Annotated[int, Field(ge=256, description=CONTEXT_OVERFLOW)]
+AnswerEvery = Annotated[
+    int,
+    Field(ge=0, description="every n-th stopped step answers $\\boxed{42}$ instead; 0: never"),
+]
+AnswerSeed = Annotated[
+    int, Field(description="seeds which completions answer (with the request's seed)")
+]
+
 
 # Ray's own resource names: set through their fields, never as custom resources.
 RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
@@ -295,12 +307,10 @@ class SleepConfig(_Engine):
     kind: Literal["sleep"] = Field("sleep", description="no model: fixed latency (load tests)")
     model: str = Field("sleep", description="the name the engine reports")
     latency_s: float = Field(0.05, ge=0, description="seconds each engine call sleeps")
-    output_tokens: int = Field(16, ge=1, description="tokens per completion (max_tokens caps)")
-    context_length: int = Field(4096, ge=256, description=CONTEXT_OVERFLOW)
-    answer_every: int = Field(
-        4, ge=0, description="every n-th stopped step answers $\\boxed{42}$ instead; 0: never"
-    )
-    seed: int = Field(0, description="seeds which completions answer (with the request's seed)")
+    output_tokens: OutputTokens = 16
+    context_length: SleepContext = 4096
+    answer_every: AnswerEvery = 4
+    seed: AnswerSeed = 0
 
 
 class LoadCurveConfig(_Engine):
@@ -350,22 +360,20 @@ class LoadModelConfig(LoadCurveConfig):
         "load_model", description="no model: a continuous-batching engine's timing"
     )
     model: str = Field("load-model", description="the name the engine reports")
-    output_tokens: int = Field(16, ge=1, description="tokens per completion (max_tokens caps)")
+    output_tokens: OutputTokens = 16
     output_tokens_max: int | None = Field(
         None,
         ge=1,
         description="None: every completion has output_tokens; else each one's length is "
         "drawn in [output_tokens, output_tokens_max] (steps and trees of varied length)",
     )
-    context_length: int = Field(4096, ge=256, description=CONTEXT_OVERFLOW)
-    answer_every: int = Field(
-        4, ge=0, description="every n-th stopped step answers $\\boxed{42}$ instead; 0: never"
-    )
+    context_length: SleepContext = 4096
+    answer_every: AnswerEvery = 4
     slow_marker: str | None = Field(
         None, description="a prompt containing this text is slow (a deliberately slow problem)"
     )
     slow_factor: float = Field(1.0, ge=1, description="how many times longer a slow request runs")
-    seed: int = Field(0, description="seeds which completions answer (with the request's seed)")
+    seed: AnswerSeed = 0
 
     @model_validator(mode="after")
     def _length_range(self) -> LoadModelConfig:
