@@ -38,6 +38,10 @@ def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
         # cluster `ray start` left running on this machine, and refuses `num_cpus` there.
         # RAY_ADDRESS=local asks for the same, so it gets the same settings: no dashboard
         # (its processes cost a small machine CPU at every start; `ray start` has one).
+        # Nor does Ray start an idle worker per CPU for the first driver: those carry no
+        # runtime env, and every worker of this job carries the redaction hook, so none of
+        # them could ever run its tasks (a local run started 12 worker processes, now 10).
+        os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
         ray.init(
             address="local",
             num_cpus=num_cpus,

@@ -6,12 +6,13 @@ checked is which arguments each RAY_ADDRESS gets; the pipeline tiers run them fo
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 import ray
 
-from pipeline.run.cluster import start_ray
+from pipeline.run.cluster import REDACTION_HOOK, start_ray
 
 
 @pytest.fixture
@@ -34,6 +35,22 @@ def test_a_local_cluster_gets_its_cpus_and_no_dashboard(
     (call,) = calls
     assert call["address"] == "local"
     assert call["num_cpus"] == 3 and call["include_dashboard"] is False
+
+
+@pytest.mark.parametrize("preset", [None, "1"])
+def test_a_local_cluster_prestarts_no_workers_unless_asked(
+    calls: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, preset: str | None
+) -> None:
+    """Ray's idle workers for the first driver have no runtime env, and the job's all carry
+    the redaction hook: they could never be used.  A value the user set is kept."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    if preset is None:
+        monkeypatch.delenv("RAY_prestart_worker_first_driver", raising=False)
+    else:
+        monkeypatch.setenv("RAY_prestart_worker_first_driver", preset)
+    start_ray(2)
+    assert calls[0]["runtime_env"] == {"worker_process_setup_hook": REDACTION_HOOK}
+    assert os.environ["RAY_prestart_worker_first_driver"] == (preset or "0")
 
 
 def test_a_cluster_address_is_joined_as_it_is(
