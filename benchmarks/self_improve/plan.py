@@ -17,7 +17,7 @@ the held-out problems are chosen first, so no later choice can look at them:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pipeline.problems.arithmetic import generate, make_problem
@@ -56,14 +56,6 @@ class Mode:
     prm_epochs: int = 2
 
 
-QUICK = Mode(
-    round0_problems=16,
-    probe_problems=16,
-    round1_problems=16,
-    heldout=100,
-    seeds=1,
-    sft_steps=20,
-)
 FULL = Mode(
     round0_problems=48,
     probe_problems=24,
@@ -72,13 +64,17 @@ FULL = Mode(
     seeds=3,
     sft_steps=20,
 )
-# CI's real miniature: a couple of training steps, a handful of problems
-TINY = Mode(
+# the full benchmark on fewer problems and one seed: every other setting is the full one's
+QUICK = replace(
+    FULL, round0_problems=16, probe_problems=16, round1_problems=16, heldout=100, seeds=1
+)
+# CI's real miniature: a couple of training steps, a handful of problems, shorter budgets
+TINY = replace(
+    QUICK,
     round0_problems=3,
     probe_problems=2,
     round1_problems=3,
     heldout=4,
-    seeds=1,
     sft_steps=2,
     probe_samples=2,
     round0_budget=120,
