@@ -31,25 +31,11 @@ TIERS = ("integration", "e2e")
 
 
 def start_local_ray(**options: Any) -> None:
-    """`ray.init` of a local 2-CPU cluster, retried: Ray gives a new node 30 s to register
-    (hard-coded), which a loaded shared 2-core machine can run out of."""
-    import ray
+    """A new local 2-CPU cluster (never one `ray start` left running: another test's),
+    its start retried as the jobs' is (`init_local_ray`)."""
+    from pipeline.run.cluster import init_local_ray
 
-    settings: dict[str, Any] = {
-        "address": "local",  # never a cluster `ray start` left running (another test's)
-        "num_cpus": 2,
-        "include_dashboard": False,
-        "log_to_driver": False,
-        **options,
-    }
-    for attempt in range(3):
-        try:
-            ray.init(**settings)
-            return
-        except Exception as exc:  # Ray raises a bare Exception for this timeout
-            if "timed out during startup" not in str(exc) or attempt == 2:
-                raise
-            ray.shutdown()
+    init_local_ray(**{"num_cpus": 2, "include_dashboard": False, "log_to_driver": False, **options})
 
 
 def clear_serve() -> None:
@@ -128,17 +114,21 @@ def tier_rank(item: pytest.Item) -> int:
 
 
 def heaviest_files_first(items: list[pytest.Item]) -> None:
-    """Order whole files by the heaviest tier among their tests, e2e files first.
+    """Order whole files by the heaviest tier among their tests, e2e files first, and among
+    those the ones with a cluster of their own (`own_ray`) first of all.
 
     pytest-xdist (`--dist loadfile --no-loadscope-reorder`, Makefile) hands files to its two
     workers in this order as each worker frees up. A minutes-long end-to-end file handed
     out last keeps one worker busy while the other idles; handed out first, the short files
     fill in around it (longest first is the classic rule for balancing two machines).
+    An `own_ray` test stops the worker's shared cluster, and the next module starts it and
+    its Serve controller again: run before any module has started it, it stops nothing.
     The order within a file, and among files of one tier, stays as collected."""
-    rank_of_file: dict[str, int] = {}
+    rank_of_file: dict[str, tuple[int, int]] = {}
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        rank_of_file[path] = min(rank_of_file.get(path, len(TIERS)), tier_rank(item))
+        own = 0 if "own_ray" in getattr(item, "fixturenames", ()) else 1
+        rank_of_file[path] = min(rank_of_file.get(path, (len(TIERS), 1)), (tier_rank(item), own))
     items.sort(key=lambda item: rank_of_file[item.nodeid.split("::", 1)[0]])
 
 

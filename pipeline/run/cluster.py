@@ -9,6 +9,9 @@ from typing import Any
 # Every worker process of the job (tasks, actors, Serve replicas) redacts its log lines
 # from the start: a Ray worker's own and its libraries' (httpx, openai) loggers included.
 REDACTION_HOOK = "actors.redact.install_log_redaction"
+# Ray's setting (read by a new raylet from the environment) for idle workers started when
+# the first driver connects.
+PRESTART = "RAY_prestart_worker_first_driver"
 
 
 def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
@@ -41,9 +44,8 @@ def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
         # Nor does Ray start an idle worker per CPU for the first driver: those carry no
         # runtime env, and every worker of this job carries the redaction hook, so none of
         # them could ever run its tasks (a local run started 12 worker processes, now 10).
-        os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-        ray.init(
-            address="local",
+        os.environ.setdefault(PRESTART, "0")
+        init_local_ray(
             num_cpus=num_cpus,
             include_dashboard=False,
             log_to_driver=False,
@@ -51,6 +53,28 @@ def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
             runtime_env=runtime_env,
         )
     return True
+
+
+# What Ray's exception says when a new node missed its registration deadline.
+STARTUP_TIMEOUT = "timed out during startup"
+
+
+def init_local_ray(*, attempts: int = 3, **options: Any) -> None:
+    """`ray.init` of a new local cluster (`options`: ray.init's), tried `attempts` times.
+
+    Ray gives a new node 30 s to register with its GCS, hard-coded; a machine whose cores
+    are busy (a small one running two engines, a test suite) can miss it, and a second
+    start then usually makes it.  Any other error is raised at once."""
+    import ray
+
+    for attempt in range(attempts):
+        try:
+            ray.init(address="local", **options)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this timeout
+            if STARTUP_TIMEOUT not in str(exc) or attempt == attempts - 1:
+                raise
+            ray.shutdown()
 
 
 def on_head_node() -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import ray
 
-from pipeline.run.cluster import REDACTION_HOOK, start_ray
+from pipeline.run.cluster import PRESTART, REDACTION_HOOK, start_ray
 
 
 @pytest.fixture
@@ -45,12 +45,12 @@ def test_a_local_cluster_prestarts_no_workers_unless_asked(
     the redaction hook: they could never be used.  A value the user set is kept."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     if preset is None:
-        monkeypatch.delenv("RAY_prestart_worker_first_driver", raising=False)
+        monkeypatch.delenv(PRESTART, raising=False)
     else:
-        monkeypatch.setenv("RAY_prestart_worker_first_driver", preset)
+        monkeypatch.setenv(PRESTART, preset)
     start_ray(2)
     assert calls[0]["runtime_env"] == {"worker_process_setup_hook": REDACTION_HOOK}
-    assert os.environ["RAY_prestart_worker_first_driver"] == (preset or "0")
+    assert os.environ[PRESTART] == (preset or "0")
 
 
 def test_a_cluster_address_is_joined_as_it_is(
@@ -61,3 +61,39 @@ def test_a_cluster_address_is_joined_as_it_is(
     (call,) = calls
     assert call["address"] == "ray://head:10001"
     assert "num_cpus" not in call and "include_dashboard" not in call
+
+
+def test_a_start_that_times_out_is_tried_again_and_other_errors_are_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray's 30 s registration deadline, missed on a busy machine: a second start."""
+    from pipeline.run.cluster import init_local_ray
+
+    outcomes: list[Exception | None] = [
+        Exception("The current node timed out during startup. This could happen ..."),
+        None,
+    ]
+    events: list[str] = []
+
+    def init(**kwargs: Any) -> None:
+        events.append("init")
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: events.append("shutdown"))
+    init_local_ray(num_cpus=2)
+    assert events == ["init", "shutdown", "init"]
+
+    events.clear()
+    outcomes[:] = [ValueError("num_cpus must be a positive integer")]
+    with pytest.raises(ValueError, match="num_cpus"):
+        init_local_ray(num_cpus=-1)
+    assert events == ["init"]
+
+    events.clear()
+    outcomes[:] = [Exception("timed out during startup")] * 3
+    with pytest.raises(Exception, match="timed out during startup"):
+        init_local_ray(num_cpus=2, attempts=3)
+    assert events == ["init", "shutdown", "init", "shutdown", "init"]
