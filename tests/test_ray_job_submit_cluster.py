@@ -6,8 +6,10 @@ pods would have: the object store's credentials and endpoint (a real S3 HTTP API
 server) and no PYTHONPATH pointing at this checkout.  The job uploads a working
 directory holding the project and its config (`configs/rehearsal.yaml`, a relative path,
 as a RayJob's entrypoint names one), and writes its run folder, request logs included,
-to the bucket.  Placement is read back from Ray's state API: the job's driver on the
-head, the replicas on the GPU nodes, the search actors on the CPU node.
+to the bucket.  Placement is read back from Ray's state API: the job's driver, Serve's
+controller and the progress board on the head, one replica each on the GPU nodes, the
+two search actors on the CPU node.  (The placement settings' checks are the fast tests in
+tests/pipeline/run/test_cluster_placement.py.)
 """
 
 from __future__ import annotations
@@ -111,17 +113,25 @@ def test_ray_job_submit_to_the_multi_node_cluster_writes_the_run_to_the_bucket(
             logged, status = _follow(cluster.dashboard, s3)
             ray.init(address=cluster.cluster.address, log_to_driver=False)
             try:
-                supervisor = set(actor_nodes("JobSupervisor").values())
-                policy = set(actor_nodes("PolicyServer").values())
-                scorer = set(actor_nodes("ScorerServer").values())
-                search = set(actor_nodes("SearchActor").values())
+                supervisor = actor_nodes("JobSupervisor")
+                policy = actor_nodes("PolicyServer")
+                scorer = actor_nodes("ScorerServer")
+                search = actor_nodes("SearchActor")
+                controller = actor_nodes("ServeController")
+                board = actor_nodes("ProgressBoard")
             finally:
                 ray.shutdown()
             head, gpu, cpu = cluster.head, set(cluster.gpu), set(cluster.cpu)
         assert status == "SUCCEEDED"
         assert logged  # the request logs lived in the bucket while the trees ran
-        assert supervisor == {head}  # the job's driver runs on the head
-        assert policy and scorer and policy <= gpu and scorer <= gpu and search == cpu
+        # the job's driver, Serve's controller and the progress board on the head, the
+        # node that lives as long as the cluster
+        assert set(supervisor.values()) == {head}
+        assert set(controller.values()) == {head} and set(board.values()) == {head}
+        # one replica each on the GPU nodes (num_gpus), both search actors on the CPU node
+        assert len(policy) == 1 and set(policy.values()) <= gpu
+        assert len(scorer) == 1 and set(scorer.values()) <= gpu
+        assert len(search) == 2 and set(search.values()) == cpu
         folder = RunFolder.open(f"s3://{BUCKET}/runs", "submitted")
         ids = folder.read("trees").column("problem_id").to_pylist()
         assert len(ids) == 8 and set(Counter(ids).values()) == {1}

@@ -13,7 +13,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-LLAMACPP = {"kind": "llamacpp", "context_length": 2048, "parallel": 2}
+# One thread per engine, as the shipped configs: the test tiers run two files at once,
+# each with a policy and a scorer engine, on two cores, where two threads per engine wait
+# on each other (docs/benchmarks.md, "llama.cpp's threads on shared cores").
+LLAMACPP = {"kind": "llamacpp", "context_length": 2048, "threads": 1, "parallel": 2}
 COLUMNS = {"problem": "question", "reference": "answer", "id": "id"}
 
 

@@ -41,7 +41,7 @@ JUDGEMENT_TOLERANCE = 0.05
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def engine() -> AsyncIterator[LlamaCppEngine]:
-    engine = LlamaCppEngine(context_length=2048, parallel=4)
+    engine = LlamaCppEngine(context_length=2048, threads=1, parallel=4)
     yield engine
     await engine.close()
 
@@ -264,7 +264,9 @@ async def test_a_childs_prompt_extends_its_parents_judgement_prompt(
     # GenPRM's engine as configs/local.yaml sets it: a child's analysis shares ~80% of its
     # prompt with its parent's judgement, so a slot holding that is taken at 0.5 (at the
     # policy's 0.9 llama.cpp takes another slot and finds only what its RAM cache holds)
-    genprm_engine = LlamaCppEngine(context_length=2048, parallel=4, slot_prompt_similarity=0.5)
+    genprm_engine = LlamaCppEngine(
+        context_length=2048, threads=1, parallel=4, slot_prompt_similarity=0.5
+    )
     try:
         await _child_extends_parent(genprm_engine, turn)
     finally:
@@ -290,7 +292,7 @@ async def _child_extends_parent(engine: LlamaCppEngine, turn: Literal["user", "a
     known = len(await engine.tokenize(parent_judgement))
     assert recording.completions[sent].cached_tokens >= known - 4
     # the same judgement request on an engine that never saw it: the same top-20
-    cold = LlamaCppEngine(context_length=2048, parallel=1)
+    cold = LlamaCppEngine(context_length=2048, threads=1, parallel=1)
     try:
         warm = recording.completions[-1].top_logprobs[0]
         fresh = await cold.complete(judgement, recording.options[-1])

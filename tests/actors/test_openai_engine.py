@@ -39,7 +39,7 @@ QUESTION = [{"role": "user", "content": "What is 12*3? Answer briefly."}]
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def native() -> AsyncIterator[LlamaCppEngine]:
-    engine = LlamaCppEngine(context_length=CONTEXT, parallel=2)
+    engine = LlamaCppEngine(context_length=CONTEXT, threads=1, parallel=2)
     yield engine
     await engine.close()
 

@@ -21,7 +21,7 @@ from search.protocols import FinishReason, GenerationRequest, ScoreRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-ENGINE = LlamaCppConfig(context_length=2048, parallel=4)
+ENGINE = LlamaCppConfig(context_length=2048, threads=1, parallel=4)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

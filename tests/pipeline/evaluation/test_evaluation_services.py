@@ -20,8 +20,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 pytestmark = pytest.mark.e2e
 
 
-def test_services_grid_writes_graded_trees_and_a_report(tmp_path: Path) -> None:
-    engine = {"kind": "llamacpp", "context_length": 2048, "parallel": 4}
+def test_services_grid_writes_graded_trees_and_a_report(tmp_path: Path, ray_cluster: None) -> None:
+    """On the test process's shared cluster: a grid that started its own would stop Ray
+    and Serve at its end, and the next module would pay for both again."""
+    engine = {"kind": "llamacpp", "context_length": 2048, "threads": 1, "parallel": 4}
     config = parse_config(
         {
             "name": "real",

@@ -1,53 +1,20 @@
-"""The real pipeline on a multi-node Ray cluster: who runs where.
+"""The placement settings: who runs where on a multi-node cluster.
 
-A head, two "GPU" nodes and a CPU node (tests/cluster.py, real raylets on one machine).
 The run config places the policy and scorer replicas with `num_gpus` (as on a real GPU
-node group) and the search actors with a custom resource only the CPU node advertises;
-the driver joins from the head.  Placement is read back from Ray's state API.
+node group) and the search actors with a custom resource only the CPU node advertises.
+These are the settings' checks; the real run on a multi-node cluster that reads the
+placement back from Ray's state API is tests/test_ray_job_submit_cluster.py (the job
+submitted as a real cluster runs one, so one cluster start serves both).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from pipeline.config import parse_run_config
-from pipeline.run.synthesis import synthesize
-from pipeline.store.run_folder import RunFolder
-from tests.cluster import actor_nodes, cluster_run_config, rehearsal_cluster
-
-
-@pytest.mark.e2e
-def test_replicas_on_gpu_nodes_search_actors_on_cpu_nodes_driver_on_head(
-    own_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import ray
-    from ray import serve
-
-    config = parse_run_config(cluster_run_config(tmp_path / "out"))
-    with rehearsal_cluster() as cluster:
-        monkeypatch.setenv("RAY_ADDRESS", cluster.cluster.address)
-        try:
-            summary = synthesize(config, progress=None)
-            driver = ray.get_runtime_context().get_node_id()
-            policy = actor_nodes("PolicyServer")
-            scorer = actor_nodes("ScorerServer")
-            search = actor_nodes("SearchActor")
-            controller = actor_nodes("ServeController")
-            board = actor_nodes("ProgressBoard")
-        finally:
-            serve.shutdown()  # type: ignore[no-untyped-call]
-            ray.shutdown()
-        head, gpu, cpu = cluster.head, set(cluster.gpu), set(cluster.cpu)
-    assert driver == head
-    assert set(controller.values()) == {head} and set(board.values()) == {head}
-    assert len(policy) == 1 and set(policy.values()) <= gpu
-    assert len(scorer) == 1 and set(scorer.values()) <= gpu
-    assert len(search) == 2 and set(search.values()) == cpu
-    ids = RunFolder.open(tmp_path / "out", "cluster").read("trees").column("problem_id")
-    assert summary.errors == 0 and sorted(Counter(ids.to_pylist()).values()) == [1] * 8
+from tests.cluster import cluster_run_config
 
 
 @pytest.mark.parametrize(

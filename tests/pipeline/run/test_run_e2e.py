@@ -30,7 +30,7 @@ def test_end_to_end_writes_every_record_type_and_resumes(ray_cluster: None, tmp_
         {"id": "p2", "question": "What is 2 + 2?", "answer": "4"},
         {"id": "bad", "question": "", "answer": "1"},
     ]
-    engine = {"kind": "llamacpp", "context_length": 2048, "parallel": 4}
+    engine = {"kind": "llamacpp", "context_length": 2048, "threads": 1, "parallel": 4}
     config = parse_run_config(
         tiny_run_config(
             tmp_path,
