@@ -114,21 +114,20 @@ def tier_rank(item: pytest.Item) -> int:
 
 
 def heaviest_files_first(items: list[pytest.Item]) -> None:
-    """Order whole files by the heaviest tier among their tests, e2e files first, and among
-    those the ones with a cluster of their own (`own_ray`) first of all.
+    """Order whole files by the heaviest tier among their tests, e2e files first.
 
     pytest-xdist (`--dist loadfile --no-loadscope-reorder`, Makefile) hands files to its two
     workers in this order as each worker frees up. A minutes-long end-to-end file handed
     out last keeps one worker busy while the other idles; handed out first, the short files
     fill in around it (longest first is the classic rule for balancing two machines).
-    An `own_ray` test stops the worker's shared cluster, and the next module starts it and
-    its Serve controller again: run before any module has started it, it stops nothing.
-    The order within a file, and among files of one tier, stays as collected."""
-    rank_of_file: dict[str, tuple[int, int]] = {}
+    The order within a file, and among files of one tier, stays as collected: the
+    multi-node files (`own_ray`) were also tried first of all, so that none stops a shared
+    cluster that must start again, and their two clusters at once at the start of CI left
+    a submitted job short of its deadline."""
+    rank_of_file: dict[str, int] = {}
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        own = 0 if "own_ray" in getattr(item, "fixturenames", ()) else 1
-        rank_of_file[path] = min(rank_of_file.get(path, (len(TIERS), 1)), (tier_rank(item), own))
+        rank_of_file[path] = min(rank_of_file.get(path, len(TIERS)), tier_rank(item))
     items.sort(key=lambda item: rank_of_file[item.nodeid.split("::", 1)[0]])
 
 
