@@ -70,7 +70,8 @@ def _follow(dashboard: str, s3: S3Server) -> tuple[set[str], str]:
 
     client = JobSubmissionClient(dashboard)
     seen: set[str] = set()
-    deadline = time.monotonic() + 300
+    # generous: a busy 2-core machine took more than 300 s once (CI's first minutes)
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         seen.update(s3.keys(BUCKET, REQUESTS))
         status = str(client.get_job_status("rehearsal").value)
@@ -79,7 +80,7 @@ def _follow(dashboard: str, s3: S3Server) -> tuple[set[str], str]:
                 print(client.get_job_logs("rehearsal")[-4000:])
             return seen, status
         time.sleep(0.5)
-    raise AssertionError("the job did not end within 300 s")
+    raise AssertionError("the job did not end within 600 s")
 
 
 def test_ray_job_submit_to_the_multi_node_cluster_writes_the_run_to_the_bucket(
