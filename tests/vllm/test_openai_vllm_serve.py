@@ -50,12 +50,36 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
     env["VLLM_API_KEY"] = FAKE_KEY  # the server demands it on /v1 routes
+    # The port is found free and released, then vLLM binds it: another process (the other
+    # test worker's Ray cluster starting) can take it in between, and vLLM then exits at
+    # once with "Address already in use"; it is started again on another port.
+    for _ in range(3):
+        process, url = _start_server(model_dir, log, env)
+        if process is not None:
+            break
+    else:
+        raise RuntimeError(f"vllm serve found no free port:\n{log.read_text()[-3000:]}")
+    try:
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _start_server(
+    model_dir: Path, log: Path, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes] | None, str]:
+    """The server on a free port, answering /health; None when its port was taken."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     # `vllm serve` fails under vllm-cpu (its CLI asks for the version of a distribution
     # named "vllm"); the module entry point is the same server.
     command = [
@@ -81,27 +105,23 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"vllm serve exited:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vllm serve did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
-    finally:
-        process.terminate()
+    deadline = time.monotonic() + 300
+    while True:
+        if process.poll() is not None:
+            text = log.read_text()
+            if "Address already in use" in text:
+                return None, url
+            raise RuntimeError(f"vllm serve exited:\n{text[-3000:]}")
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
             process.kill()
             process.wait()
+            raise RuntimeError(f"vllm serve did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(1)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
