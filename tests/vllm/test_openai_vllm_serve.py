@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from actors.engines.base import Completion, Sampling
 from actors.engines.openai_compat import OpenAIEngine
 from search.protocols import FinishReason
 from tests.vllm.finishes import first_with_finish
+from tests.vllm.server import TAKEN, server_on_a_free_port
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
@@ -53,33 +53,14 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
     env["VLLM_API_KEY"] = FAKE_KEY  # the server demands it on /v1 routes
-    # The port is found free and released, then vLLM binds it: another process (the other
-    # test worker's Ray cluster starting) can take it in between, and vLLM then exits at
-    # once with "Address already in use"; it is started again on another port.
-    for _ in range(3):
-        process, url = _start_server(model_dir, log, env)
-        if process is not None:
-            break
-    else:
-        raise RuntimeError(f"vllm serve found no free port:\n{log.read_text()[-3000:]}")
-    try:
+    with server_on_a_free_port(lambda port: _start_server(model_dir, log, env, port), log) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _start_server(
-    model_dir: Path, log: Path, env: dict[str, str]
-) -> tuple[subprocess.Popen[bytes] | None, str]:
-    """The server on a free port, answering /health; None when its port was taken."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    model_dir: Path, log: Path, env: dict[str, str], port: int
+) -> subprocess.Popen[bytes] | None:
+    """The server on `port`, answering /health; None when the port was taken."""
     # `vllm serve` fails under vllm-cpu (its CLI asks for the version of a distribution
     # named "vllm"); the module entry point is the same server.
     command = [
@@ -109,12 +90,12 @@ def _start_server(
     while True:
         if process.poll() is not None:
             text = log.read_text()
-            if "Address already in use" in text:
-                return None, url
+            if TAKEN in text:
+                return None
             raise RuntimeError(f"vllm serve exited:\n{text[-3000:]}")
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return process, url
+                return process
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import pytest_asyncio
 from actors.engines.openai_pooling import OpenAIPoolingEngine
 from actors.engines.step_layout import layout
 from tests.openai_server import FakeServer
+from tests.vllm.server import TAKEN, server_on_a_free_port
 from tests.vllm.tiny_prm import SEPARATOR
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -66,37 +66,18 @@ def server(prm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         pytest.skip("needs vllm (scripts/test-vllm-cpu.sh)")
     log = tmp_path_factory.mktemp("vllm-pooling-serve") / "server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    # The port is found free and released, then vLLM binds it: another process (the other
-    # test worker's Ray cluster starting) can take it in between, and vLLM then exits at
-    # once with "Address already in use"; it is started again on another port.  The
-    # fixture waits only until vLLM listens: the model loads while the tests build theirs.
-    for _ in range(3):
-        process, url = _launch(prm_dir, log, env)
-        if process is not None:
-            break
-    else:
-        raise RuntimeError(f"vllm serve found no free port:\n{log.read_text()[-3000:]}")
-    try:
+    # The fixture waits only until vLLM listens: the model loads while the tests build theirs.
+    with server_on_a_free_port(lambda port: _launch(prm_dir, log, env, port), log) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _launch(
-    prm_dir: Path, log: Path, env: dict[str, str]
-) -> tuple[subprocess.Popen[bytes] | None, str]:
-    """The pooling server on a free port, once it listens there; None when its port was
-    taken (an exit for any other reason is left to `wait_for`, which names the log)."""
+    prm_dir: Path, log: Path, env: dict[str, str], port: int
+) -> subprocess.Popen[bytes] | None:
+    """The pooling server on `port`, once it listens there; None when the port was taken
+    (an exit for any other reason is left to `wait_for`, which names the log)."""
     import psutil
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     command = [
         sys.executable,
         "-m",
@@ -125,19 +106,18 @@ def _launch(
     ]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            return (None if "Address already in use" in log.read_text() else process), url
+            return None if TAKEN in log.read_text() else process
         try:
             connections = psutil.Process(process.pid).net_connections(kind="tcp")
         except psutil.Error:
             connections = []
         if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections):
-            return process, url
+            return process
         time.sleep(0.5)
-    return process, url  # not listening yet: `wait_for` waits on and names the log
+    return process  # not listening yet: `wait_for` waits on and names the log
 
 
 def wait_for(url: str, log_hint: str = "") -> None:
