@@ -27,6 +27,7 @@ from pipeline.records.rebuild import rebuild_result
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
 from search.answers import AnswerExtraction
+from tests.deadlines import JOB_DEADLINE_S
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +44,7 @@ def bgmcts_check(*args: str) -> subprocess.CompletedProcess[str]:
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=JOB_DEADLINE_S,
     )
 
 

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from tests.deadlines import JOB_DEADLINE_S
 from tests.tiny_run import tiny_run_config
 
 pytestmark = pytest.mark.e2e
@@ -134,7 +135,7 @@ def test_ray_job_submit_runs_the_synthesize_job(tmp_path: Path) -> None:
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=JOB_DEADLINE_S,
         )
     finally:
         os.killpg(head.pid, signal.SIGTERM)

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from tests.cluster import actor_nodes, cluster_run_config, rehearsal_cluster
+from tests.deadlines import JOB_DEADLINE_S
 from tests.s3_server import S3Server
 
 pytestmark = pytest.mark.e2e
@@ -70,8 +71,7 @@ def _follow(dashboard: str, s3: S3Server) -> tuple[set[str], str]:
 
     client = JobSubmissionClient(dashboard)
     seen: set[str] = set()
-    # generous: a busy 2-core machine took more than 300 s once (CI's first minutes)
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + JOB_DEADLINE_S
     while time.monotonic() < deadline:
         seen.update(s3.keys(BUCKET, REQUESTS))
         status = str(client.get_job_status("rehearsal").value)
@@ -80,7 +80,7 @@ def _follow(dashboard: str, s3: S3Server) -> tuple[set[str], str]:
                 print(client.get_job_logs("rehearsal")[-4000:])
             return seen, status
         time.sleep(0.5)
-    raise AssertionError("the job did not end within 600 s")
+    raise AssertionError(f"the job did not end within {JOB_DEADLINE_S} s")
 
 
 def test_ray_job_submit_to_the_multi_node_cluster_writes_the_run_to_the_bucket(
@@ -105,7 +105,7 @@ def test_ray_job_submit_to_the_multi_node_cluster_writes_the_run_to_the_bucket(
             command += ["--config", "configs/rehearsal.yaml"]
             for _ in range(30):  # the dashboard answers before the head's job agent is up
                 submit = subprocess.run(
-                    command, cwd=tmp_path, capture_output=True, text=True, timeout=300
+                    command, cwd=tmp_path, capture_output=True, text=True, timeout=JOB_DEADLINE_S
                 )
                 if "No available agent to submit job" not in submit.stdout + submit.stderr:
                     break

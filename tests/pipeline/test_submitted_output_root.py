@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from pipeline.config import RAY_JOB_DRIVER_ENV
+from tests.deadlines import JOB_DEADLINE_S
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +55,7 @@ def _job(tmp_path: Path, *args: str, submitted: bool) -> subprocess.CompletedPro
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=JOB_DEADLINE_S,
     )
 
 
@@ -117,7 +118,7 @@ def test_a_dry_run_to_a_bucket_without_credentials_is_one_line_and_exit_2(
         },
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=JOB_DEADLINE_S,
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [

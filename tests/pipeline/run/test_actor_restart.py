@@ -23,6 +23,7 @@ from pipeline.config import parse_run_config
 from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
 from pipeline.store.run_folder import RunFolder
+from tests.deadlines import JOB_DEADLINE_S
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -79,7 +80,7 @@ def test_killed_search_actor_is_restarted_and_every_problem_written_once(
     worker = threading.Thread(target=lambda: summaries.append(synthesize(config, progress=None)))
     killed = None
     worker.start()
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + JOB_DEADLINE_S
     while killed is None and time.monotonic() < deadline and worker.is_alive():
         pids = _search_actor_pids()
         if pids:
@@ -87,7 +88,7 @@ def test_killed_search_actor_is_restarted_and_every_problem_written_once(
             os.kill(pids[0], signal.SIGKILL)  # the actor's process dies mid-batch
             killed = pids[0]
         time.sleep(0.2)
-    worker.join(timeout=600)
+    worker.join(timeout=JOB_DEADLINE_S)
     assert killed is not None, "no search actor was seen alive to kill"
     assert summaries, "synthesize did not finish after the actor was killed"
     trees = RunFolder.open(tmp_path / "out", "actor-kill").read("trees")

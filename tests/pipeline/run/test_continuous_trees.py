@@ -21,6 +21,7 @@ from pipeline.config import RunConfig, load_run_config, parse_run_config
 from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
 from pipeline.store.run_folder import RunFolder
+from tests.deadlines import JOB_DEADLINE_S
 from tests.tiny_run import REPO, run_config, tiny_run_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -72,7 +73,7 @@ def test_a_slow_tree_does_not_hold_back_the_others(tmp_path: Path) -> None:
     worker.start()
     fast = {f"p{i}" for i in range(6) if i != 1}
     committed: set[str] = set()
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + JOB_DEADLINE_S
     while not fast <= committed and worker.is_alive() and time.monotonic() < deadline:
         time.sleep(0.2)
         run_dir = tmp_path / "out" / "run=slow-tree"
@@ -80,7 +81,7 @@ def test_a_slow_tree_does_not_hold_back_the_others(tmp_path: Path) -> None:
             committed = RunFolder.open(tmp_path / "out", "slow-tree").searched_problem_ids()
     assert fast <= committed, f"the fast trees were not all committed: {sorted(committed)}"
     assert "p1" not in committed, "the slow tree finished first: the test proves nothing"
-    worker.join(timeout=300)
+    worker.join(timeout=JOB_DEADLINE_S)
     assert summaries and summaries[0].errors == 0
     trees = RunFolder.open(tmp_path / "out", "slow-tree").read("trees")
     assert Counter(trees.column("problem_id").to_pylist()) == Counter(f"p{i}" for i in range(6))

@@ -25,6 +25,7 @@ import yaml
 
 from jobs.synthesize import main as synthesize_main
 from pipeline.store.run_folder import RunFolder
+from tests.deadlines import JOB_DEADLINE_S
 from tests.tiny_run import start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.e2e
@@ -90,7 +91,7 @@ def test_a_killed_policy_replica_is_restarted_and_the_run_completes(tmp_path: Pa
     run_dir = tmp_path / "out" / "run=death"
     job = _job(path)
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + JOB_DEADLINE_S
         while not (run_dir / "_committed").is_dir() or not any((run_dir / "_committed").iterdir()):
             assert job.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
@@ -98,7 +99,7 @@ def test_a_killed_policy_replica_is_restarted_and_the_run_completes(tmp_path: Pa
         assert replicas, "no policy replica found among the job's processes"
         for pid in replicas:
             os.kill(pid, signal.SIGKILL)
-        _, err = job.communicate(timeout=600)
+        _, err = job.communicate(timeout=JOB_DEADLINE_S)
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)

@@ -27,6 +27,7 @@ from pipeline.run.synthesis import synthesize
 from pipeline.store.request_log import FOLDER
 from pipeline.store.run_folder import RunFolder
 from tests.cluster import actor_nodes, cluster_run_config, rehearsal_cluster, wait_for
+from tests.deadlines import JOB_DEADLINE_S
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +58,7 @@ def _run(config: Any, lose: Any) -> RunSummary:
     wait_for(lambda: _in_flight(run_dir) or not worker.is_alive(), 180, "trees in flight")
     assert worker.is_alive(), f"the run ended before a node could be lost: {failures}"
     lose()
-    worker.join(timeout=300)
+    worker.join(timeout=JOB_DEADLINE_S)
     assert not worker.is_alive(), "the run did not end after the node was lost"
     assert not failures, failures
     return summaries[0]

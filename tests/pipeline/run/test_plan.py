@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from jobs.synthesize import main
+from tests.deadlines import JOB_DEADLINE_S
 
 GPU_CONFIG = "configs/math500-qwen2.5-7b.yaml"
 NEEDS_VLLM = "the cluster's nodes need: vllm (pip install '.[gpu]')"
@@ -40,7 +41,7 @@ def _bgmcts(*args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=JOB_DEADLINE_S,
     )
 
 

@@ -45,6 +45,7 @@ from pipeline.store.run_folder import RunFolder
 from search import parse_search_config, run_search
 from search.protocols import Generation, GenerationRequest
 from search.scripted import ScriptedPolicy, ScriptedScorer
+from tests.deadlines import JOB_DEADLINE_S
 from tests.hub_server import HubServer
 from tests.openai_server import FakeServer
 from tests.tiny_run import REPO, tiny_run_config
@@ -293,7 +294,7 @@ def test_every_ray_worker_of_the_job_redacts_its_log_lines(ray_tmp: Path) -> Non
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=JOB_DEADLINE_S,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -314,7 +315,7 @@ def _job(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
         capture_output=True,
         text=True,
         errors="replace",
-        timeout=600,
+        timeout=JOB_DEADLINE_S,
         check=False,
     )
 

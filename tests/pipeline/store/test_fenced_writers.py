@@ -37,6 +37,7 @@ from pipeline.store.resume import Done, pending
 from pipeline.store.run_folder import MARKERS, Batch, RunFolder, local_run_dir
 from pipeline.store.sink import ParquetSink, commit_batch
 from search.answers import AnswerExtraction
+from tests.deadlines import JOB_DEADLINE_S
 from tests.hub_server import HubServer
 from tests.s3_server import S3Server
 from tests.tiny_run import COLUMNS, run_config, start_synthesize_job
@@ -141,7 +142,7 @@ def test_a_stalled_holder_overtaken_on_a_bucket_stops_and_every_problem_counts_o
 
     # B: the real job takes the expired lease over (generation 2) and finishes the run.
     job = start_synthesize_job(config_path, stderr=subprocess.PIPE)
-    _, err = job.communicate(timeout=600)
+    _, err = job.communicate(timeout=JOB_DEADLINE_S)
     assert job.returncode == 0, err.decode()[-3000:]
     reader = RunFolder.open(root, run_id)
     after_b = _rows_by_problem(reader)

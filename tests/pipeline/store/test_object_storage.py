@@ -33,6 +33,7 @@ from pipeline.store.lease import RunFolderBusy
 from pipeline.store.object_lease import LEASE_FOLDER, ObjectLease
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
+from tests.deadlines import JOB_DEADLINE_S
 from tests.hub_server import HubServer
 from tests.s3_server import S3Server
 from tests.tiny_run import REPO, run_config, start_synthesize_job
@@ -216,7 +217,7 @@ def _synthesize(
         env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=JOB_DEADLINE_S,
     )
 
 
@@ -247,10 +248,10 @@ def test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_publi
     log = (tmp_path / "first.log").open("wb")
     job = start_synthesize_job(path, stderr=log.fileno())
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + JOB_DEADLINE_S
         while not committed_trees():
             assert job.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no batch committed within 300 s"
+            assert time.monotonic() < deadline, f"no batch committed within {JOB_DEADLINE_S} s"
             time.sleep(0.5)
     finally:
         os.killpg(job.pid, signal.SIGKILL)
@@ -259,7 +260,7 @@ def test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_publi
     assert 0 < len(before) < 8, "the kill must land midway"
 
     rerun = start_synthesize_job(path, stderr=subprocess.PIPE)
-    _, err = rerun.communicate(timeout=600)
+    _, err = rerun.communicate(timeout=JOB_DEADLINE_S)
     assert rerun.returncode == 0, err.decode()[-2000:]
     trees = committed_trees()
     assert Counter(trees) == Counter(f"p{i}" for i in range(8))  # each exactly once

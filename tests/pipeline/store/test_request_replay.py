@@ -27,6 +27,7 @@ from pipeline.config import parse_run_config
 from pipeline.run.synthesis import synthesize
 from pipeline.store.request_log import FOLDER, tree_name
 from pipeline.store.run_folder import RunFolder
+from tests.deadlines import JOB_DEADLINE_S
 from tests.tiny_run import run_config, start_synthesize_job
 
 pytestmark = pytest.mark.e2e
@@ -101,10 +102,10 @@ def _killed_run(tmp_path: Path, ids: list[str], run_id: str) -> tuple[Path, dict
     run_dir = tmp_path / "out" / f"run={run_id}"
     job = start_synthesize_job(path)
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + JOB_DEADLINE_S
         while True:
             assert job.poll() is None, "the job ended before it could be killed mid-run"
-            assert time.monotonic() < deadline, "no tree committed within 240 s"
+            assert time.monotonic() < deadline, f"no tree committed within {JOB_DEADLINE_S} s"
             if _committed_and_logged(run_dir):
                 break
             time.sleep(0.1)

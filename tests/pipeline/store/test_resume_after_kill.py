@@ -25,6 +25,7 @@ import yaml
 
 from jobs.synthesize import main as synthesize_main
 from pipeline.store.run_folder import RunFolder
+from tests.deadlines import JOB_DEADLINE_S
 from tests.tiny_run import one_pass_scorer, start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.e2e
@@ -65,10 +66,10 @@ def test_killed_job_resumes_without_duplicates(
     run_dir = tmp_path / "out" / "run=killed"
     job = _job(config, tmp_path / "killed.log")
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + JOB_DEADLINE_S
         while not any((run_dir / "trees").glob("part-*.parquet")):
             assert job.poll() is None, "the job ended before the first batch was committed"
-            assert time.monotonic() < deadline, "no batch committed within 300 s"
+            assert time.monotonic() < deadline, f"no batch committed within {JOB_DEADLINE_S} s"
             time.sleep(0.2)
     finally:
         os.killpg(job.pid, signal.SIGKILL)

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from pipeline.store.run_folder import RunFolder
+from tests.deadlines import JOB_DEADLINE_S
 from tests.tiny_run import start_synthesize_job, tiny_run_config
 
 pytestmark = pytest.mark.e2e
@@ -78,16 +79,18 @@ def test_random_kills_then_rerun_every_problem_exactly_once(tmp_path: Path) -> N
         delay = rng.uniform(0.0, 2.0)
         job = _job(path)
         try:
-            deadline = time.monotonic() + 240
+            deadline = time.monotonic() + JOB_DEADLINE_S
             while _commits(run_dir) < target and job.poll() is None:
-                assert time.monotonic() < deadline, f"attempt {attempt}: no commit in 240 s"
+                assert time.monotonic() < deadline, (
+                    f"attempt {attempt}: no commit in {JOB_DEADLINE_S} s"
+                )
                 time.sleep(0.1)
             time.sleep(delay)
         finally:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
     final = _job(path)
-    assert final.wait(timeout=600) in (0, 1)  # 1 when this attempt wrote the bad rows
+    assert final.wait(timeout=JOB_DEADLINE_S) in (0, 1)  # 1 when this attempt wrote the bad rows
 
     trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
     assert Counter(trees) == Counter(VALID), f"seed {SEED}"
