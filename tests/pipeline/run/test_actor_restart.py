@@ -24,38 +24,12 @@ from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
 from pipeline.store.run_folder import RunFolder
 from tests.deadlines import JOB_DEADLINE_S
+from tests.own_processes import own_pids
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 pytestmark = pytest.mark.e2e
-
-
-def _search_actor_pids() -> list[int]:
-    """Processes of this test's own Ray cluster (its descendants) that host a SearchActor.
-
-    Read from /proc (Linux): Ray names the actor's process after the class.
-    """
-    parents: dict[int, int] = {}
-    commands: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-
-    def descends(pid: int) -> bool:
-        while pid > 1:
-            pid = parents.get(pid, 0)
-            if pid == os.getpid():
-                return True
-        return False
-
-    return [pid for pid, cmd in commands.items() if "SearchActor" in cmd and descends(pid)]
 
 
 def test_killed_search_actor_is_restarted_and_every_problem_written_once(
@@ -82,7 +56,7 @@ def test_killed_search_actor_is_restarted_and_every_problem_written_once(
     worker.start()
     deadline = time.monotonic() + JOB_DEADLINE_S
     while killed is None and time.monotonic() < deadline and worker.is_alive():
-        pids = _search_actor_pids()
+        pids = own_pids("SearchActor")
         if pids:
             time.sleep(3)  # let a batch get under way
             os.kill(pids[0], signal.SIGKILL)  # the actor's process dies mid-batch

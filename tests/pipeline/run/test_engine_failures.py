@@ -6,14 +6,16 @@
   here needs a cluster of its own.
 * A policy replica killed mid-run (SIGKILL to its process) is restarted by Serve,
   its in-flight requests are retried, and the run completes with every problem
-  exactly once.
+  exactly once.  The run is `synthesize` in this process on the session's cluster: the
+  replica is one of this process's descendants, and Serve restarts it the same way there
+  as on a cluster of its own.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,15 +26,15 @@ import pytest
 import yaml
 
 from jobs.synthesize import main as synthesize_main
+from pipeline.config import parse_run_config
+from pipeline.run.summary import RunSummary
+from pipeline.run.synthesis import synthesize
 from pipeline.store.run_folder import RunFolder
 from tests.deadlines import JOB_DEADLINE_S
-from tests.tiny_run import start_synthesize_job, tiny_run_config
+from tests.own_processes import own_pids
+from tests.tiny_run import tiny_run_config
 
 pytestmark = pytest.mark.e2e
-
-
-def _job(config: Path) -> subprocess.Popen[bytes]:
-    return start_synthesize_job(config, stderr=subprocess.PIPE)
 
 
 def _config(tmp_path: Path, rows: list[dict[str, str]], **extra: Any) -> Path:
@@ -61,50 +63,34 @@ def test_a_problem_that_cannot_fit_the_context_is_an_error_and_retried(
     assert "the policy's context is 300" in errors[0]["message"]
 
 
-def _replicas(session: int, name: str) -> list[int]:
-    """PIDs of this job's processes (its own session) whose title contains `name`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.getsid(int(entry.name)) != session:
-                continue
-            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, ProcessLookupError):
-            continue
-        if name in title:
-            found.append(int(entry.name))
-    return found
-
-
-def test_a_killed_policy_replica_is_restarted_and_the_run_completes(tmp_path: Path) -> None:
+def test_a_killed_policy_replica_is_restarted_and_the_run_completes(
+    ray_cluster: None, tmp_path: Path
+) -> None:
     engine = {"kind": "sleep", "latency_s": 0.3, "output_tokens": 8}
     rows = [
         {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(8)
     ]
     resilient = {"engine": engine, "max_retries": 6, "retry_backoff_s": 1.0}
-    path = _config(tmp_path, rows, engine=engine, run_id="death")
-    config = yaml.safe_load(path.read_text())
-    config["policy"] = resilient
-    path.write_text(yaml.safe_dump(config))
+    config = parse_run_config(
+        {**tiny_run_config(tmp_path, rows, budget=48, engine=engine), "run_id": "death"}
+        | {"policy": resilient}
+    )
     run_dir = tmp_path / "out" / "run=death"
-    job = _job(path)
-    try:
-        deadline = time.monotonic() + JOB_DEADLINE_S
-        while not (run_dir / "_committed").is_dir() or not any((run_dir / "_committed").iterdir()):
-            assert job.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
-        replicas = _replicas(job.pid, "ServeReplica:policy")
-        assert replicas, "no policy replica found among the job's processes"
-        for pid in replicas:
-            os.kill(pid, signal.SIGKILL)
-        _, err = job.communicate(timeout=JOB_DEADLINE_S)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-    assert job.returncode == 0, err.decode()[-2000:]
+    summaries: list[RunSummary] = []
+    worker = threading.Thread(target=lambda: summaries.append(synthesize(config, progress=None)))
+    worker.start()
+    deadline = time.monotonic() + JOB_DEADLINE_S
+    while not (run_dir / "_committed").is_dir() or not any((run_dir / "_committed").iterdir()):
+        assert worker.is_alive(), "the run ended before a replica could be killed"
+        assert time.monotonic() < deadline, f"no tree committed within {JOB_DEADLINE_S} s"
+        time.sleep(0.1)
+    replicas = own_pids("ServeReplica:policy")
+    assert replicas, "no policy replica found among this cluster's processes"
+    for pid in replicas:
+        os.kill(pid, signal.SIGKILL)
+    worker.join(timeout=JOB_DEADLINE_S)
+    assert summaries, "the run did not end after its policy replica was killed"
+    assert summaries[0].errors == 0
     trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
     assert Counter(trees) == Counter(r["id"] for r in rows)
     assert RunFolder.open(tmp_path / "out", "death").read("errors").num_rows == 0
