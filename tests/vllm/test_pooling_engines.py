@@ -75,7 +75,7 @@ def _launch(
     prm_dir: Path, log: Path, env: dict[str, str], port: int
 ) -> subprocess.Popen[bytes] | None:
     """The pooling server on `port`, once it listens there; None when the port was taken
-    (an exit for any other reason is left to `wait_for`, which names the log)."""
+    (an exit for any other reason is raised with the log's tail at once)."""
     import psutil
 
     command = [
@@ -109,7 +109,10 @@ def _launch(
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            return None if TAKEN in log.read_text() else process
+            text = log.read_text()
+            if TAKEN in text:
+                return None
+            raise RuntimeError(f"vLLM's pooling server exited:\n{text[-3000:]}")
         try:
             connections = psutil.Process(process.pid).net_connections(kind="tcp")
         except psutil.Error:
