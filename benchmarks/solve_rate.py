@@ -31,7 +31,7 @@ from pathlib import Path
 from actors.engines.llamacpp import LlamaCppEngine
 from actors.policy import EnginePolicy
 from actors.prompts import policy_messages
-from actors.rollout import answers_match
+from common.grading import answers_match
 from pipeline.problems.sources import ProblemRow, load_problems, parse_source
 from search.answers import AnswerExtraction, extract_answer, is_answered
 from search.protocols import FinishReason, Generation, GenerationRequest

@@ -1,8 +1,8 @@
-"""GenPRM and rollout scorers on the real embedded SmolLM2 engine (llama.cpp on CPU).
+"""The GenPRM scorer on the real embedded SmolLM2 engine (llama.cpp on CPU).
 
 The 135M model's judgements mean little; what is checked is the protocol: the
 conversation, the number of engine calls (reuse of ancestor critiques), the
-token accounting, errors and the rollout reward.
+token accounting and errors.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from actors.engines.llamacpp import LlamaCppEngine
 from actors.genprm import GenPRMScorer, judgement_score, split_steps
 from actors.policy import EnginePolicy
 from actors.prompts import PRM_ANALYSIS_PREFIX, PRM_JUDGEMENT_PREFIX, PRM_SYSTEM, PromptConfig
-from actors.rollout import RolloutScorer, answers_match
+from common.grading import answers_match
 from search import parse_search_config, run_search
-from search.protocols import FinishReason, Generation, GenerationRequest, Score, ScoreRequest
+from search.protocols import FinishReason, Score, ScoreRequest
 
 pytestmark = pytest.mark.integration
 
@@ -409,7 +409,7 @@ async def test_configured_prompts_reach_the_model(engine: LlamaCppEngine) -> Non
     )
 
 
-# ------------------------------------------------------------------ rollouts
+# ------------------------------------------------------------------ grading
 @on_module_loop
 async def test_answers_match_with_math_verify() -> None:
     assert await answers_match("\\frac{1}{2}", "0.5")
@@ -419,95 +419,3 @@ async def test_answers_match_with_math_verify() -> None:
     # a comparison that runs out of time is no match.  timeout 0 times out before the
     # worker thread can report back (1e-6 raced a warm, cached math-verify and lost once)
     assert not await answers_match("\\frac{1}{2}", "0.5", timeout_s=0)
-
-
-class NoPolicy:
-    """A policy that must not be called (answered nodes are never rolled out)."""
-
-    name = "unused"
-
-    async def generate(self, request: Any) -> Any:
-        raise AssertionError("answered nodes are scored without rollouts")
-
-    async def count_tokens(self, text: str) -> int:
-        raise AssertionError
-
-
-@on_module_loop
-async def test_rollout_scores_answered_nodes_by_reference() -> None:
-    scorer = RolloutScorer(NoPolicy(), {"half": "0.5"})
-    right = ScoreRequest("half", (" \\boxed{\\frac{1}{2}}",), None, True, "\\frac{1}{2}", False, 0)
-    wrong = ScoreRequest("half", (" \\boxed{3}",), None, True, "3", False, 0)
-    assert (await scorer.score(right)).value == 1.0
-    assert (await scorer.score(wrong)).value == 0.0
-    unknown = ScoreRequest("other", (" x",), None, False, None, False, 0)
-    assert (await scorer.score(unknown)).error is not None
-
-
-class FixedRollouts:
-    """A policy returning canned rollouts (to check the arithmetic of Q exactly)."""
-
-    name = "fixed"
-
-    def __init__(self, texts: Sequence[str | None]) -> None:
-        self.texts = texts
-        self.requests: list[GenerationRequest] = []
-
-    async def generate(self, request: GenerationRequest) -> list[Generation]:
-        self.requests.append(request)
-        return [
-            Generation(t, 10, FinishReason.EOS, input_tokens=7)
-            if t is not None
-            else Generation("", 0, FinishReason.ERROR, error="boom")
-            for t in self.texts
-        ]
-
-    async def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-
-@on_module_loop
-async def test_rollout_fraction_counts_matches_over_n() -> None:
-    texts = [
-        "So the answer is \\boxed{4}.",
-        "\\boxed{\\frac{8}{2}}",  # equal to 4 by math-verify
-        "\\boxed{5}",
-        "no box at all: 4",
-        None,  # a failed rollout is no match
-    ]
-    policy = FixedRollouts(texts)
-    scorer = RolloutScorer(policy, {"p": "4"}, max_tokens=99)
-    score = await scorer.score(
-        ScoreRequest("p", (" a", "\nStep 2: b"), None, False, None, False, 0)
-    )
-    assert score.error is None and score.value == pytest.approx(0.4)
-    request = policy.requests[0]
-    assert request.n == 5 and request.max_tokens == 99 and request.stop == ()
-    assert request.assistant_prefix == "Step 1: a\nStep 2: b"
-    assert scorer.rollout_tokens == 40 and scorer.rollout_input_tokens == 28
-    assert (score.input_tokens, score.output_tokens) == (0, 0)
-
-    failed = RolloutScorer(FixedRollouts([None] * 5), {"p": "4"})
-    score = await failed.score(ScoreRequest("p", (" a",), None, False, None, False, 0))
-    assert score.error is not None and "boom" in score.error
-
-
-@on_module_loop
-async def test_rollout_fraction_with_the_real_policy(engine: LlamaCppEngine) -> None:
-    problem = "What is 2+2?"
-    scorer = RolloutScorer(EnginePolicy(engine), {problem: "4"}, max_tokens=64)
-    request = ScoreRequest(problem, (" 2+2 means adding 2 and 2.",), None, False, None, False, 0)
-    score = await scorer.score(request)
-    assert score.error is None
-    assert score.value in {0.0, 0.2, 0.4, 0.6, 0.8, 1.0}
-    # counted, not charged (the paper's protocol)
-    assert scorer.rollout_requests == 1 and scorer.rollout_tokens > 0
-    assert scorer.rollout_input_tokens > 0
-    assert score.input_tokens == 0 and score.output_tokens == 0
-
-    charging = RolloutScorer(
-        EnginePolicy(engine), lambda p: "4", max_tokens=32, charge_rollouts=True
-    )
-    charged = await charging.score(request)
-    assert charged.output_tokens == charging.rollout_tokens > 0
-    assert charged.input_tokens == charging.rollout_input_tokens > 0
