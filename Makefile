@@ -54,7 +54,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy search actors pipeline jobs benchmarks
+	$(BIN)/mypy search common actors pipeline jobs benchmarks
 
 # The test tiers (tests/conftest.py, docs/testing.md), on both cores: pytest-xdist sends
 # whole files to its workers, so a file's module fixtures (a run, a Serve deployment) are
@@ -64,7 +64,7 @@ PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --
 # Line coverage (coverage.py through pytest-cov) with COV=1: the fast tier starts the data
 # file, the heavy tiers add to it, and the main suite's total is printed after them.
 COV ?=
-COV_FLAGS := --cov=search --cov=actors --cov=pipeline --cov=jobs --cov-report=
+COV_FLAGS := --cov=search --cov=common --cov=actors --cov=pipeline --cov=jobs --cov-report=
 COVERAGE = $(if $(COV),$(COV_FLAGS) $(1))
 COV_TOTAL = $(if $(COV),@echo "line coverage of the main suite: $$($(BIN)/coverage report --format=total)%")
 

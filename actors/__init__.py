@@ -13,10 +13,9 @@
 * `progress` - live counters the search actors push while trees run;
 * `replay` - answering a retried tree's requests from its request log;
 * `search_outcome` - whether a search produced anything, and the dead-engine breaker;
-* `grading` - answer comparison that always ends within its time limit;
-* `redact` - secrets removed from text, log lines and config dumps;
 * `models` - where the embedded default model lives.
 
 The search actor itself is `pipeline.run.search_actor`: it builds records and reads the
-run config, and the layers import one way (jobs -> pipeline -> actors -> search).
+run config, and the layers import one way (jobs -> pipeline -> actors -> common -> search);
+grading and redaction are in `common`, which the pipeline uses too.
 """

@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequen
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from actors.redact import redact_text
+from common.redact import redact_text
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")

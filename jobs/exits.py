@@ -91,7 +91,7 @@ def guarded(
     and traceback goes through `redact_text`, and so does every log line and warning of
     the process (`install_log_redaction`).
     """
-    from actors.redact import install_log_redaction, redact_text
+    from common.redact import install_log_redaction, redact_text
     from pipeline.errors import InputError
     from pipeline.run.interrupt import honoured, interrupted
 
@@ -135,7 +135,7 @@ def guarded(
 
 def _traceback(verbose: bool) -> None:
     """The traceback of the exception being handled, redacted, with --verbose."""
-    from actors.redact import redact_text
+    from common.redact import redact_text
 
     if verbose:
         print(redact_text(traceback.format_exc()), end="", file=sys.stderr)

@@ -102,7 +102,7 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "actors/models.py",
         "pipeline/report/engine_reads.py",
     ),
-    "benchmarks.grading_worst_case": ("benchmarks/grading_worst_case.py", "actors/grading.py"),
+    "benchmarks.grading_worst_case": ("benchmarks/grading_worst_case.py", "common/grading.py"),
     # the dry run's scorer estimate against the simulated grid and the embedded default's runs
     "benchmarks.scorer_estimate": (
         "benchmarks/scorer_estimate.py",

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE = ("search", "actors", "pipeline", "jobs", "benchmarks", "scripts")
-LAYER = {"search": 0, "actors": 1, "pipeline": 2, "jobs": 3}
+CODE = ("search", "common", "actors", "pipeline", "jobs", "benchmarks", "scripts")
+LAYER = {"search": 0, "common": 1, "actors": 2, "pipeline": 3, "jobs": 4}
 ISSUE_REFERENCE = re.compile(r"\b[Ii]ssues? ?#?\d+")
 LONG = 80
 

@@ -33,7 +33,7 @@ from tests.s3_server import S3Server
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("search", "actors", "pipeline", "jobs")
+PACKAGES = ("search", "common", "actors", "pipeline", "jobs")
 BUCKET = "rehearsal"
 REQUESTS = "runs/run=submitted/requests/"
 

@@ -103,7 +103,7 @@ from urllib.parse import urlsplit
 
 from actors.engines.base import Completion, Sampling, TopLogprobs, short_name
 from actors.errors import EngineError
-from actors.redact import redact_text
+from common.redact import redact_text
 from search.protocols import FinishReason
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ from actors.engines.base import EngineError, StepValues, short_name
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
 from actors.engines.openai_compat import api_key, keyed_repr, server_root
 from actors.engines.step_layout import StepLayout
-from actors.redact import redact_text
+from common.redact import redact_text
 
 if TYPE_CHECKING:
     from actors.config import OpenAIPoolingConfig

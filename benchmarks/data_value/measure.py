@@ -19,7 +19,7 @@ SmolLM2-135M-Instruct (configs/local.yaml: llama.cpp policy and GenPRM scorer):
    own generate: not one of the project's engines);
 4. back here each completion is cut at the policy's stop strings, its answer read
    with the search's ``answer_extraction`` and graded with math-verify
-   (`actors.grading.compare_all`) against the reference; accuracy with a Wilson 95%
+   (`common.grading.compare_all`) against the reference; accuracy with a Wilson 95%
    interval.
 
 It prints one table (method, train problems, SFT rows, DPO pairs, policy and PRM

@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
-from actors.grading import Verdict
+from common.grading import Verdict
 from pipeline.records import RecordsConfig, grade_result, yield_counts
 from search import derive_seed, parse_search_config, run_search
 from search.protocols import Score, ScoreRequest

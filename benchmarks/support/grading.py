@@ -3,7 +3,7 @@
 A completion generated outside the pipeline (transformers' generate in the TRL venv) is
 cut where the policy's requests would have stopped, its answer read with the search's
 ``answer_extraction`` and compared with the reference by math-verify
-(`actors.grading.compare_all`): the same rules that label the training rows.
+(`common.grading.compare_all`): the same rules that label the training rows.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from actors.grading import Verdict, compare_all
+from common.grading import Verdict, compare_all
 from search.answers import AnswerExtraction, extract_answer
 
 

@@ -27,8 +27,8 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from actors.grading import Verdict, compare_all
-from actors.redact import redact_text
+from common.grading import Verdict, compare_all
+from common.redact import redact_text
 from pipeline.evaluation.config import (
     EvalConfig,
     Method,

@@ -46,7 +46,7 @@ from huggingface_hub import (
     HfApi,
 )
 
-from actors.redact import redact_secrets, redact_text, scrub
+from common.redact import redact_secrets, redact_text, scrub
 from pipeline.records import RECORD_TYPES, TRAINING_TYPES
 from pipeline.records.splits import SPLITS
 

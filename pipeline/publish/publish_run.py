@@ -38,7 +38,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from huggingface_hub import HfApi
 
-from actors.redact import redact_text
+from common.redact import redact_text
 from pipeline.config import RunConfig
 from pipeline.problems.decontamination import describe_rule
 from pipeline.publish.hub import (

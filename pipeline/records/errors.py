@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from actors.redact import redact_text
+from common.redact import redact_text
 from pipeline.records.schema import Row, doc_field, record_schema, shared_fields
 
 ERRORS_SCHEMA = record_schema(

@@ -1,7 +1,7 @@
 """Labels for every answered node of a search tree: `grade_result` and its `GradedTree`.
 
 With a reference answer each *distinct* extracted answer of the tree is
-compared once with math-verify (`actors.grading.compare_all`: all at once, the
+compared once with math-verify (`common.grading.compare_all`: all at once, the
 whole batch bounded by ``timeout_s``; a timeout or a parse failure is "incorrect"),
 and every node carrying it gets that verdict: ``label_source = "reference"``.
 Without a reference the labels are pseudo labels (``pseudo_label = true``):
@@ -12,7 +12,7 @@ Without a reference the labels are pseudo labels (``pseudo_label = true``):
   group with the higher best Q, then to the group reached first.  Every
   distinct answer is compared with each of the `MAJORITY_ANCHORS` most frequent
   ones, all comparisons at once in the grading pool under one time limit
-  (`actors.grading.compare_all`), so a tree's grading ends within one limit as
+  (`common.grading.compare_all`), so a tree's grading ends within one limit as
   the reference path does; groups are the connected answers.
 
 An answered node without an extractable ``\\boxed{}`` answer is always incorrect.
@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from actors.grading import Verdict, compare_all
 from actors.prompts import POLICY_INSTRUCTION
+from common.grading import Verdict, compare_all
 from pipeline.records.config import PseudoLabel, RecordsConfig
 from pipeline.records.splits import split_of
 from pipeline.records.training_text import TrainingText, training_text

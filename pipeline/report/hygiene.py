@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.grading import answers_match
+from common.grading import answers_match
 from pipeline.errors import InputError
 from search.answers import AnswerExtraction, answer_span, answer_statements, stated_answers
 

@@ -8,7 +8,7 @@ from typing import Any
 
 # Every worker process of the job (tasks, actors, Serve replicas) redacts its log lines
 # from the start: a Ray worker's own and its libraries' (httpx, openai) loggers included.
-REDACTION_HOOK = "actors.redact.install_log_redaction"
+REDACTION_HOOK = "common.redact.install_log_redaction"
 # Ray's setting (read by a new raylet from the environment) for idle workers started when
 # the first driver connects.
 PRESTART = "RAY_prestart_worker_first_driver"
@@ -24,7 +24,7 @@ def start_ray(num_cpus: int | None, *, quiet: bool = False) -> bool:
 
     import ray
 
-    from actors.redact import install_log_redaction
+    from common.redact import install_log_redaction
 
     install_log_redaction()  # the driver
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

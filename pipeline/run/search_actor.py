@@ -35,7 +35,6 @@ from actors.admission import (
 )
 from actors.affinity import tree_affinity
 from actors.progress import Counters, CountingPolicy, CountingScorer, Gauges, Reporter
-from actors.redact import install_log_redaction, redact_text
 from actors.replay import ReplayPolicy, ReplayScorer, service_salt, tree_journal
 from actors.scorer_kinds import scorer_kind
 from actors.search_outcome import (
@@ -46,6 +45,7 @@ from actors.search_outcome import (
     failure_reason,
 )
 from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
+from common.redact import install_log_redaction, redact_text
 from pipeline.config import RunConfig
 from pipeline.problems.decontamination import build_decontaminator
 from pipeline.records import error_row, records_for

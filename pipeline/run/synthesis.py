@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from actors.errors import EngineError
-from actors.redact import install_log_redaction, redact_secrets, redact_text
+from common.redact import install_log_redaction, redact_secrets, redact_text
 from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, InputError, OutputFullError, OutputLocationError
 from pipeline.problems.sources import check_source

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Any, Self
 
-from actors.redact import redact_text
+from common.redact import redact_text
 from pipeline.store.filesystem import Store
 from pipeline.store.lease import Lease, LeaseLost, RunFolderBusy
 

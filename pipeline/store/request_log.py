@@ -37,7 +37,7 @@ from typing import IO, Any
 
 from pydantic import Field
 
-from actors.redact import redact_text
+from common.redact import redact_text
 from pipeline.store.filesystem import Store
 from search.strict_config import StrictConfig
 

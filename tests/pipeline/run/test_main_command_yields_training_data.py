@@ -26,7 +26,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from actors.grading import answers_match
+from common.grading import answers_match
 from pipeline.config import parse_run_config
 from pipeline.report.hygiene import hygiene_of_run
 from pipeline.run.synthesis import synthesize

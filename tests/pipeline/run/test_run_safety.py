@@ -219,7 +219,7 @@ def test_retry_command_reproduces_endpoint_token_variable_and_privacy() -> None:
 
 
 def test_secrets_inside_values_never_reach_run_json(tmp_path: Path) -> None:
-    from actors.redact import redact_text
+    from common.redact import redact_text
     from pipeline.config import parse_run_config
 
     path = _config(tmp_path)

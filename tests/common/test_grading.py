@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.grading import Verdict, compare, compare_all, counting, too_costly
+from common.grading import Verdict, compare, compare_all, counting, too_costly
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_issue_reproduction_returns_within_its_limit() -> None:
     """The issue's command (a tower of powers as the reference) ran for ever before."""
     code = (
-        "import asyncio; from actors.rollout import answers_match as m; "
+        "import asyncio; from common.grading import answers_match as m; "
         "print(asyncio.run(m('42', '9^{9^{9^{9}}}', timeout_s=2)))"
     )
     start = time.monotonic()

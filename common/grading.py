@@ -149,7 +149,7 @@ def _get_pool() -> Any:
             import pebble  # type: ignore[import-untyped, unused-ignore]
 
             context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["actors.grading", "math_verify"])
+            context.set_forkserver_preload(["common.grading", "math_verify"])
             _pool = pebble.ProcessPool(
                 max_workers=_POOL_WORKERS, initializer=_quiet, context=context
             )

@@ -1,4 +1,4 @@
-"""`actors.redact`: the one function that removes credentials from text, and the log
+"""`common.redact`: the one function that removes credentials from text, and the log
 record factory that applies it to every log line of a process (a credential in a config URL
 must reach no log line, error row or file).
 
@@ -19,7 +19,7 @@ import pytest
 
 from actors.engines.openai_compat import OpenAIEngine
 from actors.errors import EngineError
-from actors.redact import REDACTED, install_log_redaction, redact_text
+from common.redact import REDACTED, install_log_redaction, redact_text
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "qzSecret9"  # every credential below is this string (or starts with it)
@@ -100,7 +100,7 @@ def test_every_log_record_is_redacted_whatever_logger_or_handler(redacting: None
 def test_warnings_are_redacted() -> None:
     """In a fresh interpreter: pytest records warnings instead of printing them."""
     code = (
-        "import warnings; from actors.redact import install_log_redaction; "
+        "import warnings; from common.redact import install_log_redaction; "
         "install_log_redaction(); "
         f"warnings.warn('retrying http://u:{SECRET}@h/x?sig={SECRET}', UserWarning)"
     )
