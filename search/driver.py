@@ -663,8 +663,8 @@ class _Calls:
     calls always suspend, so they take the `asyncio.gather` path here): on the
     simulated environment `asyncio.gather` for every batch costs 1.30x the CPU
     per node (155 vs 120 us, median of 7 interleaved runs, 40 problems, B=30000,
-    BG-MCTS; shared 2-core machine, load average 15-19;
-    `benchmarks/driver_calls.py`).
+    BG-MCTS; shared 2-core machine, load average 15-19; `benchmarks/driver_calls.py`,
+    since retired: docs/benchmarks.md says how to rerun it).
     """
 
     __slots__ = ("synchronous",)

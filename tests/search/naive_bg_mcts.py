@@ -7,10 +7,10 @@ T(s) of [Q(x) + kappa (1 - rho) d(x) / d_ans] by walking the whole subtree of s
 formulas are written out again here (not imported from `search.formulas`), so a
 lock-step comparison tests that both versions implement the same equations.
 
-`tests/search/test_benchmark_smoke.py` compares it with the library step by step;
-`python -m benchmarks.select_backprop` times both.  (`straightforward.py` holds plain
-versions of whole searches against a world; this one is a single selection on a
-bare tree, cheap enough to time.)
+`tests/search/test_naive_bg_mcts.py` compares it with the library step by step (the
+retired `benchmarks/select_backprop.py` timed both: docs/benchmarks.md).  (`straightforward.py`
+holds plain versions of whole searches against a world; this one is a single selection on a
+bare tree.)
 """
 
 from __future__ import annotations
