@@ -13,7 +13,7 @@ OUTPUT_ROOT ?=
 # engines at once 3.2x faster, one alone as fast).  A value set in the environment is kept.
 export GOMP_SPINCOUNT ?= 300
 
-.PHONY: synth synth-vllm prm test test-integration test-e2e test-heavy test-all test-vllm-cpu test-trl lint typecheck unit docs bench clean
+.PHONY: synth synth-vllm prm test test-integration test-e2e test-heavy test-all test-scenarios coverage test-vllm-cpu test-trl lint typecheck unit docs bench clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -72,23 +72,41 @@ COV_TOTAL = $(if $(COV),@echo "line coverage of the main suite: $$($(BIN)/covera
 unit: $(STAMP)
 	$(PYTEST) -m "not integration and not e2e" --durations=10 $(call COVERAGE)
 
+# The landing gate (`.ci/run`) runs every tier but the long named scenarios
+# (tests/scenarios.py), each of which keeps a small real version in it; `make
+# test-scenarios` runs them in full.  --durations=0: the whole profile in CI's log.
+GATE := not scenario
+
 # a real Ray cluster, a real model or a subprocess of a command
 test-integration: $(STAMP)
-	$(PYTEST) -m integration --durations=10
+	$(PYTEST) -m "integration and $(GATE)" --durations=10
 
 # whole pipeline runs, submitted jobs, multi-node clusters
 test-e2e: $(STAMP)
-	$(PYTEST) -m e2e --durations=10
+	$(PYTEST) -m "e2e and $(GATE)" --durations=10
 
-# the two slower tiers in one run (CI runs it after `make test`), the 30 slowest printed
+# the two slower tiers in one run (CI runs it after `make test`), every test's time printed
 test-heavy: $(STAMP)
-	$(PYTEST) -m "integration or e2e" --durations=30 $(call COVERAGE,--cov-append)
+	$(PYTEST) -m "(integration or e2e) and $(GATE)" --durations=0 $(call COVERAGE,--cov-append)
 	$(COV_TOTAL)
 
-# every tier in one run; `make test-all COV=1` measures line coverage too
+# every tier of the landing gate in one run
 test-all: $(STAMP)
-	$(PYTEST) --durations=30 $(call COVERAGE)
+	$(PYTEST) -m "$(GATE)" --durations=30 $(call COVERAGE)
 	$(COV_TOTAL)
+
+# The long named scenarios in full (docs/testing.md says what each protects and which
+# paths call for a run): the main venv's, then vLLM's and TRL's in their own venvs.
+test-scenarios: $(STAMP)
+	$(PYTEST) -m scenario --durations=0
+	PYTHON=$(PYTHON) scripts/test-vllm-cpu.sh -m scenario
+	PYTHON=$(PYTHON) scripts/test-trl.sh -m scenario
+
+# Line coverage of the main suite, every tier and scenario, below 93% a failure; the
+# landing gate runs without it (docs/testing.md, "Coverage").
+coverage: $(STAMP)
+	$(PYTEST) --durations=30 $(COV_FLAGS) --cov-fail-under=93
+	@echo "line coverage of the main suite: $$($(BIN)/coverage report --format=total)%"
 
 # docs/configuration.md and docs/records.md, from the config models and the record schemas.
 docs: $(STAMP)

@@ -6,6 +6,7 @@
 #
 #   scripts/test-trl.sh            # create/refresh ./.venv-trl, build a run, run tests/trl
 #   scripts/test-trl.sh -k sft     # extra arguments go to pytest
+#   scripts/test-trl.sh -m scenario  # its long scenarios (the default leaves them out)
 #   scripts/test-trl.sh --prepare  # only create/refresh ./.venv-trl (CI does it early)
 #
 # Environment: PYTHON (default python3.11), TRL_VENV (default .venv-trl).
@@ -40,4 +41,4 @@ trap 'rm -rf "$RUN_ROOT"' EXIT
 RUN_DIR=$(.venv/bin/python -m tests.trl.build_run "$RUN_ROOT" | tail -n 1)
 # Two workers, whole files each: the self-improvement loop (minutes) beside the trainers.
 BGMCTS_TRL_RUN_DIR="$RUN_DIR" "$VENV/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder \
-    --durations=10 tests/trl "$@"
+    --durations=10 -m "not scenario" tests/trl "$@"

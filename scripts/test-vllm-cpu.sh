@@ -5,6 +5,7 @@
 #
 #   scripts/test-vllm-cpu.sh            # create/refresh the venv, run the tests
 #   scripts/test-vllm-cpu.sh -k eos     # extra arguments go to pytest
+#   scripts/test-vllm-cpu.sh -m scenario  # its long scenarios (the default leaves them out)
 #   scripts/test-vllm-cpu.sh --prepare  # only create/refresh the venv (CI does it early)
 #
 # Environment: PYTHON (default python3.11), VLLM_VENV (default .venv-vllm).
@@ -22,4 +23,4 @@ export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}  # GiB of KV cache
 export VLLM_LOGGING_LEVEL=${VLLM_LOGGING_LEVEL:-WARNING}
 # Two workers, whole files each: one file's vLLM engine starts while the other's runs.
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder --durations=10 \
-    tests/vllm "$@"
+    -m "not scenario" tests/vllm "$@"

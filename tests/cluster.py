@@ -70,14 +70,18 @@ class Rehearsal:
 
 
 @contextmanager
-def rehearsal_cluster(*, dashboard: bool = True) -> Iterator[Rehearsal]:
+def rehearsal_cluster(*, dashboard: bool = True, gpu_nodes: int = 2) -> Iterator[Rehearsal]:
     """Head + two GPU nodes + one CPU node; the caller's `ray.init(address=...)` joins it
-    from the head's machine, as a `ray job submit` driver would run there."""
+    from the head's machine, as a `ray job submit` driver would run there.
+
+    `gpu_nodes=0`: a two-node cluster, the head advertising the GPUs itself, for a test
+    that loses only the CPU node (two raylets fewer to start on a 2-core machine)."""
     from ray.cluster_utils import Cluster
 
     port = free_port()
     head_args: dict[str, Any] = {
         "num_cpus": 1,
+        "num_gpus": 0 if gpu_nodes else GPU_NODE["num_gpus"],
         "object_store_memory": STORE,
         "include_dashboard": dashboard,
     }
@@ -93,7 +97,7 @@ def rehearsal_cluster(*, dashboard: bool = True) -> Iterator[Rehearsal]:
     try:
         nodes = {}
         gpu = []
-        for _ in range(2):
+        for _ in range(gpu_nodes):
             node = cluster.add_node(**GPU_NODE)
             nodes[node.node_id] = node
             gpu.append(node.node_id)

@@ -12,6 +12,10 @@ The tiers (markers declared in pyproject.toml; docs/testing.md says what each ru
 
 An unmarked test that starts Ray fails at once, naming the marker it needs: the fast tier
 stays fast because nothing slips into it unnoticed.
+
+Across the tiers, ``scenario("name")`` marks a long named scenario (tests/scenarios.py):
+it is an e2e test that `make test-scenarios` runs and the landing gate (`.ci/run`) leaves
+out, because a small real version of it runs in the gate.
 """
 
 from __future__ import annotations
@@ -94,7 +98,14 @@ TIER_OF_FIXTURE = {"ray_cluster": "integration", "tiny_prm": "integration", "own
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.scenarios import check_scenario_marker
+
     for item in items:
+        scenario = item.get_closest_marker("scenario")
+        if scenario is not None:
+            check_scenario_marker(item.nodeid, scenario.args)
+            if not item.get_closest_marker("e2e"):
+                item.add_marker(pytest.mark.e2e)  # a scenario is end to end by definition
         if any(item.get_closest_marker(tier) for tier in TIERS):
             continue  # its own marker says it already (an e2e run may also use the cluster)
         needs = {TIER_OF_FIXTURE.get(name) for name in getattr(item, "fixturenames", ())}

@@ -35,3 +35,19 @@ def own_pids(title: str) -> list[int]:
         return False
 
     return [pid for pid, cmd in commands.items() if title in cmd and descends(pid)]
+
+
+def own_worker_log_lines(containing: str, since: float) -> list[str]:
+    """Lines with `containing` in the stdout and stderr files of this process's local Ray
+    cluster's workers, written to since `since` (a `time.time()`).  Ray keeps no public
+    handle on a local cluster's log folder, so its node object is read (ray._private)."""
+    import ray._private.worker as ray_worker
+
+    node = ray_worker._global_node
+    assert node is not None, "no local Ray cluster in this process"
+    lines = []
+    for path in sorted(Path(node.get_logs_dir_path()).glob("worker-*")):
+        if path.suffix in (".out", ".err") and path.stat().st_mtime >= since:
+            text = path.read_text(errors="replace")
+            lines.extend(line for line in text.splitlines() if containing in line)
+    return lines

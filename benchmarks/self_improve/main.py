@@ -204,6 +204,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--mode", choices=sorted(MODES), help="full (default), quick, or tiny (the tests')"
     )
+    parser.add_argument(
+        "--round0-only",
+        action="store_true",
+        help="stop after one self-improvement step: round 0's search, its SFT checkpoint "
+        "and the probe's pass@k (the landing gate's miniature of the loop)",
+    )
     parser.add_argument("--trl-python", type=Path, default=DEFAULT_TRL_PYTHON)
     parser.add_argument(
         "--work-dir", type=Path, help="default: a new temporary folder; an old one resumes"
@@ -233,6 +239,10 @@ def _run(args: argparse.Namespace, name: str, mode: Mode, work: Path) -> int:
     sel = selections(mode)
     write_whole(work / "heldout.jsonl", "".join(json.dumps(p) + "\n" for p in sel.heldout))
     first = round0(mode, sel, work, args.trl_python)
+    if args.round0_only:
+        for line in report.round0_lines(first["run"], first["train"], first["passes"]):
+            print(line, flush=True)
+        return 0
     at1 = {ops: first["passes"]["round0"][ops][0] for ops in sel.probe}
     operations = choose_operations(at1)
     log(f"round-0 policy pass@1 per operations {at1}: round 1 trains on {operations}")

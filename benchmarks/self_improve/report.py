@@ -174,3 +174,16 @@ def lines(
         f"round1_gain_bg_mcts_minus_rs={gain_mean[0]:.4f}",
     ]
     return out
+
+
+def round0_lines(data: RunData, train: Mapping[str, Any], passes: Passes) -> list[str]:
+    """One self-improvement step's last lines: what round 0 searched and trained on, and
+    the probe's pass@1 of the base model and of its round-0 checkpoint."""
+    at1 = {model: [p[0] for _, p in sorted(passes[model].items())] for model in passes}
+    return [
+        f"round0_trees={len(data.trees)}",
+        f"round0_sft_rows={len(data.tables.get('sft', []))}",
+        f"round0_train_steps={train['steps']}",
+        f"pass_at_1_base={sum(at1['base']) / len(at1['base']):.3f}",
+        f"pass_at_1_round0={sum(at1['round0']) / len(at1['round0']):.3f}",
+    ]

@@ -10,7 +10,9 @@ seed) scored by that PRM, 2 SFT steps per round-1 checkpoint, and greedy answers
 held-out problems from every checkpoint.  Nothing here can check that the search pays
 (that is the full benchmark's question); it checks that every stage ran on real parts,
 that the two methods spent the same total-token budget, and that the result names
-what it measured.
+what it measured.  That whole loop is the self-improvement scenario (tests/scenarios.py);
+the landing gate runs one step of it (`--round0-only`: round 0's search, two SFT steps on
+its rows, the probe answered by the base model and the new checkpoint).
 """
 
 from __future__ import annotations
@@ -35,11 +37,10 @@ MAIN_PYTHON = Path(os.environ.get("BGMCTS_MAIN_PYTHON", REPO / ".venv" / "bin" /
 TIMEOUT_S = 3600
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def self_improve(work: Path, *extra: str) -> str:
+    """`python -m benchmarks.self_improve --mode tiny` in `work`; its stdout."""
     if not MAIN_PYTHON.is_file():
         pytest.skip(f"no project venv at {MAIN_PYTHON} (scripts/test-trl.sh makes it)")
-    work = tmp_path_factory.mktemp("self-improve")
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -58,6 +59,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
             sys.executable,
             "--work-dir",
             str(work),
+            *extra,
         ],
         cwd=REPO,
         env=env,
@@ -66,13 +68,47 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         timeout=TIMEOUT_S,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    return {"work": work, "stdout": done.stdout}
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    work = tmp_path_factory.mktemp("self-improve")
+    return {"work": work, "stdout": self_improve(work)}
+
+
+def test_one_round_searches_then_trains_sft_on_its_rows(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    work = tmp_path_factory.mktemp("self-improve-step")
+    values = dict(
+        line.split("=", 1) for line in self_improve(work, "--round0-only").splitlines()[-5:]
+    )
+    assert list(values) == [
+        "round0_trees",
+        "round0_sft_rows",
+        "round0_train_steps",
+        "pass_at_1_base",
+        "pass_at_1_round0",
+    ]
+    assert values["round0_trees"] == "3" and values["round0_train_steps"] == "2"
+    (run,) = (work / "runs").glob("run=*")
+    assert pq.read_table(run / "trees").num_rows == 3  # the search really ran
+    rows = (work / "round0.sft.jsonl").read_text().splitlines()
+    assert len(rows) == int(values["round0_sft_rows"])  # SFT trained on the run's own rows
+    assert (work / "ckpt-round0").is_dir()
+    for key in ("pass_at_1_base", "pass_at_1_round0"):
+        assert 0.0 <= float(values[key]) <= 1.0
+    assert not (work / "round0-policy.gguf").exists()  # it stopped after one step
 
 
 def last_values(stdout: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in stdout.splitlines()[-7:])
 
 
+@pytest.mark.scenario("self-improvement")
 def test_prints_the_last_lines_the_issue_names(tiny: dict[str, object]) -> None:
     values = last_values(str(tiny["stdout"]))
     assert list(values) == [
@@ -89,6 +125,7 @@ def test_prints_the_last_lines_the_issue_names(tiny: dict[str, object]) -> None:
         assert 0.0 <= float(values[key]) <= 1.0
 
 
+@pytest.mark.scenario("self-improvement")
 def test_round_one_served_the_exported_policy_and_the_trained_prm(tiny: dict[str, object]) -> None:
     work = Path(str(tiny["work"]))
     assert (work / "round0-policy.gguf").stat().st_size > 50_000_000  # the real model
@@ -102,6 +139,7 @@ def test_round_one_served_the_exported_policy_and_the_trained_prm(tiny: dict[str
         assert config["scorer"]["engine"]["model"] == str(work / "prm-round0")
 
 
+@pytest.mark.scenario("self-improvement")
 def test_both_methods_spent_one_total_token_budget(tiny: dict[str, object]) -> None:
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
@@ -114,6 +152,7 @@ def test_both_methods_spent_one_total_token_budget(tiny: dict[str, object]) -> N
             assert t["prm_input_tokens"] > 0  # the one-pass PRM scored, in the budget
 
 
+@pytest.mark.scenario("self-improvement")
 def test_every_checkpoint_answered_the_held_out_problems(tiny: dict[str, object]) -> None:
     """Base, round 0, and one round-1 checkpoint per run that wrote sft rows (at this size a
     run may write none: 3 problems, a policy trained for 2 steps)."""

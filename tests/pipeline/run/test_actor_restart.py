@@ -6,6 +6,10 @@ the kill lands while trees are in flight (with the real model the timing would
 depend on the machine's load).  The run joins the session's cluster (`ray_cluster`): the
 killed actor's process is one of this test process's descendants either way, and Ray
 Data's restart of it is the same on a shared cluster as on one of its own.
+
+The kill must have had an effect for the test to pass: it lands while a tree's request
+log is growing (a tree in flight on that actor), a new search actor process takes the
+killed one's place, and the redone trees replay requests from their logs.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import pytest
 from pipeline.config import parse_run_config
 from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
+from pipeline.store.request_log import FOLDER
 from pipeline.store.run_folder import RunFolder
 from tests.deadlines import JOB_DEADLINE_S
 from tests.own_processes import own_pids
@@ -50,21 +55,30 @@ def test_killed_search_actor_is_restarted_and_every_problem_written_once(
             "ray_num_cpus": 2,
         }
     )
+    logs = tmp_path / "out" / "run=actor-kill" / FOLDER
     summaries: list[RunSummary] = []
     worker = threading.Thread(target=lambda: summaries.append(synthesize(config, progress=None)))
-    killed = None
+    killed: set[int] | None = None
+    seen_after_kill: set[int] = set()
     worker.start()
     deadline = time.monotonic() + JOB_DEADLINE_S
-    while killed is None and time.monotonic() < deadline and worker.is_alive():
+    while time.monotonic() < deadline and worker.is_alive():
         pids = own_pids("SearchActor")
-        if pids:
-            time.sleep(3)  # let a batch get under way
-            os.kill(pids[0], signal.SIGKILL)  # the actor's process dies mid-batch
-            killed = pids[0]
-        time.sleep(0.2)
+        if killed is None:
+            # a tree under way: its request log holds a few answered requests
+            growing = [p for p in logs.glob("*/*.jsonl") if p.stat().st_size > 1000]
+            if pids and growing:
+                for pid in pids:  # whichever holds the growing tree dies mid-batch
+                    os.kill(pid, signal.SIGKILL)
+                killed = set(pids)
+        else:
+            seen_after_kill.update(pid for pid in pids if pid not in killed)
+        time.sleep(0.1)
     worker.join(timeout=JOB_DEADLINE_S)
-    assert killed is not None, "no search actor was seen alive to kill"
+    assert killed is not None, "no search actor was seen with a tree in flight to kill"
     assert summaries, "synthesize did not finish after the actor was killed"
+    assert seen_after_kill, "no search actor process took the killed one's place"
+    assert summaries[0].replayed_requests > 0, "no redone tree replayed its logged requests"
     trees = RunFolder.open(tmp_path / "out", "actor-kill").read("trees")
     ids = trees.column("problem_id").to_pylist()
     assert len(ids) == 8 and set(Counter(ids).values()) == {1}  # every problem, once

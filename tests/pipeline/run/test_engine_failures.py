@@ -5,7 +5,8 @@
   `main`) runs in this process and joins the session's cluster (`ray_cluster`): nothing
   here needs a cluster of its own.
 * A policy replica killed mid-run (SIGKILL to its process) is restarted by Serve,
-  its in-flight requests are retried, and the run completes with every problem
+  its in-flight requests are retried (read back from the search actors' log lines, so a
+  kill that hit no request fails the test), and the run completes with every problem
   exactly once.  The run is `synthesize` in this process on the session's cluster: the
   replica is one of this process's descendants, and Serve restarts it the same way there
   as on a cluster of its own.
@@ -31,7 +32,7 @@ from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
 from pipeline.store.run_folder import RunFolder
 from tests.deadlines import JOB_DEADLINE_S
-from tests.own_processes import own_pids
+from tests.own_processes import own_pids, own_worker_log_lines
 from tests.tiny_run import tiny_run_config
 
 pytestmark = pytest.mark.e2e
@@ -76,6 +77,7 @@ def test_a_killed_policy_replica_is_restarted_and_the_run_completes(
         | {"policy": resilient}
     )
     run_dir = tmp_path / "out" / "run=death"
+    started = time.time()
     summaries: list[RunSummary] = []
     worker = threading.Thread(target=lambda: summaries.append(synthesize(config, progress=None)))
     worker.start()
@@ -90,6 +92,9 @@ def test_a_killed_policy_replica_is_restarted_and_the_run_completes(
         os.kill(pid, signal.SIGKILL)
     worker.join(timeout=JOB_DEADLINE_S)
     assert summaries, "the run did not end after its policy replica was killed"
+    # `actors.serve`'s retry line: a request in flight on the killed replica was retried
+    retried = own_worker_log_lines("policy request failed", since=started)
+    assert any("retry" in line for line in retried), "no policy request was retried"
     assert summaries[0].errors == 0
     trees = pq.read_table(run_dir / "trees").column("problem_id").to_pylist()
     assert Counter(trees) == Counter(r["id"] for r in rows)

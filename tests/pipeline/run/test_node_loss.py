@@ -10,6 +10,11 @@ removed the way a lost machine goes (its raylet and workers SIGKILLed, no draini
 * the GPU node with the policy replica: Serve starts a new replica on the other GPU
   node, and the default retry settings (`actors.config.ServiceConfig`) carry the
   requests that were in flight over the gap, so no node of any tree fails.
+
+Both on the four-node cluster are the node-loss scenario (`make test-scenarios`): two
+four-node clusters are minutes of a 2-core machine.  The landing gate keeps the same
+property small: the search node lost from a two-node cluster (the head holding the
+replicas), with fewer problems.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ from tests.deadlines import JOB_DEADLINE_S
 pytestmark = pytest.mark.e2e
 
 PROBLEMS = 10
+# The gate's two-node version: enough problems that trees are still in flight when the
+# first one commits, with two search actors of two trees each.
+SMALL_PROBLEMS = 6
 
 
 def _in_flight(run_dir: Path) -> bool:
@@ -55,7 +63,9 @@ def _run(config: Any, lose: Any) -> RunSummary:
     worker = threading.Thread(target=target)
     worker.start()
     run_dir = Path(config.output_root) / f"run={config.run_id}"
-    wait_for(lambda: _in_flight(run_dir) or not worker.is_alive(), 180, "trees in flight")
+    wait_for(
+        lambda: _in_flight(run_dir) or not worker.is_alive(), JOB_DEADLINE_S, "trees in flight"
+    )
     assert worker.is_alive(), f"the run ended before a node could be lost: {failures}"
     lose()
     worker.join(timeout=JOB_DEADLINE_S)
@@ -64,24 +74,26 @@ def _run(config: Any, lose: Any) -> RunSummary:
     return summaries[0]
 
 
-def _exactly_once(out: Path, run_id: str) -> list[dict[str, Any]]:
+def _exactly_once(out: Path, run_id: str, problems: int = PROBLEMS) -> list[dict[str, Any]]:
     trees = RunFolder.open(out, run_id).read("trees").to_pylist()
     counts = Counter(t["problem_id"] for t in trees)
-    assert len(counts) == PROBLEMS and set(counts.values()) == {1}, counts
+    assert len(counts) == problems and set(counts.values()) == {1}, counts
     return trees
 
 
-def test_lost_search_node_resumes_its_trees_on_a_replacement_node(
-    own_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _lose_the_search_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, problems: int, gpu_nodes: int
 ) -> None:
+    """Lose the CPU node that holds every search actor mid-run, a replacement joining:
+    the actors restart there and the killed trees resume from their request logs."""
     import ray
     from ray import serve
 
     out = tmp_path / "out"
-    source = {"kind": "arithmetic", "count": PROBLEMS, "seed": 0, "max_steps": 1}
+    source = {"kind": "arithmetic", "count": problems, "seed": 0, "max_steps": 1}
     config = parse_run_config(cluster_run_config(out, run_id="search-lost", source=source))
     lost: dict[str, Any] = {}
-    with rehearsal_cluster() as cluster:
+    with rehearsal_cluster(gpu_nodes=gpu_nodes) as cluster:
         monkeypatch.setenv("RAY_ADDRESS", cluster.cluster.address)
 
         def lose() -> None:
@@ -97,7 +109,7 @@ def test_lost_search_node_resumes_its_trees_on_a_replacement_node(
         finally:
             serve.shutdown()  # type: ignore[no-untyped-call]
             ray.shutdown()
-    _exactly_once(out, "search-lost")
+    _exactly_once(out, "search-lost", problems)
     assert summary.errors == 0
     # the actors that were on the lost node were restarted on its replacement
     assert {hosts[actor] for actor in lost["actors"]} == {lost["replacement"]}
@@ -105,6 +117,20 @@ def test_lost_search_node_resumes_its_trees_on_a_replacement_node(
     assert not (out / "run=search-lost" / FOLDER).exists()  # every log cleaned
 
 
+def test_lost_search_node_of_a_two_node_cluster_resumes_its_trees_on_a_replacement(
+    own_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _lose_the_search_node(tmp_path, monkeypatch, problems=SMALL_PROBLEMS, gpu_nodes=0)
+
+
+@pytest.mark.scenario("node-loss")
+def test_lost_search_node_resumes_its_trees_on_a_replacement_node(
+    own_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _lose_the_search_node(tmp_path, monkeypatch, problems=PROBLEMS, gpu_nodes=2)
+
+
+@pytest.mark.scenario("node-loss")
 def test_lost_policy_node_is_bridged_by_the_default_retries(
     own_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,11 +3,15 @@
 A source with valid problems, duplicate ids and bad rows is synthesized by a real
 `python -m jobs.synthesize` subprocess (its own local Ray cluster, Serve, the
 model-free sleep engine); each attempt is SIGKILLed (the whole process group)
-after a random number of committed batches plus a random delay; a last attempt
+after one or two more committed batches plus a random delay, while it still runs (a kill
+that found the job already ended, or before its first commit, would test nothing the
+rerun does not); a last attempt
 runs to the end (in this process, on the session's cluster).  Then every valid
 problem has exactly one tree, every bad row and every duplicate exactly one
 `errors` row under its own key, and no node row is written twice.  The seed is
-printed so a failure can be replayed.
+printed so a failure can be replayed.  This is the random-kills scenario
+(tests/scenarios.py); the landing gate keeps one kill after the first commit
+(test_resume_after_kill.py).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pipeline.store.run_folder import RunFolder
 from tests.deadlines import JOB_DEADLINE_S
 from tests.tiny_run import start_synthesize_job, tiny_run_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.scenario("random-kills")]
 
 SEED = int(os.environ.get("RESUME_PROPERTY_SEED", "14"))
 KILLS = 3
@@ -79,7 +83,7 @@ def test_random_kills_then_rerun_every_problem_exactly_once(
     path.write_text(yaml.safe_dump(config))
     run_dir = tmp_path / "out" / "run=prop"
     for attempt in range(KILLS):
-        target = _commits(run_dir) + rng.randint(0, 2)
+        target = _commits(run_dir) + rng.randint(1, 2)
         delay = rng.uniform(0.0, 2.0)
         job = _job(path)
         try:
@@ -90,6 +94,7 @@ def test_random_kills_then_rerun_every_problem_exactly_once(
                 )
                 time.sleep(0.1)
             time.sleep(delay)
+            assert job.poll() is None, f"seed {SEED}: attempt {attempt} ended before its kill"
         finally:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()

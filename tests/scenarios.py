@@ -1,0 +1,92 @@
+"""The long named scenarios: what each protects, and its small real version in the gate.
+
+CI has two gates.  The landing gate (`.ci/run`) runs every tier except the tests marked
+``@pytest.mark.scenario("name")``; `make test-scenarios` runs those in full.  A scenario
+leaves the landing gate only with a small real version of it that stays there and checks
+the same property (`gate`), so a change that breaks the property is still stopped at
+landing; the full scenario then tells whether it also holds at size.
+docs/testing.md lists them with the paths whose changes call for a scenario run.
+
+tests/test_scenarios.py checks that every marker names a scenario here, that every
+scenario here is marked on some test, and that every gate version exists and is not
+itself a scenario.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Scenario:
+    protects: str  # the property, in a user's words
+    gate: tuple[str, ...]  # the landing gate's small real versions (pytest node ids)
+    paths: tuple[str, ...]  # a change under one of these calls for a scenario run
+
+
+SCENARIOS = {
+    "node-loss": Scenario(
+        protects="a lost search node or policy node on a four-node cluster (head, two GPU "
+        "nodes, a CPU node): every problem exactly once, the search actors restarted on a "
+        "replacement node and their trees resumed from their request logs, the policy "
+        "replica moved to the other GPU node with no request lost",
+        gate=(
+            "tests/pipeline/run/test_node_loss.py::"
+            "test_lost_search_node_of_a_two_node_cluster_resumes_its_trees_on_a_replacement",
+        ),
+        paths=("pipeline/run/", "actors/replay.py", "actors/serve.py", "pipeline/store/"),
+    ),
+    "random-kills": Scenario(
+        protects="three SIGKILLs of the whole job at seeded moments mid-run over a source "
+        "with bad rows and duplicate ids, then a rerun: every valid problem one tree, every "
+        "bad row one error row, no node row twice",
+        gate=(
+            "tests/pipeline/store/test_resume_after_kill.py::"
+            "test_killed_job_resumes_without_duplicates[genprm]",
+        ),
+        paths=("pipeline/store/", "pipeline/run/", "pipeline/problems/"),
+    ),
+    "one-pass-kill-resume": Scenario(
+        protects="a job with the one-pass PRM (transformers_prm) killed after its first "
+        "commit and rerun: every problem once, the trees scored by the one-pass PRM",
+        gate=(
+            "tests/pipeline/store/test_resume_after_kill.py::"
+            "test_killed_job_resumes_without_duplicates[genprm]",
+            "tests/pipeline/run/test_one_pass_run.py::"
+            "test_local_prm_config_runs_with_one_pass_scores",
+        ),
+        paths=("actors/one_pass.py", "actors/engines/", "pipeline/store/"),
+    ),
+    "self-improvement": Scenario(
+        protects="the self-improvement loop in miniature on real parts: round 0's search, "
+        "SFT, a one-pass PRM trained on its trees, the SFT checkpoint exported to GGUF and "
+        "served by llama.cpp in round 1 (BG-MCTS and repeated sampling at one token "
+        "budget), round-1 SFT and held-out answers from every checkpoint",
+        gate=(
+            "tests/trl/test_self_improve.py::test_one_round_searches_then_trains_sft_on_its_rows",
+        ),
+        paths=("benchmarks/self_improve/", "pipeline/training/", "jobs/train_prm.py"),
+    ),
+    "vllm-one-pass-run": Scenario(
+        protects="the one-pass scorer on vLLM's pooling runner inside Ray Serve, a whole "
+        "job: clean rows, both engines reading vLLM's prefix cache",
+        gate=(
+            "tests/vllm/test_pooling_engines.py::"
+            "test_a_child_reads_its_parents_path_from_the_cache_and_computes_only_its_step",
+            "tests/vllm/test_pipeline_on_vllm.py::"
+            "test_a_killed_genprm_run_on_vllm_reruns_to_every_problem_exactly_once",
+        ),
+        paths=("actors/engines/", "configs/local-vllm-prm.yaml"),
+    ),
+}
+
+
+def check_scenario_marker(nodeid: str, args: tuple[object, ...]) -> None:
+    """A `scenario` marker names exactly one scenario of SCENARIOS (at collection)."""
+    import pytest
+
+    if len(args) != 1 or args[0] not in SCENARIOS:
+        raise pytest.UsageError(
+            f"{nodeid}: @pytest.mark.scenario takes one name of tests/scenarios.py "
+            f"({', '.join(SCENARIOS)}), not {args!r}"
+        )
