@@ -53,7 +53,7 @@ def _working_dir(tmp_path: Path) -> Path:
 
 
 def _wait_for_jobs_api(address: str) -> None:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + JOB_DEADLINE_S  # a wait ends once the API answers
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"{address}/api/version", timeout=5) as response:
@@ -62,7 +62,7 @@ def _wait_for_jobs_api(address: str) -> None:
         except OSError:
             pass
         time.sleep(1)
-    raise AssertionError("the Ray dashboard (Jobs API) did not come up within 120 s")
+    raise AssertionError(f"the Ray dashboard (Jobs API) did not come up within {JOB_DEADLINE_S} s")
 
 
 def _follow(dashboard: str, s3: S3Server) -> tuple[set[str], str]:

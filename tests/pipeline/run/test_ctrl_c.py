@@ -43,11 +43,13 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-def _interrupt_when(tmp_path: Path, ready: Callable[[Path], bool]) -> tuple[int, str, float]:
+def _interrupt_when(tmp_path: Path, ready: Callable[[Path], bool]) -> tuple[int, str, float, float]:
     """Start the job, send SIGINT to its driver once `ready(run folder)`, and return
-    its exit status, its stderr and the seconds it took to exit after the signal."""
+    its exit status, its stderr, the seconds it took to exit after the signal and the
+    seconds from its start to the signal."""
     run_dir = tmp_path / "out" / "run=ctrl-c"
     log = tmp_path / "stderr.log"
+    launched = time.monotonic()
     job = start_synthesize_job(_config(tmp_path), stderr=log.open("wb"))
     try:
         deadline = time.monotonic() + JOB_DEADLINE_S
@@ -60,10 +62,10 @@ def _interrupt_when(tmp_path: Path, ready: Callable[[Path], bool]) -> tuple[int,
         os.kill(job.pid, signal.SIGINT)
         sent = time.monotonic()
         try:
-            status = job.wait(timeout=120)
+            status = job.wait(timeout=JOB_DEADLINE_S)
         except subprocess.TimeoutExpired:
-            pytest.fail("SIGINT unheeded: the job still ran 120 s later")
-        return status, log.read_text(), time.monotonic() - sent
+            pytest.fail(f"SIGINT unheeded: the job still ran {JOB_DEADLINE_S} s later")
+        return status, log.read_text(), time.monotonic() - sent, sent - launched
     finally:
         with contextlib.suppress(ProcessLookupError):  # its Ray, whatever the job did
             os.killpg(job.pid, signal.SIGKILL)
@@ -71,7 +73,7 @@ def _interrupt_when(tmp_path: Path, ready: Callable[[Path], bool]) -> tuple[int,
 
 
 def test_ctrl_c_after_the_first_commit_exits_130_without_finishing(tmp_path: Path) -> None:
-    status, stderr, took = _interrupt_when(
+    status, stderr, took, started = _interrupt_when(
         tmp_path, lambda run: any((run / "_committed").glob("*"))
     )
     assert status in STOPPED, stderr[-3000:]
@@ -79,13 +81,15 @@ def test_ctrl_c_after_the_first_commit_exits_130_without_finishing(tmp_path: Pat
     run = tmp_path / "out" / "run=ctrl-c"
     assert not (run / "report.md").exists()  # the run did not go on to its end
     assert len(list((run / "_committed").glob("*"))) < 400
-    assert took < 60
+    # it stops, not finishes: in less time than its start took on this machine's load
+    # (seconds on an idle machine, minutes on CI's busiest), or a minute
+    assert took < max(60.0, started), (took, started)
 
 
 def test_ctrl_c_while_ray_and_the_engines_start_exits_130(tmp_path: Path) -> None:
     # run.json is written right before Ray starts: the signal lands in its start or in
     # the deployment of the engines, before any tree
-    status, stderr, _ = _interrupt_when(tmp_path, lambda run: (run / "run.json").exists())
+    status, stderr, _, _ = _interrupt_when(tmp_path, lambda run: (run / "run.json").exists())
     assert status in STOPPED, stderr[-3000:]
     assert stderr.rstrip().splitlines()[-1] == INTERRUPTED
     assert not list((tmp_path / "out" / "run=ctrl-c" / "trees").glob("*.parquet"))
