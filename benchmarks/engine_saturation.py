@@ -52,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +143,6 @@ class Result:
     our_cores: float = 0.0  # CPU s of the setting's processes per wall s (set by the parent)
     machine_busy: float = 0.0  # the whole machine's busy share, other users included
     timed_out_s: float = 0.0  # > 0: did not finish within this many seconds
-    notes: list[str] = field(default_factory=list)
 
     @property
     def problems_per_s(self) -> float:

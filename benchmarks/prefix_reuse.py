@@ -92,21 +92,8 @@ def checkout(work: Path, revision: str) -> Path:
     """`revision` checked out (detached) in ``work/before-src``, once."""
     folder = work / "before-src"
     if not (folder / ".git").exists():
-        subprocess.run(
-            [
-                "git",
-                "-C",
-                str(REPO),
-                "worktree",
-                "add",
-                "--detach",
-                "--force",
-                str(folder),
-                revision,
-            ],
-            check=True,
-            capture_output=True,
-        )
+        add = ["worktree", "add", "--detach", "--force", str(folder), revision]
+        subprocess.run(["git", "-C", str(REPO), *add], check=True, capture_output=True)
     return folder
 
 

@@ -293,7 +293,6 @@ class RealResult:
     curve: list[CurvePoint]  # one-pass step AUC on the held-out steps, by training rows
     auc: dict[str, StepAUC]  # scorer kind -> step AUC on the held-out GenPRM run's steps
     checkpoint: Path
-    train_seconds: float  # the full-data checkpoint's training time (its metadata)
 
 
 def measure_real(mode: RealMode, work: Path) -> RealResult:
@@ -328,7 +327,6 @@ def measure_real(mode: RealMode, work: Path) -> RealResult:
     labels, genprm_scores = step_labels_and_scores(rows)
     curve: list[CurvePoint] = []
     checkpoint = work / "checkpoints" / "prm-all"
-    seconds = 0.0
     for share in mode.curve:
         limit = None if share >= 1.0 else max(1, round(share * train_rows))
         out = checkpoint if limit is None else work / "checkpoints" / f"prm-{limit}"
@@ -344,8 +342,6 @@ def measure_real(mode: RealMode, work: Path) -> RealResult:
         _, one_pass_scores = step_labels_and_scores(rows, values)
         used = int(meta.get("rows", {}).get("used", limit or train_rows))
         curve.append(CurvePoint(used, step_auc(one_pass_scores, labels)))
-        if limit is None:
-            seconds = float(meta.get("seconds", 0.0))
     scorer = one_pass_scorer(checkpoint)
     for method in METHODS:
         heldout(method, ONE_PASS, scorer)
@@ -354,5 +350,4 @@ def measure_real(mode: RealMode, work: Path) -> RealResult:
         curve=curve,
         auc={GENPRM: step_auc(genprm_scores, labels), ONE_PASS: curve[-1].auc},
         checkpoint=checkpoint,
-        train_seconds=seconds,
     )
