@@ -14,6 +14,10 @@ lucky tree: in the three full runs of the table in docs/benchmarks.md (A, C, D),
 2/6 2/6 2/4), and 0/0 and 0/2 also wrong ones in the same tree every time, so each run
 has several SFT paths and DPO pairs to lose before this test fails.  Measured: passed
 twice, 587 s at load average 30-40 and 238 s at about 20 (other sessions running Ray).
+
+The same run answers the whole job's other questions (one run read by many assertions):
+every record type matches its schema, every node of every tree is in `tree_nodes`, no tree
+spends more than B, and a rerun of the same run id writes no row twice.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ import pytest
 import yaml
 
 from common.grading import answers_match
-from pipeline.config import parse_run_config
+from pipeline.config import RunConfig, parse_run_config
+from pipeline.records import SCHEMAS
 from pipeline.report.hygiene import hygiene_of_run
+from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
 from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import REPO
@@ -67,22 +73,30 @@ def test_llamacpp_sampling_with_a_seed_is_reproducible() -> None:
     assert (first_a, first_b) == (again_a, again_b)
 
 
-@pytest.mark.e2e
-def test_main_config_on_a_slice_writes_sft_rows_and_dpo_pairs(
-    ray_cluster: None, tmp_path: Path
-) -> None:
-
+@pytest.fixture(scope="module")
+def slice_run(
+    ray_cluster: None, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[RunConfig, RunSummary, Path]:
+    """configs/local.yaml on its first SLICE_PROBLEMS problems: its config, its summary
+    and its run folder."""
+    out = tmp_path_factory.mktemp("slice") / "out"
     data = yaml.safe_load((REPO / "configs" / "local.yaml").read_text())
     data["source"]["limit"] = SLICE_PROBLEMS
-    data["output_root"] = str(tmp_path / "out")
+    data["output_root"] = str(out)
     data["run_id"] = "slice"
     prompts = data["policy"].get("prompts", {})
     if "policy_instruction_file" in prompts:  # relative to the repository, as for `make synth`
         prompts["policy_instruction_file"] = str(REPO / prompts["policy_instruction_file"])
     config = parse_run_config(data)
-    summary = synthesize(config, progress=None)
+    return config, synthesize(config, progress=None), out / "run=slice"
+
+
+@pytest.mark.e2e
+def test_main_config_on_a_slice_writes_sft_rows_and_dpo_pairs(
+    slice_run: tuple[RunConfig, RunSummary, Path],
+) -> None:
+    config, summary, run_dir = slice_run
     assert summary.searched == SLICE_PROBLEMS and summary.errors == 0
-    run_dir = tmp_path / "out" / "run=slice"
     sft = pq.read_table(run_dir / "sft").to_pylist()
     dpo = pq.read_table(run_dir / "dpo").to_pylist()
     assert sft and dpo
@@ -106,9 +120,39 @@ def test_main_config_on_a_slice_writes_sft_rows_and_dpo_pairs(
     # ... and clean as a trainer wants it: nothing after the answer, one answer, nothing
     # truncated, one prompt (the bare problem), no rejected stating the reference, prm steps
     # that rebuild, kto labels that agree with grading
-    report = hygiene_of_run(RunFolder.open(tmp_path / "out", "slice"))
+    report = hygiene_of_run(RunFolder.open(run_dir.parent, "slice"))
     assert report.dirty_rows == 0, report.markdown()
     nodes = pq.read_table(run_dir / "tree_nodes").to_pylist()
     problems = {n["problem_id"]: n["text"] for n in nodes if n["parent_id"] is None}
     for row in sft + dpo:  # the bare problem, not the few-shot scaffold the search used
         assert row["prompt"] == [{"role": "user", "content": problems[row["problem_id"]]}]
+
+
+@pytest.mark.e2e
+def test_every_record_matches_its_schema_and_every_node_is_in_tree_nodes(
+    slice_run: tuple[RunConfig, RunSummary, Path],
+) -> None:
+    config, _, run_dir = slice_run
+    for kind, schema in SCHEMAS.items():
+        for part in sorted((run_dir / kind).glob("*.parquet")):
+            assert pq.read_schema(part).equals(schema, check_metadata=False), kind
+    trees = pq.read_table(run_dir / "trees").to_pylist()
+    assert len(trees) == SLICE_PROBLEMS
+    assert all(t["c_used"] <= config.budget for t in trees)
+    # every node of every real tree, the root included, is in tree_nodes
+    tree_nodes = pq.read_table(run_dir / "tree_nodes").to_pylist()
+    for tree in trees:
+        mine = [n for n in tree_nodes if n["problem_id"] == tree["problem_id"]]
+        assert len(mine) == tree["n_nodes"] + 1
+        assert sum(n["answered"] for n in mine) == tree["n_answered"]
+
+
+@pytest.mark.e2e
+def test_a_rerun_of_the_same_run_id_writes_no_row_twice(
+    slice_run: tuple[RunConfig, RunSummary, Path],
+) -> None:
+    config, _, run_dir = slice_run
+    before = RunFolder.open(run_dir.parent, "slice").counts()
+    again = synthesize(config, progress=None)
+    assert again.searched == 0 and again.skipped == SLICE_PROBLEMS
+    assert RunFolder.open(run_dir.parent, "slice").counts() == before

@@ -5,7 +5,7 @@ search actors, Serve deployments, sink) and publishes to the local Hub server
 (tests/hub_server.py).  Its engine is the model-free `sleep` engine: the test
 must see answered, correct nodes every night to check that each night publishes,
 and the embedded SmolLM2 rarely writes a boxed answer at a budget small enough
-for CI (the real model's pipeline path is covered by test_run_e2e and
+for CI (the real model's pipeline path is covered by test_main_command_yields_training_data and
 test_resume_after_kill).
 """
 
