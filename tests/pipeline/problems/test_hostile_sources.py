@@ -114,28 +114,42 @@ def test_parquet_rows_past_the_bounds_are_error_rows(tmp_path: Path) -> None:
     assert errors["p.parquet:row 2"].startswith("p.parquet:row 2: cannot convert the row")
 
 
+# A problem that cannot fit the policy's context (CONTEXT tokens), beside the hostile
+# lines: it fails in the search, not in the source, and a rerun tries it again.
+CONTEXT = 300
+HUGE = {"id": "huge", "question": "word " * 2000, "answer": "2"}
+
+
 @pytest.mark.e2e
 def test_a_run_over_hostile_lines_writes_one_error_row_each_and_searches_the_rest(
     ray_cluster: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The real job (its command, `jobs.synthesize`'s `main`, in this process on the
-    session's cluster): exit 1, one errors row per bad line (keyed by its line), every
-    good row searched and in trees."""
+    session's cluster), run twice: exit 1 each time, one errors row per bad line (keyed by
+    its line) written once, every good row searched once and in trees; the problem past
+    the policy's context an errors row of the search each time (a rerun retries it)."""
     from jobs.synthesize import main as synthesize_main
 
     problems, expected = _hostile_jsonl(tmp_path / "hostile.jsonl")
-    engine = {"kind": "sleep", "latency_s": 0.01, "output_tokens": 8}
+    with problems.open("a") as lines:
+        lines.write(json.dumps(HUGE) + "\n")
+    engine = {"kind": "sleep", "latency_s": 0.01, "output_tokens": 8, "context_length": CONTEXT}
     config = run_config(
         problems, tmp_path / "out", budget=32, engine=engine, run_id="hostile", ray_num_cpus=2
     )
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    code = synthesize_main(["--config", str(path)])
-    assert code == 1, capsys.readouterr().err[-3000:]
+    for _ in range(2):  # the rerun tries the failed search again, and only it
+        code = synthesize_main(["--config", str(path)])
+        assert code == 1, capsys.readouterr().err[-3000:]
     folder = RunFolder.open(tmp_path / "out", "hostile")
     trees = folder.read("trees").column("problem_id").to_pylist()
     assert sorted(trees) == ["good0", "good1", "good2"]
     errors = folder.read("errors").to_pylist()
-    assert sorted(e["problem_id"] for e in errors) == sorted(expected)
-    for e in errors:
-        assert e["stage"] == "source" and expected[e["problem_id"]] in e["message"]
+    source = [e for e in errors if e["stage"] == "source"]
+    assert sorted(e["problem_id"] for e in source) == sorted(expected)
+    for e in source:
+        assert expected[e["problem_id"]] in e["message"]
+    searched = [e for e in errors if e["stage"] != "source"]
+    assert [e["problem_id"] for e in searched] == ["huge", "huge"]
+    assert f"the policy's context is {CONTEXT}" in searched[0]["message"]

@@ -1,15 +1,14 @@
 """Engine failures end to end, on a real local Ray cluster with the sleep engine.
 
-* A problem that cannot fit the policy's context is an `errors` row (not a tree),
-  the job exits 1, and a rerun searches it again.  The job's command (`jobs.synthesize`'s
-  `main`) runs in this process and joins the session's cluster (`ray_cluster`): nothing
-  here needs a cluster of its own.
-* A policy replica killed mid-run (SIGKILL to its process) is restarted by Serve,
-  its in-flight requests are retried (read back from the search actors' log lines, so a
-  kill that hit no request fails the test), and the run completes with every problem
-  exactly once.  The run is `synthesize` in this process on the session's cluster: the
-  replica is one of this process's descendants, and Serve restarts it the same way there
-  as on a cluster of its own.
+A problem that cannot fit the policy's context is checked in the run over hostile source
+lines (tests/pipeline/problems/test_hostile_sources.py), which shares its run.
+
+A policy replica killed mid-run (SIGKILL to its process) is restarted by Serve, its
+in-flight requests are retried (read back from the search actors' log lines, so a kill
+that hit no request fails the test), and the run completes with every problem exactly
+once.  The run is `synthesize` in this process on the session's cluster: the replica is
+one of this process's descendants, and Serve restarts it the same way there as on a
+cluster of its own.
 """
 
 from __future__ import annotations
@@ -20,13 +19,10 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
-import yaml
 
-from jobs.synthesize import main as synthesize_main
 from pipeline.config import parse_run_config
 from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
@@ -36,32 +32,6 @@ from tests.own_processes import own_pids, own_worker_log_lines
 from tests.tiny_run import tiny_run_config
 
 pytestmark = pytest.mark.e2e
-
-
-def _config(tmp_path: Path, rows: list[dict[str, str]], **extra: Any) -> Path:
-    config = tiny_run_config(tmp_path, rows, budget=48, ray_num_cpus=2, **extra)
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def test_a_problem_that_cannot_fit_the_context_is_an_error_and_retried(
-    ray_cluster: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    engine = {"kind": "sleep", "latency_s": 0.05, "output_tokens": 8, "context_length": 300}
-    rows = [
-        {"id": "short", "question": "What is 1 + 1?", "answer": "2"},
-        {"id": "huge", "question": "word " * 2000, "answer": "2"},
-    ]
-    path = _config(tmp_path, rows, engine=engine, run_id="ctx")
-    for _ in range(2):  # the rerun tries the failed problem again
-        code = synthesize_main(["--config", str(path)])
-        assert code == 1, capsys.readouterr().err[-2000:]
-    folder = RunFolder.open(tmp_path / "out", "ctx")
-    assert folder.read("trees").column("problem_id").to_pylist() == ["short"]
-    errors = folder.read("errors").to_pylist()
-    assert [e["problem_id"] for e in errors] == ["huge", "huge"]
-    assert "the policy's context is 300" in errors[0]["message"]
 
 
 def test_a_killed_policy_replica_is_restarted_and_the_run_completes(
