@@ -1,5 +1,9 @@
 """Token budget B, the budget sufficiency ratio rho (Eq. 2) and the token weights.
 
+`Budget` is the one place the search's cost C_used and its token counters change: the
+driver hands it what each request and each score used (`charge`), and it holds back what
+pending expansions and their scores may still spend (`reserve`, `score_reserve`).
+
 The paper charges only policy output tokens.  `TokenWeights` adds one weight per
 token kind so that the paper's stated future work (budgets over input tokens
 and reward-model computation) is a config change; the default weights
@@ -54,6 +58,17 @@ class TokenWeights(StrictConfig):
     def charges_scoring(self) -> bool:
         return self.prm_input > 0 or self.prm_output > 0
 
+    def cost_of(self, counts: TokenCounts) -> float:
+        """Weighted sum of a search's token counts; the search adds the text it inserted
+        (continuation prompts) to the policy's output, since it charges it as output."""
+        return (
+            counts.policy_output * self.policy_output
+            + counts.policy_input * self.policy_input
+            + counts.inserted_prompt * self.policy_output
+            + counts.prm_input * self.prm_input
+            + counts.prm_output * self.prm_output
+        )
+
     def weigh(self, counts: Mapping[str, float]) -> float:
         """Weighted sum of token counts keyed `<kind>_tokens` (as the `trees` rows have them)."""
         return (
@@ -66,7 +81,7 @@ class TokenWeights(StrictConfig):
 
 @dataclass(slots=True)
 class Budget:
-    """Fixed per-problem budget B and the running cost C_used.
+    """Fixed per-problem budget B, the running cost C_used and the token counters.
 
     Invariant: `used <= total` at all times; every request is sized by
     `max_tokens_per_choice` before it is sent.
@@ -79,10 +94,16 @@ class Budget:
     # What pending expansions may still spend (`reserve`); always 0 with one in flight.
     reserved: float = 0.0
     open_reservations: int = 0
+    # The most PRM prompt and generated tokens one score may use (`CostWeights.prm_reserve_*`).
+    max_score_tokens: tuple[int, int] = (0, 0)
+    _per_score: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.total) or self.total <= 0:
             raise ValueError(f"budget must be a positive number of tokens, got {self.total!r}")
+        # Held only while PRM tokens are charged: with the paper's weights scoring is free.
+        if self.cost.charges_scoring:
+            self._per_score = self.score_cost(*self.max_score_tokens)
 
     @property
     def remaining(self) -> float:
@@ -105,13 +126,12 @@ class Budget:
         cap: int,
         inserted_tokens: int = 0,
         input_tokens: int = 0,
-        score_reserve: float = 0.0,
     ) -> int:
         """Largest per-choice `max_tokens` such that n choices can never overspend.
 
         `inserted_tokens` is the fixed text the search adds (charged as output),
-        `input_tokens` the request's prompt (charged once per request) and
-        `score_reserve` what scoring the n children may cost at most.  Returns 0
+        `input_tokens` the request's prompt (charged once per request); what scoring
+        the n children may cost at most (`score_reserve`) is held back too.  Returns 0
         when not even one token per choice fits.
         """
         if n < 1 or cap < 1:
@@ -119,7 +139,7 @@ class Budget:
         fixed = (
             inserted_tokens * self.cost.policy_output
             + input_tokens * self.cost.policy_input
-            + score_reserve
+            + self._per_score * n
         )
         spendable = self.remaining - fixed
         if spendable <= 0:
@@ -156,27 +176,37 @@ class Budget:
             if self.open_reservations == 0:
                 self.reserved = 0.0  # no float residue once nothing is pending
 
-    def charge_generation(
-        self, *, output_tokens: int, input_tokens: int, inserted_tokens: int
-    ) -> None:
-        self._charge(
-            output_tokens * self.cost.policy_output
-            + input_tokens * self.cost.policy_input
-            + inserted_tokens * self.cost.policy_output,
-            "policy request",
-        )
-        self.tokens.policy_output += output_tokens
-        self.tokens.policy_input += input_tokens
-        self.tokens.inserted_prompt += inserted_tokens
+    def charge(self, counts: TokenCounts, what: str) -> None:
+        """C_used <- C_used + Delta C (Algorithm 1), Delta C being the weighted `counts` of
+        one policy request or one score (`TokenCounts.of_request`, `of_score`), which are
+        added to the search's counters.  Raises `BudgetViolation`, counting nothing, when
+        Delta C is more than is left."""
+        self._charge(self.cost.cost_of(counts), what)
+        self.tokens.add(counts)
 
     def score_cost(self, input_tokens: int, output_tokens: int) -> float:
         return input_tokens * self.cost.prm_input + output_tokens * self.cost.prm_output
 
-    def charge_score(self, *, input_tokens: int, output_tokens: int) -> None:
-        cost = self.cost  # self.score_cost(input_tokens, output_tokens), inlined
-        self._charge(input_tokens * cost.prm_input + output_tokens * cost.prm_output, "scoring")
-        self.tokens.prm_input += input_tokens
-        self.tokens.prm_output += output_tokens
+    def score_reserve(self, scores: int = 1) -> float:
+        """What `scores` scores may cost at most (each `max_score_tokens` weighted), held
+        from B before the expansion whose children they score is sent; 0 under the
+        paper's budget, where C_used counts policy output tokens only (Sec. 3.1)."""
+        return self._per_score * scores
+
+    def count_policy_request(self) -> int:
+        """Count one policy request as it is sent; returns how many were sent before it
+        (the request's number in the search, which seeds it)."""
+        sent = self.tokens.policy_requests
+        self.tokens.policy_requests = sent + 1
+        return sent
+
+    def count_score_request(self) -> None:
+        self.tokens.scorer_requests += 1
+
+    def count_failures(self, *, generation: bool, score: bool) -> None:
+        """Count a child whose generation or score failed (it is kept, marked)."""
+        self.tokens.failed_generations += generation
+        self.tokens.failed_scores += score
 
 
 class Reservation:

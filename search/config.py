@@ -67,12 +67,6 @@ class CostWeights(TokenWeights):
         "prm_reserve_input_tokens",
     )
 
-    def score_reserve(self) -> float:
-        return (
-            self.prm_reserve_input_tokens * self.prm_input
-            + self.prm_reserve_output_tokens * self.prm_output
-        )
-
 
 class _Common(StrictConfig):
     # The algorithm class this config builds, "module:Class" (`make_algorithm` imports the

@@ -110,7 +110,7 @@ class _Plan:
     parent: Node
     inserted_text: str
     inserted_tokens: int
-    input_tokens: int  # the prompt as charged: 0 while prompts are free (`_prompt_tokens`)
+    input_tokens: int  # the prompt as charged: 0 while prompts are free (`_charged_prompt`)
     stop: tuple[str, ...]
     cap: int
     n: int
@@ -151,13 +151,16 @@ class _Search:
         self.scorer = scorer
         self.seed = seed
         self.tree = Tree(problem, config.response_prefix)
-        self.budget = Budget(total=budget, cost=config.cost)
+        cost = config.cost
+        self.budget = Budget(
+            total=budget,
+            cost=cost,
+            max_score_tokens=(cost.prm_reserve_input_tokens, cost.prm_reserve_output_tokens),
+        )
         self.algorithm = algorithm or make_algorithm(config, seed=seed)
         self.tally = AnswerTally(config.answer_rule)
         self.trace: list[TracePoint] = []
         self._token_cache: dict[str, int] = {}
-        # What one score may cost at most, reserved before each expansion (fixed per search).
-        self._reserve = config.cost.score_reserve() if self.budget.cost.charges_scoring else 0.0
         self._policy_calls = _Calls()
         self._scorer_calls = _Calls()
 
@@ -206,7 +209,6 @@ class _Search:
 
     def _size(self, plans: list[_Plan]) -> list[_Plan]:
         """Give every choice the same token share of what is left; drop choices that cannot fit."""
-        reserve = self._reserve
         plans = [p for p in plans if p.n > 0]
         while plans:
             choices = sum(p.n for p in plans)
@@ -215,7 +217,6 @@ class _Search:
                 cap=max(p.cap for p in plans),
                 inserted_tokens=sum(p.inserted_tokens * p.n for p in plans),
                 input_tokens=sum(p.input_tokens for p in plans),
-                score_reserve=reserve * choices,
             )
             if share >= 1:
                 for p in plans:
@@ -237,9 +238,8 @@ class _Search:
             max_tokens=plan.max_tokens,
             stop=plan.stop,
             temperature=config.temperature if temperature is None else temperature,
-            seed=derive_seed(self.seed, "request", self.budget.tokens.policy_requests),
+            seed=derive_seed(self.seed, "request", self.budget.count_policy_request()),
         )
-        self.budget.tokens.policy_requests += 1
         try:
             generations = list(await self.policy.generate(request))
         except asyncio.CancelledError:
@@ -269,7 +269,7 @@ class _Search:
         full: bool,
         answer_end: int | None = None,
     ) -> Score:
-        reserve = self._reserve
+        reserve = self.budget.score_reserve()
         request = ScoreRequest(
             problem=self.tree.problem,
             path=(*self.tree.path_segments(parent), segment),
@@ -281,7 +281,7 @@ class _Search:
             parent_answered=parent.answered,
             answer_end=answer_end,
         )
-        self.budget.tokens.scorer_requests += 1
+        self.budget.count_score_request()
         try:
             score = await self.scorer.score(request)
         except asyncio.CancelledError:
@@ -297,21 +297,21 @@ class _Search:
             )
         return score
 
-    def _prompt_tokens(self, plan: _Plan, generations: list[Generation]) -> int:
-        """The request's prompt tokens, counted once per request (its n choices share one
-        prompt), charged or not.
+    def _charged_prompt(self, plan: _Plan, generations: list[Generation]) -> int | None:
+        """The request's prompt tokens as the budget charges them (counted once per
+        request: its n choices share one prompt), or None for the engine's own count.
 
         Charged (`cost.policy_input` > 0): the count the request was sized by before it
         was sent (`_plan`), so C_used is always the weighted sum of the counters.  Not
-        charged (the paper's budget): what the engine reported with its answer, which
-        costs nothing to read; the weight 0 keeps it out of C_used.  An engine that
+        charged (the paper's budget): None, what the engine reported with its answer,
+        which costs nothing to read; the weight 0 keeps it out of C_used.  An engine that
         reports none (an OpenAI-compatible server without `usage`) leaves it 0: a
         tokenizer call per request for a figure that nothing charges would slow every
         search.
         """
         if self.budget.cost.policy_input > 0:
             return plan.input_tokens if generations else 0
-        return max([0, *(g.input_tokens for g in generations)])
+        return None
 
     def _max_generation_cost(self, plan: _Plan) -> float:
         """The most a plan's request can be charged (what `_size` sized it against)."""
@@ -370,13 +370,12 @@ class _Search:
             if pending is not None:  # release what this request held, then charge it
                 pending.reservation.release(self._max_generation_cost(plan))
                 pending.spent -= budget.used
-            budget.charge_generation(
-                output_tokens=sum(g.output_tokens for g in generations),
-                input_tokens=self._prompt_tokens(plan, generations),
+            counts = TokenCounts.of_request(
+                generations,
+                input_tokens=self._charged_prompt(plan, generations),
                 inserted_tokens=plan.inserted_tokens * len(generations),
             )
-            budget.tokens.policy_prompt_sent += sum(g.input_tokens for g in generations)
-            budget.tokens.policy_prompt_cached += sum(g.cached_input_tokens for g in generations)
+            budget.charge(counts, "policy request")
             if pending is not None:
                 pending.spent += budget.used
 
@@ -405,8 +404,7 @@ class _Search:
             pending.drop_virtual(self.tree)  # the real children replace the virtual visits
             pending.spent -= budget.used
         for score in scores:
-            budget.charge_score(input_tokens=score.input_tokens, output_tokens=score.output_tokens)
-            budget.tokens.prm_prompt_cached += score.cached_input_tokens
+            budget.charge(TokenCounts.of_score(score), "scoring")
         if pending is not None:
             pending.spent += budget.used
 
@@ -422,15 +420,16 @@ class _Search:
         """Add the scored children to the tree (backprop) and the answer tally; a child
         whose generation or score failed is kept, marked with its error and unanswered.
         Returns the added nodes, all together and per plan."""
-        tree, counts = self.tree, self.budget.tokens
+        tree, budget = self.tree, self.budget
         added: list[Node] = []
         children: list[list[Node]] = [[] for _ in plans]
         for draft, score in zip(drafts, scores, strict=True):
             plan, g = plans[draft.index], draft.generation
             error = g.error or score.error
             if g.finish is FinishReason.ERROR or error:
-                counts.failed_generations += g.finish is FinishReason.ERROR
-                counts.failed_scores += score.error is not None
+                budget.count_failures(
+                    generation=g.finish is FinishReason.ERROR, score=score.error is not None
+                )
             node = tree.add_child(
                 plan.parent,
                 text=g.text,
@@ -577,7 +576,7 @@ class _Search:
 
     def _hold(self, plans: list[_Plan]) -> _Pending:
         """Reserve the plans' largest cost and put a virtual loss on their paths."""
-        most = sum(self._max_generation_cost(p) + self._reserve * p.n for p in plans)
+        most = sum(self._max_generation_cost(p) + self.budget.score_reserve(p.n) for p in plans)
         pending = _Pending(self.budget.reserve(most), [(p.parent, p.n) for p in plans])
         for node, visits in pending.nodes:
             self.tree.add_virtual_visits(node, visits)

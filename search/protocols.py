@@ -147,3 +147,56 @@ class TokenCounts:
     policy_prompt_sent: int = 0
     policy_prompt_cached: int = 0
     prm_prompt_cached: int = 0
+
+    @classmethod
+    def of_request(
+        cls,
+        generations: Sequence[Generation],
+        *,
+        input_tokens: int | None = None,
+        inserted_tokens: int = 0,
+    ) -> TokenCounts:
+        """What one policy request adds to the counters: its choices' output, its prompt
+        counted once (its n choices share one prompt), the fixed text the search inserted
+        and what the engine read.  The search's budget and the live progress counters
+        both count with it.
+
+        `input_tokens`: the prompt as the budget charged it; None takes the engine's count.
+        """
+        sent = cached = output = most = 0
+        for g in generations:
+            output += g.output_tokens
+            sent += g.input_tokens
+            cached += g.cached_input_tokens
+            most = max(most, g.input_tokens)
+        return cls(
+            policy_output=output,
+            policy_input=most if input_tokens is None else input_tokens,
+            inserted_prompt=inserted_tokens,
+            policy_prompt_sent=sent,
+            policy_prompt_cached=cached,
+        )
+
+    @classmethod
+    def of_score(cls, score: Score) -> TokenCounts:
+        """What one score adds to the counters (as `of_request` for a policy request)."""
+        return cls(
+            prm_input=score.input_tokens,
+            prm_output=score.output_tokens,
+            prm_prompt_cached=score.cached_input_tokens,
+        )
+
+    def add(self, other: TokenCounts) -> None:
+        """Add `other`'s counts to these, kind by kind."""
+        self.policy_output += other.policy_output
+        self.policy_input += other.policy_input
+        self.inserted_prompt += other.inserted_prompt
+        self.prm_input += other.prm_input
+        self.prm_output += other.prm_output
+        self.policy_requests += other.policy_requests
+        self.scorer_requests += other.scorer_requests
+        self.failed_generations += other.failed_generations
+        self.failed_scores += other.failed_scores
+        self.policy_prompt_sent += other.policy_prompt_sent
+        self.policy_prompt_cached += other.policy_prompt_cached
+        self.prm_prompt_cached += other.prm_prompt_cached

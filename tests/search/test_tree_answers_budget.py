@@ -8,7 +8,7 @@ import pytest
 
 from search.answers import extract_boxed, is_answered
 from search.budget import Budget, BudgetViolation, TokenWeights
-from search.protocols import FinishReason
+from search.protocols import FinishReason, TokenCounts
 from search.tree import Tree
 from tests.search.conftest import small_tree
 
@@ -114,12 +114,24 @@ def test_max_tokens_never_lets_n_choices_overspend() -> None:
 
 def test_cost_model_weights_input_and_prm_tokens() -> None:
     budget = Budget(total=1000, cost=TokenWeights(policy_output=1, policy_input=0.5, prm_output=2))
-    budget.charge_generation(output_tokens=100, input_tokens=200, inserted_tokens=10)
-    budget.charge_score(input_tokens=50, output_tokens=20)
+    budget.charge(TokenCounts(policy_output=100, policy_input=200, inserted_prompt=10), "policy")
+    budget.charge(TokenCounts(prm_input=50, prm_output=20), "scoring")
     assert budget.used == pytest.approx(100 + 100 + 10 + 40)
     assert (budget.tokens.policy_output, budget.tokens.prm_output) == (100, 20)
     with pytest.raises(BudgetViolation, match="only 750"):
-        budget.charge_generation(output_tokens=751, input_tokens=0, inserted_tokens=0)
+        budget.charge(TokenCounts(policy_output=751), "policy")
+    assert budget.tokens.policy_output == 100  # a charge refused counts nothing
+
+
+def test_the_score_reserve_is_held_only_while_scoring_is_charged() -> None:
+    free = Budget(total=1000, max_score_tokens=(400, 10))
+    assert free.score_reserve(3) == 0.0
+    charged = Budget(
+        total=1000, cost=TokenWeights(prm_input=0.5, prm_output=2), max_score_tokens=(400, 10)
+    )
+    assert charged.score_reserve() == 220.0 and charged.score_reserve(3) == 660.0
+    # every choice's score is held back before the request is sized: 1000 - 4 x 220 = 120
+    assert charged.max_tokens_per_choice(n=4, cap=512) == 30
 
 
 def test_bad_budget_and_weights_are_clear_errors() -> None:
