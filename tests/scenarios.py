@@ -78,6 +78,18 @@ SCENARIOS = {
         ),
         paths=("actors/engines/", "configs/local-vllm-prm.yaml"),
     ),
+    "nightly-spend-cap": Scenario(
+        protects="`nightly.budget_per_night` on real runs: a night admits only the "
+        "problems whose whole budget B fits the cap, every search runs to its end, and the "
+        "next night starts after what was admitted",
+        gate=(
+            "tests/pipeline/run/test_nightly.py::"
+            "test_nightly_job_takes_the_next_slice_publishes_and_resumes",
+            "tests/pipeline/run/test_nightly_spend_cap.py::"
+            "test_early_stopped_searches_leave_room_for_more_problems",
+        ),
+        paths=("pipeline/run/nightly.py", "jobs/nightly.py"),
+    ),
 }
 
 

@@ -34,7 +34,12 @@ REPO = "bgmcts/nightly"
 
 
 def _config(root: Path, problems: Path, per_night: int = 2) -> dict[str, object]:
-    engine = {"kind": "sleep", "latency_s": 0.01, "output_tokens": 8}
+    engine = {
+        "kind": "load_model",
+        "output_tokens": 8,
+        "decode_base_ms": 1.25,
+        "decode_per_seq_ms": 0,
+    }
     return {
         "output_root": str(root),
         "budget": 200,
@@ -101,6 +106,10 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
     problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     config = _config(tmp_path / "out", problems)
     config["publish"] = {"repo": REPO, "endpoint": hub.endpoint}
+    # a spend cap that never binds: the ledger records each night's spend from its trees
+    # (where the cap binds is the nightly-spend-cap scenario and the fast tests of
+    # test_nightly_spend_cap.py)
+    config["nightly"] = {"problems_per_night": 2, "run_id_prefix": "n-", "budget_per_night": 10_000}
     path = tmp_path / "nightly.yaml"
     path.write_text(yaml.safe_dump(config))
 
@@ -129,6 +138,9 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
         ("2026-11-21", "done", 2),
         ("2026-11-22", "done", 4),
     ]
+    for n in ledger[:2]:  # the spend each night recorded is what its trees spent
+        c_used = pq.read_table(tmp_path / "out" / f"run=n-{n['date']}" / "trees").column("c_used")
+        assert n["spent"] == sum(c_used.to_pylist()) <= 10_000
     published = {p for p in hub.files(REPO) if p.startswith("data/sft/")}
     assert any("run=n-2026-11-20" in p for p in published)
     assert any("run=n-2026-11-21" in p for p in published)

@@ -3,7 +3,10 @@
 The end-to-end test runs `jobs.nightly` on a real local Ray cluster with the model-free
 `sleep` engine (every search spends its whole budget B, so the arithmetic is exact); the
 top-up rule (early-stopped searches leave budget for more problems) is checked on the
-ledger logic with a stand-in for the synthesizer that writes real `trees` Parquet.
+ledger logic with a stand-in for the synthesizer that writes real `trees` Parquet.  The
+end-to-end test is the nightly-spend-cap scenario (tests/scenarios.py); the landing gate's
+nightly run (test_nightly.py) carries a cap that never binds and checks the spend the
+ledger records against its trees.
 """
 
 from __future__ import annotations
@@ -36,7 +39,12 @@ def _config(root: Path, problems: Path, spend_cap: float, per_night: int = 3) ->
         problems,
         root,
         budget=200,
-        engine={"kind": "sleep", "latency_s": 0.01, "output_tokens": 8},
+        engine={
+            "kind": "load_model",
+            "output_tokens": 8,
+            "decode_base_ms": 1.25,
+            "decode_per_seq_ms": 0,
+        },
         nightly={
             "problems_per_night": per_night,
             "run_id_prefix": "n-",
@@ -130,6 +138,7 @@ def _tree(problem_id: str, night: RunConfig, c_used: float) -> dict[str, Any]:
 
 
 @pytest.mark.e2e
+@pytest.mark.scenario("nightly-spend-cap")
 def test_spend_cap_stops_the_night_at_the_right_problem_and_the_next_night_resumes(
     ray_cluster: None,
     tmp_path: Path,
