@@ -41,21 +41,28 @@ SCENARIOS = {
         "with bad rows and duplicate ids, then a rerun: every valid problem one tree, every "
         "bad row one error row, no node row twice",
         gate=(
-            "tests/pipeline/store/test_resume_after_kill.py::"
-            "test_killed_job_resumes_without_duplicates[genprm]",
+            "tests/pipeline/store/test_request_replay.py::"
+            "test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node",
+            "tests/pipeline/problems/test_hostile_sources.py::"
+            "test_a_run_over_hostile_lines_writes_one_error_row_each_and_searches_the_rest",
         ),
         paths=("pipeline/store/", "pipeline/run/", "pipeline/problems/"),
     ),
-    "one-pass-kill-resume": Scenario(
-        protects="a job with the one-pass PRM (transformers_prm) killed after its first "
-        "commit and rerun: every problem once, the trees scored by the one-pass PRM",
+    "kill-resume-real-model": Scenario(
+        protects="a job on SmolLM2 (llama.cpp), with GenPRM and with the one-pass PRM "
+        "(transformers_prm), SIGKILLed after its first commit and rerun: every problem "
+        "once, no node row twice, the one-pass trees scored by the one-pass PRM",
         gate=(
-            "tests/pipeline/store/test_resume_after_kill.py::"
-            "test_killed_job_resumes_without_duplicates[genprm]",
+            "tests/pipeline/store/test_request_replay.py::"
+            "test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node",
+            "tests/pipeline/store/test_object_storage.py::"
+            "test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_published",
+            "tests/vllm/test_pipeline_on_vllm.py::"
+            "test_a_killed_genprm_run_on_vllm_reruns_to_every_problem_exactly_once",
             "tests/pipeline/run/test_one_pass_run.py::"
             "test_local_prm_config_runs_with_one_pass_scores",
         ),
-        paths=("actors/one_pass.py", "actors/engines/", "pipeline/store/"),
+        paths=("pipeline/store/", "pipeline/run/", "actors/one_pass.py", "actors/engines/"),
     ),
     "self-improvement": Scenario(
         protects="the self-improvement loop in miniature on real parts: round 0's search, "

@@ -210,6 +210,9 @@ def test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node
     ref = RunFolder.open(out, "reference")
     trees = rerun.read("trees").column("problem_id").to_pylist()
     assert sorted(trees) == ids  # every problem exactly once
+    nodes = rerun.read("nodes")
+    keys = list(zip(*(nodes.column(c).to_pylist() for c in ("problem_id", "node_id")), strict=True))
+    assert len(keys) == len(set(keys))  # no node row twice
     assert summary.errors == 0 and reference.errors == 0
     # the rebuilt trees are the trees built from scratch, node for node
     for kind in ("trees", "tree_nodes", "nodes"):

@@ -6,9 +6,10 @@ cluster with the real SmolLM2 model; the test SIGKILLs the whole process group
 runs the same command again in this process.
 It runs twice: with GenPRM on SmolLM2 as the scorer, and with a one-pass PRM (the
 `transformers_prm` engine on the session's tiny random checkpoint,
-`tests/prm_checkpoint.py`), whose trees read PRM input and write no PRM output; that one
-is the one-pass-kill-resume scenario (tests/scenarios.py), the GenPRM one stays in the
-landing gate beside the one-pass run of test_one_pass_run.py.
+`tests/prm_checkpoint.py`), whose trees read PRM input and write no PRM output.  Both are
+the kill-resume-real-model scenario (tests/scenarios.py): the landing gate kills and reruns
+a job on the load model (test_request_replay.py, tree for tree), on a bucket
+(test_object_storage.py) and on vLLM with real weights (tests/vllm).
 """
 
 from __future__ import annotations
@@ -59,9 +60,8 @@ def _job(config: Path, log: Path) -> subprocess.Popen[bytes]:
     return start_synthesize_job(config, stderr=log.open("wb"))
 
 
-@pytest.mark.parametrize(
-    "kind", ["genprm", pytest.param("one_pass", marks=pytest.mark.scenario("one-pass-kill-resume"))]
-)
+@pytest.mark.scenario("kill-resume-real-model")
+@pytest.mark.parametrize("kind", ["genprm", "one_pass"])
 def test_killed_job_resumes_without_duplicates(
     tmp_path: Path, kind: str, request: pytest.FixtureRequest, ray_cluster: None
 ) -> None:
