@@ -9,8 +9,8 @@ CONFIG ?= configs/local.yaml
 OUTPUT_ROOT ?=
 # libgomp's threads (llama.cpp's, torch's) spin 300 times, not 300,000, before they sleep
 # while waiting: the jobs and test tiers run several engines on few cores, where a spinning
-# thread holds a core another engine needs (benchmarks/llamacpp_threads.py: two llama.cpp
-# engines at once 3.2x faster, one alone as fast).  A value set in the environment is kept.
+# thread holds a core another engine needs (docs/benchmarks.md, "llama.cpp's threads on shared
+# cores": two llama.cpp engines at once 3.2x faster, one alone as fast).  A value set in the environment is kept.
 export GOMP_SPINCOUNT ?= 300
 
 .PHONY: synth synth-vllm prm test test-integration test-e2e test-heavy test-all test-scenarios coverage test-vllm-cpu test-trl lint typecheck unit docs bench clean

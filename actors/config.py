@@ -527,8 +527,8 @@ class ServiceConfig(StrictConfig):
     max_ongoing_requests: int = Field(
         256, ge=1, description="requests one replica takes at once (Serve); more queue"
     )
-    # The defaults below were measured against a lost node (benchmarks/replica_replacement.py,
-    # docs/benchmarks.md 2026-11-26): when the node of a deployment's only replica is lost, a
+    # The defaults below were measured against a lost node (docs/benchmarks.md, "Node loss and
+    # request replay", 2026-11-26): when the node of a deployment's only replica is lost, a
     # request in flight fails once, 1.8-2.6 s later; its retry then waits in Serve's queue
     # until the new replica on another node is up (9.0-10.6 s after the loss), and that wait
     # counts against request_timeout_s, not against the retries.

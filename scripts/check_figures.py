@@ -42,7 +42,6 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "actors/replay.py",
         "pipeline/run/synthesis.py",
     ),
-    "benchmarks.replica_replacement": ("benchmarks/replica_replacement.py", "actors/serve.py"),
     "benchmarks.engine_saturation": (
         "benchmarks/engine_saturation.py",
         "benchmarks/h100_goodput.py",
@@ -103,21 +102,8 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "pipeline/report/engine_reads.py",
     ),
     "benchmarks.grading_worst_case": ("benchmarks/grading_worst_case.py", "common/grading.py"),
-    # the dry run's scorer estimate against the simulated grid and the embedded default's runs
-    "benchmarks.scorer_estimate": (
-        "benchmarks/scorer_estimate.py",
-        "benchmarks/scorer_value/grid.py",
-        "pipeline/run/scorer_model.py",
-        "search/simulated.py",
-        "search/algorithms/puct.py",
-        "configs/local.yaml",
-        "configs/local-prm.yaml",
-        "actors/genprm.py",
-        "actors/one_pass.py",
-    ),
     # torch on the device machine: the step costs the measured curve is built from
     "benchmarks.gpu_step_costs": ("benchmarks/gpu_step_costs.py",),
-    "benchmarks.driver_memory": ("benchmarks/driver_memory.py", "pipeline/problems/sources.py"),
     # timings of a command or a test, not of a benchmark module
     "make-synth": (  # `make synth` on a clean clone
         "Makefile",
@@ -149,13 +135,10 @@ MEASURES: dict[str, tuple[str, ...]] = {
 # Figures that must keep a marker: (file, measurement, how many markers at least).
 REQUIRED: tuple[tuple[str, str, int], ...] = (
     ("README.md", "benchmarks.node_loss", 1),  # replay saved 98%, 1.3 kB per node
-    ("README.md", "benchmarks.replica_replacement", 1),  # a replica back in about 10 s
     ("README.md", "benchmarks.engine_saturation", 1),  # goodput 0.41 / 0.85 / 0.83
     ("README.md", "benchmarks.data_value", 1),  # the held-out gain table
     ("docs/operations.md", "benchmarks.node_loss", 1),  # 0.978 / 0.990, 1.3 kB, 16 µs
-    ("docs/operations.md", "benchmarks.replica_replacement", 1),  # 9.0-10.6 s
     ("docs/operations.md", "benchmarks.grading_worst_case", 1),
-    ("docs/operations.md", "benchmarks.driver_memory", 1),  # the seeded shuffle at 1M rows
     ("docs/operations.md", "tests/pipeline/run/test_main_command_yields_training_data.py", 1),
     ("docs/architecture.md", "configs/smoke-sleep.yaml", 1),
     ("docs/architecture.md", "tests/pipeline/run/test_continuous_trees.py", 1),
@@ -166,7 +149,6 @@ REQUIRED: tuple[tuple[str, str, int], ...] = (
     ("README.md", "benchmarks.vllm_path", 1),  # the embedded default on vLLM
     ("README.md", "make-synth", 1),  # the time and rows of the README's first command
     ("docs/scorers.md", "benchmarks.vllm_path", 1),  # rows per GPU-hour, read and stock
-    ("docs/sizing.md", "benchmarks.scorer_estimate", 1),  # the scorer estimate against B
     ("docs/sizing.md", "benchmarks.engine_saturation", 2),  # goodput on the measured curve
     ("docs/sizing.md", "benchmarks.gpu_step_costs", 2),  # decode step and prefill costs
 )

@@ -25,7 +25,8 @@ comes.  Let go at once, a sibling took the slot that held the analysis (it share
 it) a few milliseconds before the judgement asked for it, and the judgement computed the
 analysis again.
 
-Measured with `python -m benchmarks.prefix_reuse` (docs/benchmarks.md).
+Measured with the retired `prefix_reuse` benchmark (docs/benchmarks.md, "Every token computed
+once").
 """
 
 from __future__ import annotations

@@ -38,11 +38,12 @@ The model, in four steps.
 
    with its four numbers fitted on the simulated environment (`search.simulated`, BG-MCTS
    with k = 2, 3, 5, F = 1-8 expansions in flight, B = 1k-30k and steps of 60 and 180
-   tokens; `benchmarks.scorer_estimate` refits and checks them): a = 1.08, beta = 0.60
-   (sqrt's 0.5, a little more), gamma = 1.16 (1 / k, a little more), delta = 0.39.  The
-   depth counts the root's children as 1.  F is the number of expansions that really fly
-   together: at most `max_inflight_expansions`, and at most B / (k x step_max_tokens),
-   since each pending expansion reserves its full cost from the budget (search/driver.py).
+   tokens; the retired `scorer_estimate` benchmark refitted and checked them):
+   a = 1.08, beta = 0.60 (sqrt's 0.5, a little more), gamma = 1.16 (1 / k, a little
+   more), delta = 0.39.  The depth counts the root's children as 1.  F is the number of
+   expansions that really fly together: at most `max_inflight_expansions`, and at most
+   B / (k x step_max_tokens), since each pending expansion reserves its full cost from the
+   budget (search/driver.py).
 
    The completion bias acts on unanswered nodes only: Eq. 4 sets it to zero on a node
    with an answer, and d(x) counts the steps since the last answered ancestor (the search
@@ -170,11 +171,12 @@ class DepthLaw:
 
 # The dive fitted on the simulated environment (BG-MCTS, paper conventions, solutions of
 # 7 steps; 96 settings of k, expansions in flight, B and step length, 30 problems each):
-# its largest error of the mean depth over those settings is 19%.  The benchmark
-# (`benchmarks.scorer_estimate`) refits it by least squares on log(depth - 1): each
-# number within 0.1 of these.  The balanced tree and the weight were fitted on the same environment
-# with answers after 1-3 steps (k = 2, 25-token steps, B = 300-10k): largest error 17%;
-# at 250-300 nodes the depth is 6.0 with an answer at every step and 17 after 3 steps.
+# its largest error of the mean depth over those settings is 19%.  The retired benchmark
+# `scorer_estimate` refitted it by least squares on log(depth - 1): each number within
+# 0.1 of these (docs/benchmarks.md).  The balanced tree and the weight were fitted on the
+# same environment with answers after 1-3 steps (k = 2, 25-token steps, B = 300-10k):
+# largest error 17%; at 250-300 nodes the depth is 6.0 with an answer at every step and
+# 17 after 3 steps.
 BG_MCTS_DEPTH = DepthLaw(
     scale=1.08,
     nodes_power=0.60,
@@ -302,10 +304,10 @@ def scorer_tokens(
 # steps, 1,260 tokens on average; `search.simulated.SimParams`).
 TYPICAL_STEP_TOKENS = 180.0
 # A cap that binds: the embedded default's steps under its 48-token `step_max_tokens`
-# (40% stop at the cap, the rest at an answer or a boundary).  Its four runs of
-# `benchmarks.scorer_estimate` (GenPRM and one-pass, B = 300 and 1,000) made 9.4, 10.0,
-# 25.5 and 25.5 nodes per tree; `SearchShape.nodes` gives those best (least squares on
-# the log) for steps of 0.63 x the cap.
+# (40% stop at the cap, the rest at an answer or a boundary).  Its four runs in
+# the retired `scorer_estimate` benchmark (GenPRM and one-pass, B = 300 and 1,000)
+# made 9.4, 10.0, 25.5 and 25.5 nodes per tree; `SearchShape.nodes` gives those best
+# (least squares on the log) for steps of 0.63 x the cap.
 CAPPED_STEP_SHARE = 0.63
 # Steps to an answer when the source does not say: a MATH solution's 7 (SimParams, set to
 # Qwen2.5-7B-Instruct on MATH500 Level 5).  The generated arithmetic problems take 1 to

@@ -1,5 +1,5 @@
 """llama.cpp's OpenMP threads spin briefly unless the user chose how they wait
-(`python -m benchmarks.llamacpp_threads` measures why)."""
+(docs/benchmarks.md, "llama.cpp's threads on shared cores", says why)."""
 
 from __future__ import annotations
 

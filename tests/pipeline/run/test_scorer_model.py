@@ -22,8 +22,8 @@ from search.scorer_kinds import GENPRM, ONE_PASS
 from search.simulated import SimParams
 from tests.actors.test_scorer_kinds import StepConfig
 
-# `python -m benchmarks.scorer_estimate` (docs/sizing.md, "The scorer's tokens against B"):
-# scorer tokens per policy output token that the searches really spent.
+# The retired `scorer_estimate` benchmark at c7945b3 (docs/sizing.md, "The scorer's tokens
+# against B"): scorer tokens per policy output token that the searches really spent.
 GRID = {  # BG-MCTS on the simulated grid, 200 problems x 3 seeds
     (ONE_PASS, 3_000): 4.64,
     (ONE_PASS, 10_000): 7.76,
