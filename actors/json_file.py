@@ -1,6 +1,6 @@
 """A JSON file that must hold an object, refused in one line naming the file.
 
-The checkpoint check (`actors.checkpoint`) and the layout file a trained PRM carries
+The checkpoint check (`actors.engines.checkpoint`) and the layout file a trained PRM carries
 (`actors.engines.step_layout`) read their files the same way, each raising its own error
 type, so that a list, null or broken JSON reads the same wherever it is found.
 """

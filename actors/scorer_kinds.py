@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.config import ScorerConfig
-from actors.engines.factory import check_engine, check_one_pass_layout
+from actors.engines.factory import (
+    build_engine,
+    check_engine,
+    check_step_separator,
+    check_trained_layout,
+)
 from search.protocols import Scorer
 from search.scorer_kinds import GENPRM, ONE_PASS, ScorerKindName, decodes
 
@@ -81,6 +86,14 @@ def _one_pass(config: ScorerConfig, engine: Any) -> Scorer:
     return OnePassScorer(engine, config.one_pass)
 
 
+def check_one_pass_layout(config: ScorerConfig) -> None:
+    """A one-pass scorer's step separator (one token of its model's vocabulary) and, for a
+    checkpoint `bgmcts train-prm` wrote, the layout it was trained on: what the one-pass
+    kind checks before a run starts."""
+    check_step_separator(config.engine, config.one_pass.step_separator)
+    check_trained_layout(config.engine, config.one_pass)
+
+
 def _nothing_more(config: ScorerConfig) -> None:
     """GenPRM reads any text: its engine's own check is all there is to check."""
 
@@ -136,6 +149,14 @@ def build_scorer(config: ScorerConfig, engine: Any) -> Scorer:
     return scorer_kind(config).build(config, engine)
 
 
+def build_scorer_engine(config: ScorerConfig) -> Any:
+    """The engine of a scorer: a one-pass PRM's is built with the scorer's step separator,
+    which it lays every path out with (`actors.engines.step_layout`)."""
+    if config.engine.scores_steps:
+        return build_engine(config.engine, step_separator=config.one_pass.step_separator)
+    return build_engine(config.engine)
+
+
 def check_scorer_engine(config: ScorerConfig) -> None:
     """Refuse, naming the field, a scorer this machine cannot build: its engine
     (`check_engine`: package, model files) and what its kind checks beyond that."""
@@ -147,6 +168,8 @@ __all__ = [
     "SCORER_KINDS",
     "ScorerKind",
     "build_scorer",
+    "build_scorer_engine",
+    "check_one_pass_layout",
     "check_scorer_engine",
     "scorer_kind",
 ]

@@ -44,10 +44,10 @@ from actors.engines.base import (
     engine_capacity,
     engine_load,
 )
-from actors.engines.factory import build_engine, build_scorer_engine, check_engine
+from actors.engines.factory import build_engine, check_engine
 from actors.errors import EngineError
 from actors.policy import EnginePolicy
-from actors.scorer_kinds import build_scorer, check_scorer_engine
+from actors.scorer_kinds import build_scorer, build_scorer_engine, check_scorer_engine
 from common.redact import install_log_redaction, redact_text
 from search.protocols import (
     FinishReason,

@@ -1,7 +1,7 @@
 """CPU milliseconds of our processes per engine request, one request per call vs coalesced.
 
 Model-free: the policy and the GenPRM scorer are real Serve deployments (local Ray
-cluster) of the `sleep` engine with a tiny latency (`--latency`, default 1 ms), so
+cluster) of the load model with a tiny latency (`--latency`, default 1 ms), so
 the engine's own work is about zero and what the CPU does is the pipeline: the
 search core, the Serve clients, Serve's router, the replicas, Ray's own processes.
 One benchmark actor (a Ray actor, like a search actor) keeps `--trees` BG-MCTS
@@ -206,11 +206,15 @@ def _measure_modes(
     """Every mode's measurement on one Ray cluster, and Ray's idle CPU s/s."""
     import ray
 
-    from actors.config import ScorerConfig, ServiceConfig, SleepConfig
+    from actors.config import ScorerConfig, ServiceConfig
+    from actors.engines.load_model import LoadModelConfig
     from actors.serve import deploy_policy, deploy_scorer
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    engine = SleepConfig(latency_s=args.latency, output_tokens=8)
+    # 8 decode steps that together take --latency seconds, whatever the batch
+    engine = LoadModelConfig(
+        decode_base_ms=args.latency * 1000 / 8, decode_per_seq_ms=0.0, output_tokens=8
+    )
     deploy_policy(ServiceConfig(engine=engine, max_ongoing_requests=1024))
     deploy_scorer(
         ScorerConfig(engine=engine, max_ongoing_requests=1024, genprm={"max_analysis_tokens": 8})

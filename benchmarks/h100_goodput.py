@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from actors.admission import AdmissionController, TreeShape, search_tree_shape, trees_in_flight
-from actors.engines.batching import EngineCurve
-from actors.engines.load_model import LoadModelEngine
+from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
+from actors.engines.load_model import LoadModelConfig, LoadModelEngine
 from actors.genprm import GenPRMScorer
 from actors.policy import EnginePolicy
 from search import SearchConfig, parse_search_config, run_search
@@ -108,17 +108,16 @@ def h100_engine(
 ) -> LoadModelEngine:
     """A load-model engine at the H100's shape: outputs of `lengths` (STEP for the policy,
     ANALYSIS for GenPRM), a 32K context and an answer every 8 steps."""
-    return LoadModelEngine(
-        curve=curve,
-        cache_tokens=cache_tokens,
-        time_scale=time_scale,
+    config = LoadModelConfig(
+        model=name,
         output_tokens=lengths[0],
         output_tokens_max=lengths[1],
         context_length=32_768,
         answer_every=8,
         seed=seed,
-        name=name,
     )
+    batcher = ContinuousBatcher(curve, PrefixCache(cache_tokens, 16), time_scale)
+    return LoadModelEngine(config, batcher=batcher)
 
 
 def _engines(

@@ -43,7 +43,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from actors.engines.transformers_prm import DEFAULT_KV_CACHE_TOKENS, TransformersPRMEngine
+from actors.engines.transformers_prm import (
+    DEFAULT_KV_CACHE_TOKENS,
+    TransformersPRMConfig,
+    TransformersPRMEngine,
+)
 from actors.models import embedded_model_path
 from pipeline.records.rebuild import rebuild_result
 
@@ -181,7 +185,10 @@ def print_tree_replay(folder: str, threads: int) -> None:
     values = {}
     for label, tokens in (("off", 0), ("on (default)", DEFAULT_KV_CACHE_TOKENS)):
         engine = TransformersPRMEngine(
-            folder, threads=threads, batch_window_s=0.05, kv_cache_tokens=tokens
+            TransformersPRMConfig(
+                model=folder, threads=threads, batch_window_s=0.05, kv_cache_tokens=tokens
+            ),
+            step_separator="\n",
         )
         asyncio.run(engine.score_steps(PROBLEM, ["Step 1: warm up."]))
         row, values[label] = tree_replay(engine)
@@ -309,7 +316,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         # every token computed (no past kept: llama.cpp's prompt cache is off too), and a
         # batch always one padded forward, as these tables measure
         engine = TransformersPRMEngine(
-            folder, threads=args.threads, batch_window_s=0.05, kv_cache_tokens=0
+            TransformersPRMConfig(
+                model=folder, threads=args.threads, batch_window_s=0.05, kv_cache_tokens=0
+            ),
+            step_separator="\n",
         )
         engine.forward_cost_tokens = float("inf")
         print(

@@ -19,8 +19,8 @@ import time
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from actors.config import LlamaCppConfig, ServiceConfig
-from actors.engines.llamacpp import LlamaCppEngine
+from actors.config import ServiceConfig
+from actors.engines.llamacpp import LlamaCppConfig, LlamaCppEngine
 from actors.policy import EnginePolicy
 from search.protocols import GenerationRequest, Policy
 
@@ -66,9 +66,11 @@ async def _main(args: argparse.Namespace) -> None:
     engine_config = LlamaCppConfig(context_length=2048, parallel=16, threads=args.threads)
     levels = (1, 4, 16)
     direct_engine = LlamaCppEngine(
-        context_length=engine_config.context_length,
-        threads=engine_config.threads,
-        parallel=engine_config.parallel,
+        LlamaCppConfig(
+            context_length=engine_config.context_length,
+            threads=engine_config.threads,
+            parallel=engine_config.parallel,
+        )
     )
     direct = {c: await _measure(EnginePolicy(direct_engine), args, c) for c in levels}
     await direct_engine.close()

@@ -8,7 +8,7 @@ command line, with the project's exit statuses (`jobs.exits`).
 
 Exit status: 0 written; 2 with one line when an input is wrong (a checkpoint folder
 missing or not a llama causal LM, one that is not whole - weights cut short or not finite,
-sizes in config.json its tensors do not have (`actors.checkpoint.verify_checkpoint`) - one
+sizes in config.json its tensors do not have (`actors.engines.checkpoint.verify_checkpoint`) - one
 whose sizes differ from the ``--like`` model, an output file that exists without
 ``--overwrite`` or cannot be written); 1 an unexpected error.  The file appears whole or
 not at all.

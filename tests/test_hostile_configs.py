@@ -29,7 +29,7 @@ from pipeline.config import (
 )
 from pipeline.evaluation.config import EvalConfig
 
-SLEEP = {"engine": {"kind": "sleep"}}
+LOAD_MODEL = {"engine": {"kind": "load_model"}}
 
 
 def _run_config(tmp_path: Path, **extra: Any) -> dict[str, Any]:
@@ -39,8 +39,8 @@ def _run_config(tmp_path: Path, **extra: Any) -> dict[str, Any]:
         "budget": 64,
         "source": {"kind": "arithmetic", "count": 3},
         "search": {"algorithm": "bg_mcts"},
-        "policy": SLEEP,
-        "scorer": SLEEP,
+        "policy": LOAD_MODEL,
+        "scorer": LOAD_MODEL,
         **extra,
     }
 
@@ -132,7 +132,9 @@ def test_an_alias_bomb_in_a_run_config_is_refused(
     del config["policy"]
     path = tmp_path / "bomb.yaml"
     path.write_text(
-        yaml.safe_dump(config) + "policy:\n  engine: {kind: sleep}\n  autoscaling:\n" + _laughs()
+        yaml.safe_dump(config)
+        + "policy:\n  engine: {kind: load_model}\n  autoscaling:\n"
+        + _laughs()
     )
     assert _dry_run(path) == 2
     line = _one_error_line(capsys)

@@ -1,13 +1,17 @@
-"""The engine contract shared by llama.cpp, vLLM and OpenAI-compatible backends."""
+"""The engine contract shared by llama.cpp, vLLM and OpenAI-compatible backends: what
+every engine does (`Engine`, `StepScoringEngine`) and what every engine's config tells
+the rest of the code (`EngineConfigBase`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from actors.errors import EngineError as EngineError  # every engine raises it
 from search.protocols import FinishReason
+from search.strict_config import StrictConfig
 
 TopLogprobs = tuple[tuple[str, float], ...]  # (token text, log-probability), best first
 
@@ -191,3 +195,65 @@ class StepScoringEngine(Protocol):
     async def tokenize(self, text: str) -> list[int]: ...
 
     async def close(self) -> None: ...
+
+
+class Package(NamedTuple):
+    """A module an engine imports beyond the base install, and what installs it."""
+
+    module: str  # what the engine imports, e.g. "vllm"
+    install: str  # what follows `pip install`, e.g. "'.[gpu]'"
+
+    def __str__(self) -> str:
+        return f"{self.module} (pip install {self.install})"
+
+
+class EngineConfigBase(StrictConfig):
+    """What every engine config tells `actors.engines.factory`, which has no list of kinds.
+
+    An engine's config sits in the engine's own module, beside the engine, and its `build`
+    makes the engine from it (in the replica that serves it); a new engine is one module
+    and one line in `actors.engines.configs.EngineConfig`.  The config is read and checked
+    on the machine that starts the run, which may lack the engine's packages: an engine
+    module imports them (vLLM, torch, xllamacpp, httpx) only when it builds the engine.
+    `packages` are those imports: a real run refuses to start without them, a dry run lists
+    them (the nodes that run the engine need them, the machine that writes the config may
+    not).
+    """
+
+    packages: ClassVar[tuple[Package, ...]] = ()
+    # True: the engine is a one-pass PRM (`StepScoringEngine`: it scores a path's steps and
+    # decodes nothing), built with the scorer's step separator; False: it generates text
+    # (`Engine`).  A scorer of kind one_pass needs the first, the policy and GenPRM the
+    # second.
+    scores_steps: ClassVar[bool] = False
+    # Where a one-pass engine's vocabulary is found before the engine is built, so that a
+    # run can refuse a step separator that is not one token before it starts: "module:
+    # function" (`actors.engines.vocabulary`), imported only by that check.  None: nothing
+    # to look at before the engine runs (a remote server's), or no step separator at all.
+    vocabulary: ClassVar[str | None] = None
+    # True: `model` may be a Hugging Face Hub id the engine downloads in its replica (into
+    # HF_HOME), so `bgmcts prefetch-models` fetches it ahead (`pipeline.run.model_cache`).
+    downloads_model: ClassVar[bool] = False
+
+    def context(self) -> tuple[str, int | None]:
+        """The field that bounds one sequence (prompt and completion, or a scored path) and
+        its value; None: the model's own length, not known before the engine loads it."""
+        return "context_length", getattr(self, "context_length", None)
+
+    def check_model(self) -> str | None:
+        """Look for the model files the engine loads here (none by default).
+
+        Raises EngineError for one that must be on this machine; returns a warning, naming
+        the field under `engine.`, for one that may live only on the nodes that run it.
+        """
+        return None
+
+
+def folder_warning(field: str, folder: str) -> str | None:
+    """A warning naming `field` when `folder` is written as a path (not a hub id) and is
+    not a folder here."""
+    if not folder.startswith(("/", "./", "../", "~")):
+        return None  # a hub id (or a bare relative name, which vLLM also tries as one)
+    if Path(folder).expanduser().is_dir():
+        return None
+    return f"{field}: {folder} is not a folder here (the nodes that run the engine need it)"

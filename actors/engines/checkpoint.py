@@ -20,7 +20,7 @@ is wrong with it:
   (`TrainedLayout`), well formed where they are there.
 
 One function for every reader: the run's check before Ray starts
-(`actors.config.TransformersPRMConfig.check_model` and the vLLM pooling config's), the
+(`TransformersPRMConfig.check_model` and the vLLM pooling config's), the
 engines when they load in their replica (so a folder changed after that check still
 fails with its cause), `bgmcts train-prm --base` and `bgmcts export-gguf`.  A folder that
 was checked and has not changed since (same files, sizes and modification times) is not
@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.engines.step_layout import CheckpointLayoutError, TrainedLayout
+from actors.errors import EngineError
 from actors.json_file import first_line, read_json_object
 
 INDEX = "model.safetensors.index.json"
@@ -108,7 +110,7 @@ class Checkpoint:
     folder: Path
     config: dict[str, Any]
     tensors: dict[str, Tensor]
-    layout: Any  # `TrainedLayout` or None (a checkpoint `bgmcts train-prm` did not write)
+    layout: TrainedLayout | None  # None: a checkpoint `bgmcts train-prm` did not write
 
 
 _verified: dict[tuple[Any, ...], Checkpoint] = {}
@@ -146,8 +148,6 @@ def verify_checkpoint(
 def verify_prm(folder: str | Path) -> Checkpoint:
     """`verify_checkpoint` of a one-pass PRM served from `engine.model`: what the run's
     check and the engines raise, one line on that field (`EngineError`)."""
-    from actors.errors import EngineError
-
     try:
         return verify_checkpoint(folder, token_classifier=True)
     except CheckpointError as exc:
@@ -229,10 +229,8 @@ def _check_tokenizer(folder: Path) -> None:
             _json_object(path, "a vocabulary")
 
 
-def _read_layout(folder: Path) -> Any:
+def _read_layout(folder: Path) -> TrainedLayout | None:
     """The `TrainedLayout` of a checkpoint `bgmcts train-prm` wrote (None for another)."""
-    from actors.engines.step_layout import CheckpointLayoutError, TrainedLayout
-
     try:
         return TrainedLayout.read(folder)
     except CheckpointLayoutError as exc:

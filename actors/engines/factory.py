@@ -1,8 +1,8 @@
 """Build an engine from its config, with a clear error before any Ray work starts.
 
-Nothing here names an engine kind: each config class says which class builds it, which
-packages that needs and, for a one-pass PRM, where its vocabulary is found before the engine
-is built (`actors.config._Engine`), so a new engine is a config class and a module.
+Nothing here names an engine kind: each config builds its own engine (`build`) and says
+which packages that needs and, for a one-pass PRM, where its vocabulary is found before the
+engine is built (`actors.engines.base.EngineConfigBase`), so a new engine is one module.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import importlib
 import importlib.util
 from typing import Any
 
-from actors.config import EngineConfig, Package, ScorerConfig
-from actors.engines.base import Engine
+from actors.engines.base import Package
+from actors.engines.configs import EngineConfig
 from actors.engines.step_layout import (
     CheckpointLayoutError,
     SeparatorError,
@@ -50,14 +50,13 @@ def engine_vocabulary(config: EngineConfig) -> Tokenize | None:
     return tokenizer
 
 
-def check_step_separator(config: ScorerConfig) -> None:
-    """A one-pass scorer's `step_separator` must be one token of its model's vocabulary
+def check_step_separator(config: EngineConfig, separator: str) -> None:
+    """A one-pass PRM's step separator must be one token of its model's vocabulary
     (`step_layout.separator_id`, the check its engine makes when it loads), refused here
     before a run starts where the vocabulary can be looked at; one line naming the field."""
-    tokenize = engine_vocabulary(config.engine)
+    tokenize = engine_vocabulary(config)
     if tokenize is None:
         return
-    separator = config.one_pass.step_separator
     try:
         separator_id(tokenize, separator)
     except SeparatorError as exc:
@@ -66,49 +65,32 @@ def check_step_separator(config: ScorerConfig) -> None:
         ) from None
 
 
-def check_trained_layout(config: ScorerConfig) -> None:
+def check_trained_layout(config: EngineConfig, served: Any) -> None:
     """A checkpoint that `bgmcts train-prm` wrote says how it laid paths out
     (`TrainedLayout`); serving it with another separator, prompt format or step split
-    reads values where the model learned none, so that is refused, naming the field.
-    (Another checkpoint says nothing, and nothing is checked.)"""
-    model = getattr(config.engine, "model", None)
+    (`served`, the scorer's `one_pass` settings) reads values where the model learned
+    none, so that is refused, naming the field.  (Another checkpoint says nothing, and
+    nothing is checked.)"""
+    model = getattr(config, "model", None)
     if not isinstance(model, str):
         return
     try:
         trained = TrainedLayout.read(model)
     except CheckpointLayoutError as exc:
         raise EngineError(f"engine.model: {exc}", field="engine.model") from None
-    differs = None if trained is None else trained.mismatch(config.one_pass)
+    differs = None if trained is None else trained.mismatch(served)
     if differs is not None:
-        name, served, learned = differs
+        name, served_value, learned = differs
         raise EngineError(
-            f"one_pass.{name}={served!r}: the checkpoint {model} was trained with "
+            f"one_pass.{name}={served_value!r}: the checkpoint {model} was trained with "
             f"{learned!r} ({TrainedLayout.FILE}); serve it as it was trained",
             field=f"one_pass.{name}",
         )
 
 
-def check_one_pass_layout(config: ScorerConfig) -> None:
-    """A one-pass scorer's step separator (`check_step_separator`) and, for a checkpoint
-    `bgmcts train-prm` wrote, the layout it was trained on (`check_trained_layout`): what
-    `actors.scorer_kinds` checks for its kind before a run starts."""
-    check_step_separator(config)
-    check_trained_layout(config)
-
-
-def build_engine(config: EngineConfig, **options: Any) -> Engine:
-    """The engine of `config`; `options` go to its `from_config` (a one-pass engine's
-    step separator, which is the scorer's setting, not the engine's)."""
+def build_engine(config: EngineConfig, **options: Any) -> Any:
+    """The engine of `config`, checked first (`check_engine`); `options` go to its
+    `build` (a one-pass engine's `step_separator`, which is the scorer's setting, not
+    the engine's)."""
     check_engine(config)
-    module, _, name = config.builds.partition(":")
-    # imported only now: vLLM's module is imported on the nodes that build a vLLM engine
-    engine: Engine = getattr(importlib.import_module(module), name).from_config(config, **options)
-    return engine
-
-
-def build_scorer_engine(config: ScorerConfig) -> Any:
-    """The engine of a scorer: a one-pass PRM's is built with the scorer's step separator,
-    which it lays every path out with (`actors.engines.step_layout`)."""
-    if config.engine.scores_steps:
-        return build_engine(config.engine, step_separator=config.one_pass.step_separator)
-    return build_engine(config.engine)
+    return config.build(**options)

@@ -8,6 +8,9 @@ natural end of sequence as an answer, so that distinction matters.
 
 One request per sample: llama.cpp's `n > 1` reports a wrong total token count
 (FACTS.md), and separate requests share the prompt through its prefix cache.
+
+`xllamacpp` and `httpx` are imported only where the engine runs: the config is read
+where the run starts, which need not have them (httpx alone takes longer to import than the config).
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import httpx
+from pydantic import Field
 
 from actors.engines.base import (
     Completion,
     EngineCapacity,
+    EngineConfigBase,
     EngineError,
     EngineLoad,
+    Package,
     Sampling,
     TopLogprobs,
 )
@@ -32,7 +37,7 @@ from actors.models import resolve_model_path
 from search.protocols import FinishReason
 
 if TYPE_CHECKING:
-    from actors.config import LlamaCppConfig
+    import httpx
 
 _STOP_TYPES = {"eos": FinishReason.EOS, "word": FinishReason.STOP_STRING}
 
@@ -52,56 +57,94 @@ def spin_briefly_unless_set() -> None:
         os.environ["GOMP_SPINCOUNT"] = GOMP_SPIN_COUNT
 
 
+class LlamaCppConfig(EngineConfigBase):
+    """llama.cpp in-process (the CPU default); `model: embedded` is SmolLM2-135M-Instruct."""
+
+    packages: ClassVar[tuple[Package, ...]] = (Package("xllamacpp", "xllamacpp"),)
+
+    kind: Literal["llamacpp"] = Field("llamacpp", description="llama.cpp in the replica (CPU)")
+    model: str = Field(
+        "embedded", description="path to a GGUF file; embedded: the bundled SmolLM2-135M-Instruct"
+    )
+    context_length: int = Field(
+        4096,
+        ge=256,
+        description="tokens of one sequence (prompt and completion) per slot; llama.cpp gets "
+        "context_length x parallel",
+    )
+    threads: int = Field(2, ge=1, description="CPU threads llama.cpp computes with")
+    parallel: int = Field(4, ge=1, description="concurrent sequences (llama.cpp slots)")
+    slot_prompt_similarity: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="llama.cpp takes an idle slot whose cached prompt covers more than this "
+        "share of a request's prompt; otherwise the least recently used slot, after loading "
+        "the request's longest cached prefix from the host-RAM prompt cache (0: always the "
+        "least recently used slot)",
+    )
+    cache_ram_mib: int = Field(
+        8192,
+        ge=-1,
+        description="host memory for llama.cpp's prompt cache, where a slot's state is kept "
+        "when another prompt takes the slot (0: off; -1: no limit)",
+    )
+    hold_shared_prefixes: bool = Field(
+        True,
+        description="a request waits while one in flight shares more of its prompt than "
+        "llama.cpp has cached (siblings of one node), so that the shared part is computed "
+        "once (actors/engines/prefix_gate.py)",
+    )
+
+    def check_model(self) -> str | None:
+        """The GGUF file must exist here: llama.cpp is the CPU engine, run where the config
+        is (a wrong path is a typo to fix before the run, not a file on other nodes)."""
+        resolve_model_path(self.model)
+        return None
+
+    def build(self) -> LlamaCppEngine:
+        return LlamaCppEngine(self)
+
+
+# How long one request to the in-process server may take before it fails.
+REQUEST_TIMEOUT_S = 300.0
+
+
 class LlamaCppEngine:
     """A GGUF model served by llama.cpp in this process."""
 
-    def __init__(
-        self,
-        model: str = "embedded",
-        *,
-        context_length: int = 4096,
-        threads: int = 2,
-        parallel: int = 4,
-        slot_prompt_similarity: float = 0.9,
-        cache_ram_mib: int = 8192,
-        hold_shared_prefixes: bool = True,
-        request_timeout_s: float = 300.0,
-        name: str | None = None,
-    ) -> None:
+    def __init__(self, config: LlamaCppConfig) -> None:
         spin_briefly_unless_set()
         try:
             import xllamacpp
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise EngineError("the llama.cpp engine needs: pip install xllamacpp") from exc
-        path = resolve_model_path(model)
+        import httpx
+
+        path = resolve_model_path(config.model)
         params = xllamacpp.CommonParams()
         params.model.path = str(path)
-        params.n_ctx = context_length * parallel  # llama.cpp splits the context over slots
-        params.cpuparams.n_threads = threads
-        params.cpuparams_batch.n_threads = threads
-        params.n_parallel = parallel
-        params.slot_prompt_similarity = slot_prompt_similarity
-        params.cache_ram_mib = cache_ram_mib
-        self.name = name or path.stem
-        self.context_length = context_length
-        self.parallel = parallel
+        # llama.cpp splits the context over slots
+        params.n_ctx = config.context_length * config.parallel
+        params.cpuparams.n_threads = config.threads
+        params.cpuparams_batch.n_threads = config.threads
+        params.n_parallel = config.parallel
+        params.slot_prompt_similarity = config.slot_prompt_similarity
+        params.cache_ram_mib = config.cache_ram_mib
+        self.name = path.stem
+        self.context_length = config.context_length
+        self.parallel = config.parallel
         self._server = xllamacpp.Server(params)
         self._client = httpx.AsyncClient(
-            base_url=self._server.listening_address, timeout=request_timeout_s
+            base_url=self._server.listening_address, timeout=REQUEST_TIMEOUT_S
         )
         # requests that share a prefix not cached yet go one after another (prefix_gate.py)
-        self._gate = PrefixGate() if hold_shared_prefixes else None
+        self._gate = PrefixGate() if config.hold_shared_prefixes else None
         # llama.cpp's own per-request timings: prompt tokens it evaluated vs reused
         # from a slot's prefix cache (what tree-affinity routing is meant to raise)
         self.prompt_tokens_evaluated = 0
         self.prompt_tokens_cached = 0
         self.tokens_generated = 0
-
-    @classmethod
-    def from_config(cls, config: LlamaCppConfig) -> LlamaCppEngine:
-        """From the `engine:` block of a service config (`kind: llamacpp`): every field but
-        `kind` and `model` is a keyword of the constructor."""
-        return cls(config.model, **config.model_dump(exclude={"kind", "model"}))
 
     def capacity(self) -> EngineCapacity:
         """llama.cpp's slots, each with its own share of the context (its KV cache)."""
@@ -158,6 +201,8 @@ class LlamaCppEngine:
         return completion
 
     async def _send(self, body: Mapping[str, Any], max_tokens: int) -> Completion:
+        import httpx
+
         try:
             response = await self._post("/completion", body)
         except (httpx.HTTPError, OSError) as exc:

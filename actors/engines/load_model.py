@@ -1,8 +1,30 @@
-"""The engine-shaped load model: the sleep engine's answers, a continuous-batching GPU's timing.
+"""The engine-shaped load model: placeholder answers, a continuous-batching GPU's timing.
 
-`LoadModelEngine` answers exactly as `SleepEngine` does (same texts, stop strings,
-answers, judgement log-probabilities, context overflow), but each request waits as
-long as it would inside a continuous-batching engine (`actors.engines.batching`):
+`LoadModelEngine` implements the `Engine` contract without any model, so the whole
+pipeline (Ray Data, search actors, Serve handles, GenPRM, grading, the sink) runs and
+can be timed on a CPU machine.  Its answers (`respond`) are placeholders:
+
+* `output_tokens` whitespace tokens (or a length drawn per request in
+  [`output_tokens`, `output_tokens_max`]).
+* With a stop string the completion ends on it (finish `stop_string`; the stop
+  string counts as one generated token and is excluded from the text), except
+  every `answer_every`-th request (chosen by a hash of the engine seed, the
+  request seed and the prompt, so the same request always gets the same
+  answer) ends with "so the final answer is $\\boxed{42}$." and finish `eos`,
+  which the search counts as an answered node.  Without a stop string (a full
+  generation) the completion always ends with that answer and `eos`.
+* A completion that would need more than `max_tokens` is cut at `max_tokens`
+  (finish `length`), never longer: the search's budget invariant holds.
+* With `top_logprobs > 0` every generated token carries a top list that holds
+  "Yes" and "No" (probabilities derived from the same hash), so GenPRM's
+  `judgement_score` gives a score strictly inside (0, 1); the one-token
+  judgement's own text is the more likely label.
+* A prompt of `context_length` tokens or more comes back as `context_overflow`.
+* `render_chat` joins the messages as "role: content" lines; `tokenize`
+  splits on whitespace (token ids are positions).
+
+Each request waits as long as it would inside a continuous-batching engine
+(`actors.engines.batching`):
 decode steps that slow down as the batch grows, prefill of the *uncached* prompt
 tokens, an LRU prefix cache, at most `max_seqs` sequences at once.  No model runs, so
 a CPU machine can measure how close the whole pipeline keeps an engine to its own
@@ -27,7 +49,7 @@ Where the default curve comes from (one H100 80GB SXM, vLLM, a 7-8B model, bf16)
   8 KV heads x 128 dims x 2 bytes = 128 KiB per token; 0.9 of 80 GB less 14.5 GB of
   weights leaves about 57 GB, i.e. about 440,000 tokens; 16 is vLLM's block size.
 
-Every value is a config field (`actors.config.LoadModelConfig`); `time_scale`
+Every value is a config field (`LoadModelConfig`); `time_scale`
 stretches or shrinks all durations alike, so ratios to the ceiling stay the same.
 A prompt containing `slow_marker` stays `slow_factor` times as many steps in the batch
 (a deliberately slow problem, for tests and for trees of varied length).
@@ -35,91 +57,200 @@ A prompt containing `slow_marker` stays `slow_factor` times as many steps in the
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
-from actors.engines.base import Completion, EngineCapacity, EngineLoad, Sampling
+from pydantic import Field, model_validator
+
+from actors.engines.base import (
+    Completion,
+    EngineCapacity,
+    EngineConfigBase,
+    EngineLoad,
+    Sampling,
+    TopLogprobs,
+)
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache, decode_steps_for
-from actors.engines.sleep import SleepEngine
+from search.protocols import FinishReason
 
-if TYPE_CHECKING:
-    from actors.config import LoadCurveConfig, LoadModelConfig
-
-# The config fields that make the engine's curve (in ms and ns there, seconds here).
-_CURVE_FIELDS = {
-    "decode_base_ms",
-    "decode_per_seq_ms",
-    "decode_per_context_token_ns",
-    "prefill_tokens_per_s",
-    "max_seqs",
-}
+ANSWER_TEXT = "so the final answer is $\\boxed{42}$."
+_FILLER = "word"
 
 
-def curve_and_rest(config: LoadCurveConfig) -> tuple[EngineCurve, dict[str, Any]]:
-    """A load-model config's curve (its fields in ms and ns, the curve's in seconds) and
-    every other field but `kind` and `model`, the engine constructor's keywords."""
-    curve = EngineCurve(
-        decode_base_s=config.decode_base_ms / 1000,
-        decode_per_seq_s=config.decode_per_seq_ms / 1000,
-        decode_per_context_token_s=config.decode_per_context_token_ns / 1e9,
-        prefill_tokens_per_s=config.prefill_tokens_per_s,
-        max_seqs=config.max_seqs,
+class LoadCurveConfig(EngineConfigBase):
+    """The continuous-batching curve both model-free load engines run on (the policy's,
+    `load_model`, and the one-pass PRM's, `load_model_prm`): one definition of each field,
+    so the two cannot drift apart.  A step is a decode step of the policy's engine, the
+    one forward step of a scored path on the PRM's.
+    """
+
+    # each engine narrows `kind` to its Literal and gives `model` its default; declared
+    # here so that they stay the first keys of both engines (and of their docs)
+    kind: str
+    model: str = Field(description="the name the engine reports")
+    decode_base_ms: float = Field(
+        7.4,
+        ge=0,
+        description="step time with no sequences (a decode step; the PRM's: its forward step)",
     )
-    return curve, config.model_dump(exclude={"kind", "model", *_CURVE_FIELDS})
+    decode_per_seq_ms: float = Field(
+        0.051, ge=0, description="extra step time per sequence in the batch"
+    )
+    decode_per_context_token_ns: float = Field(
+        0.0,
+        ge=0,
+        description="extra step time per context token the batch holds (attention reading "
+        "the KV cache); 0: folded into decode_per_seq_ms, as the public figures are",
+    )
+    prefill_tokens_per_s: float = Field(24_000.0, gt=0, description="uncached prompt tokens/s")
+    max_seqs: int = Field(256, ge=1, description="sequences in the batch at most; others queue")
+    cache_tokens: int = Field(400_000, ge=0, description="LRU prefix cache size in tokens")
+    block_tokens: int = Field(16, ge=1, description="prefix cache block size in tokens")
+    time_scale: float = Field(
+        1.0, gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"
+    )
+
+    def batcher(self) -> ContinuousBatcher:
+        """A simulated engine on this curve (its fields in ms and ns, the curve's in
+        seconds), with its own prefix cache."""
+        curve = EngineCurve(
+            decode_base_s=self.decode_base_ms / 1000,
+            decode_per_seq_s=self.decode_per_seq_ms / 1000,
+            decode_per_context_token_s=self.decode_per_context_token_ns / 1e9,
+            prefill_tokens_per_s=self.prefill_tokens_per_s,
+            max_seqs=self.max_seqs,
+        )
+        cache = PrefixCache(self.cache_tokens, self.block_tokens)
+        return ContinuousBatcher(curve, cache, self.time_scale)
+
+
+class LoadModelConfig(LoadCurveConfig):
+    """No model: a continuous-batching engine's timing (actors/engines/load_model.py).
+
+    Defaults: vLLM serving a 7-8B model on one H100 80GB; the module docstring cites
+    the published benchmarks each value comes from.
+    """
+
+    kind: Literal["load_model"] = Field(
+        "load_model", description="no model: a continuous-batching engine's timing"
+    )
+    model: str = Field("load-model", description="the name the engine reports")
+    output_tokens: int = Field(16, ge=1, description="tokens per completion (max_tokens caps)")
+    output_tokens_max: int | None = Field(
+        None,
+        ge=1,
+        description="None: every completion has output_tokens; else each one's length is "
+        "drawn in [output_tokens, output_tokens_max] (steps and trees of varied length)",
+    )
+    context_length: int = Field(
+        4096,
+        ge=256,
+        description="tokens of one sequence (prompt and completion); a longer prompt comes "
+        "back as a context overflow",
+    )
+    answer_every: int = Field(
+        4, ge=0, description="every n-th stopped step answers $\\boxed{42}$ instead; 0: never"
+    )
+    slow_marker: str | None = Field(
+        None, description="a prompt containing this text is slow (a deliberately slow problem)"
+    )
+    slow_factor: float = Field(1.0, ge=1, description="how many times longer a slow request runs")
+    seed: int = Field(0, description="seeds which completions answer (with the request's seed)")
+
+    @model_validator(mode="after")
+    def _length_range(self) -> LoadModelConfig:
+        """Refused here, not when the replica builds the engine (a dry run would pass it)."""
+        if self.output_tokens_max is not None and self.output_tokens_max < self.output_tokens:
+            raise ValueError(
+                f"output_tokens_max ({self.output_tokens_max}) must be >= output_tokens "
+                f"({self.output_tokens})"
+            )
+        return self
+
+    def build(self) -> LoadModelEngine:
+        return LoadModelEngine(self)
+
+
+def _unit(*parts: object) -> float:
+    """A stable number in [0, 1) from `parts` (no Python hash salt)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
 
 
 class LoadModelEngine:
-    """A model-free engine whose service time follows a continuous-batching engine."""
+    """A model-free engine whose service time follows a continuous-batching engine.
+
+    Built from its config; `batcher` (a simulated engine of any curve, shared with other
+    engines or not) replaces the one of the config's own curve.
+    """
 
     def __init__(
-        self,
-        *,
-        curve: EngineCurve,
-        cache_tokens: int = 400_000,
-        block_tokens: int = 16,
-        time_scale: float = 1.0,
-        output_tokens: int = 16,
-        context_length: int = 4096,
-        answer_every: int = 4,
-        slow_marker: str | None = None,
-        slow_factor: float = 1.0,
-        seed: int = 0,
-        name: str = "load-model",
-        output_tokens_max: int | None = None,
+        self, config: LoadModelConfig, *, batcher: ContinuousBatcher | None = None
     ) -> None:
-        self.answers = SleepEngine(
-            latency_s=0.0,
-            output_tokens=output_tokens,
-            output_tokens_max=output_tokens_max,
-            context_length=context_length,
-            answer_every=answer_every,
-            seed=seed,
-            name=name,
-        )
-        self.batcher = ContinuousBatcher(curve, PrefixCache(cache_tokens, block_tokens), time_scale)
-        self.slow_marker = slow_marker
-        self.slow_factor = slow_factor
-        self.name = name
-        self.context_length = context_length
-
-    @classmethod
-    def from_config(cls, config: LoadModelConfig) -> LoadModelEngine:
-        """From the `engine:` block of a service config (`kind: load_model`): the curve's
-        fields make the curve; every other field but `kind` is a keyword of the
-        constructor, `model` under the name `name`."""
-        curve, rest = curve_and_rest(config)
-        return cls(curve=curve, name=config.model, **rest)
+        self.config = config
+        self.batcher = config.batcher() if batcher is None else batcher
+        self.name = config.model
+        self.context_length = config.context_length
 
     async def complete(self, prompt: str, sampling: Sampling) -> Completion:
-        completion = self.answers.respond(prompt, sampling)
+        completion = self.respond(prompt, sampling)
         words = prompt.split()
         if completion.output_tokens == 0:  # context overflow: rejected before prefill
             return completion
-        slow = self.slow_marker is not None and self.slow_marker in prompt
-        steps = decode_steps_for(completion.output_tokens, self.slow_factor if slow else 1.0)
+        config = self.config
+        slow = config.slow_marker is not None and config.slow_marker in prompt
+        steps = decode_steps_for(completion.output_tokens, config.slow_factor if slow else 1.0)
         cached = await self.batcher.run(words, completion.text.split(), steps)
         return replace(completion, cached_tokens=cached)
+
+    def respond(self, prompt: str, sampling: Sampling) -> Completion:
+        """The completion for a request, computed at once (no waiting): deterministic.
+
+        Temperature, top_p and top_k change nothing (there is no model to sample).
+        """
+        config = self.config
+        max_tokens, stop, top_logprobs = sampling.max_tokens, sampling.stop, sampling.top_logprobs
+        input_tokens = len(prompt.split())
+        if input_tokens >= config.context_length:
+            return Completion("", 0, FinishReason.CONTEXT_OVERFLOW, input_tokens)
+        draw = _unit(config.seed, sampling.seed, prompt)
+        every = config.answer_every
+        answer = not stop or (every > 0 and int(draw * 2**32) % every == 0)
+        tail = ANSWER_TEXT.split() if answer else []
+        # The last generated token is the stop string or the end-of-sequence token.
+        length = config.output_tokens
+        if config.output_tokens_max is not None:
+            spread = config.output_tokens_max - config.output_tokens + 1
+            length += int(_unit(config.seed, sampling.seed, prompt, "length") * spread)
+        needed = max(length, len(tail) + 1)
+        if max_tokens < needed:
+            words = [_FILLER] * max_tokens
+            finish, stop_string = FinishReason.LENGTH, ""
+        else:
+            words = [_FILLER] * (needed - 1 - len(tail)) + tail
+            finish = FinishReason.EOS if answer else FinishReason.STOP_STRING
+            stop_string = "" if answer else stop[0]
+        generated = max_tokens if finish is FinishReason.LENGTH else needed
+        logprobs: tuple[TopLogprobs, ...] = ()
+        if top_logprobs > 0:
+            yes = 0.05 + 0.9 * draw  # P(Yes) in [0.05, 0.95)
+            if yes >= 0.5:
+                words = ["Yes", *words[1:]] if words else words
+            elif words:
+                words = ["No", *words[1:]]
+            top = _top(yes, top_logprobs)
+            logprobs = tuple(top for _ in range(generated))
+        return Completion(
+            text=" ".join(words),
+            output_tokens=generated,
+            finish=finish,
+            input_tokens=input_tokens,
+            stop_string=stop_string,
+            top_logprobs=logprobs,
+        )
 
     def ceiling(self) -> dict[str, float]:
         """The engine's own limits (simulated, i.e. at time_scale 1)."""
@@ -161,13 +292,30 @@ class LoadModelEngine:
     async def render_chat(
         self, messages: Sequence[Mapping[str, str]], *, continue_final: bool
     ) -> str:
-        return await self.answers.render_chat(messages, continue_final=continue_final)
+        return plain_chat(messages, continue_final=continue_final)
 
     async def tokenize(self, text: str) -> list[int]:
-        return await self.answers.tokenize(text)
+        return list(range(len(text.split())))
 
     async def close(self) -> None:
         return None
 
 
-__all__ = ["LoadModelEngine"]
+def plain_chat(messages: Sequence[Mapping[str, str]], *, continue_final: bool) -> str:
+    """The chat of an engine without a model: "role: content" lines, and an open assistant
+    line unless the last message is to be continued."""
+    lines = [f"{m['role']}: {m['content']}" for m in messages]
+    if not continue_final:
+        lines.append("assistant: ")
+    return "\n".join(lines)
+
+
+def _top(yes: float, k: int) -> TopLogprobs:
+    """The k best alternatives: Yes and No share 0.98 of the mass, fillers the rest."""
+    entries = [("Yes", 0.98 * yes), ("No", 0.98 * (1 - yes))]
+    entries += [(f"tok{i}", 0.02 / max(k - 2, 1)) for i in range(max(k - 2, 0))]
+    entries.sort(key=lambda e: e[1], reverse=True)
+    return tuple((token, math.log(p)) for token, p in entries[:k])
+
+
+__all__ = ["ANSWER_TEXT", "LoadModelConfig", "LoadModelEngine", "plain_chat"]

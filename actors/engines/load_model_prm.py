@@ -13,7 +13,7 @@ step, as on vLLM with automatic prefix caching and the cache read (`vllm_pooling
 classification: the cache written, never read, every path computed whole).  Passing the batcher of a
 `LoadModelEngine` puts a policy and its PRM on one simulated GPU.
 
-Tokens are whitespace words (as the sleep and load-model engines count them), each
+Tokens are whitespace words (as the load model counts them), each
 distinct word one id; a whitespace-only text such as the default separator "\\n" is a
 single token of its own.  Values are a stable hash of the path up to each step (in
 (0, 1)), so the same path always gets the same values; they mean nothing, timing is
@@ -27,59 +27,73 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import ClassVar, Literal
+
+from pydantic import Field
 
 from actors.engines.base import StepValues
-from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
-from actors.engines.load_model import curve_and_rest
-from actors.engines.sleep import plain_chat
+from actors.engines.batching import ContinuousBatcher
+from actors.engines.load_model import LoadCurveConfig, plain_chat
 from actors.engines.step_layout import layout, separator_id, unscorable
 from actors.engines.vocabulary import whitespace_words
-
-if TYPE_CHECKING:
-    from actors.config import LoadModelPRMConfig
 
 BOS = "<bos>"
 
 
+class LoadModelPRMConfig(LoadCurveConfig):
+    """No model: a one-pass PRM's timing on a continuous-batching engine (load_model_prm.py).
+
+    A scoring request prefills the uncached tokens of its path (the prefix cache
+    serves the parent's) and runs one forward step; nothing is decoded (vLLM's pooling
+    runner).  The curve's defaults are `load_model`'s: a 7-8B model on one H100 80GB.
+    """
+
+    scores_steps: ClassVar[bool] = True
+    vocabulary: ClassVar[str | None] = "actors.engines.vocabulary:words"
+
+    kind: Literal["load_model_prm"] = Field(
+        "load_model_prm", description="no model: a one-pass PRM's continuous-batching timing"
+    )
+    model: str = Field("load-model-prm", description="the name the engine reports")
+    context_length: int = Field(
+        4096, ge=256, description="the longest path scored; a longer one is an error value"
+    )
+    seed: int = Field(0, description="seeds the step values (a hash of the path)")
+    read_prefix_cache: bool = Field(
+        True,
+        description="a path's cached prefix is not computed again (`vllm_pooling` reading "
+        "vLLM's cache); false: every path computed whole (vLLM's default for token "
+        "classification)",
+    )
+
+    def build(self, *, step_separator: str) -> LoadModelPRMEngine:
+        return LoadModelPRMEngine(self, step_separator=step_separator)
+
+
 class LoadModelPRMEngine:
-    """A model-free one-pass PRM whose service time follows a continuous-batching engine."""
+    """A model-free one-pass PRM whose service time follows a continuous-batching engine.
+
+    Built from its config and the scorer's step separator; `batcher` (another engine's,
+    e.g. a `LoadModelEngine`'s) puts both on one simulated GPU, whose curve is then that
+    engine's (None: a batcher of this config's own curve).
+    """
 
     def __init__(
         self,
+        config: LoadModelPRMConfig,
         *,
-        curve: EngineCurve | None = None,
+        step_separator: str,
         batcher: ContinuousBatcher | None = None,
-        cache_tokens: int = 400_000,
-        block_tokens: int = 16,
-        time_scale: float = 1.0,
-        context_length: int = 4096,
-        separator: str = "\n",
-        seed: int = 0,
-        name: str = "load-model-prm",
-        read_prefix_cache: bool = True,
     ) -> None:
-        if batcher is None:
-            if curve is None:
-                raise ValueError("LoadModelPRMEngine needs a curve or a batcher to share")
-            batcher = ContinuousBatcher(curve, PrefixCache(cache_tokens, block_tokens), time_scale)
-        self.batcher = batcher
-        self.context_length = context_length
-        self.separator = separator
-        self.seed = seed
-        self.name = name
-        self.read_prefix_cache = read_prefix_cache
+        self.batcher = config.batcher() if batcher is None else batcher
+        self.context_length = config.context_length
+        self.separator = step_separator
+        self.seed = config.seed
+        self.name = config.model
+        self.read_prefix_cache = config.read_prefix_cache
         self._vocabulary: dict[str, int] = {}
         # refused here, as every one-pass engine refuses it when it loads
-        self.separator_token = separator_id(self._ids, separator)
-
-    @classmethod
-    def from_config(
-        cls, config: LoadModelPRMConfig, *, step_separator: str = "\n"
-    ) -> LoadModelPRMEngine:
-        """From the `engine:` block of a scorer's config (`kind: load_model_prm`)."""
-        curve, rest = curve_and_rest(config)
-        return cls(curve=curve, name=config.model, separator=step_separator, **rest)
+        self.separator_token = separator_id(self._ids, step_separator)
 
     def _ids(self, text: str) -> list[int]:
         vocabulary = self._vocabulary
@@ -130,4 +144,4 @@ class LoadModelPRMEngine:
         return None
 
 
-__all__ = ["LoadModelPRMEngine"]
+__all__ = ["LoadModelPRMConfig", "LoadModelPRMEngine"]

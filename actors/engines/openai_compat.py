@@ -60,12 +60,12 @@ Chat templates and tokenization
 The OpenAI API has no endpoint that renders a chat template or tokenizes, so
 `render_chat` and `tokenize` use, by `chat_template`:
 
-* "hf": a local Hugging Face tokenizer (`tokenizer_path`, loaded with
+* "hf": a local Hugging Face tokenizer (the config's `chat_template` folder, loaded with
   `transformers.AutoTokenizer`, never from the hub); also used by `tokenize`;
 * "llamacpp": llama.cpp's `POST /apply-template`;
 * "vllm": vLLM's `POST /tokenize` with `messages` (its chat renderer),
   then `POST /detokenize` back to text;
-* "auto" (default): "hf" when `tokenizer_path` is set, else the first of
+* "auto" (default): "hf" when a tokenizer folder is set, else the first of
   llama.cpp's and vLLM's endpoints that answers;
 * "none": `render_chat` raises an EngineError that says what to configure.
 
@@ -98,16 +98,58 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 from urllib.parse import urlsplit
 
-from actors.engines.base import Completion, Sampling, TopLogprobs, short_name
+from pydantic import Field
+
+from actors.engines.base import (
+    Completion,
+    EngineConfigBase,
+    Package,
+    Sampling,
+    TopLogprobs,
+    folder_warning,
+    short_name,
+)
 from actors.errors import EngineError
 from common.redact import redact_text
 from search.protocols import FinishReason
 
-if TYPE_CHECKING:
-    from actors.config import OpenAIConfig
+
+class OpenAIConfig(EngineConfigBase):
+    """Any OpenAI-compatible endpoint; the key is read from `api_key_env`, never stored."""
+
+    packages: ClassVar[tuple[Package, ...]] = (Package("openai", "openai"),)
+
+    kind: Literal["openai"] = Field("openai", description="an OpenAI-compatible HTTP endpoint")
+    base_url: str = Field(description="the API's base URL, e.g. http://localhost:8000/v1")
+    model: str = Field(description="model name sent with every request")
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY",
+        description="environment variable holding the API key (required unless the URL is "
+        "loopback); None: no key",
+    )
+    context_length: int = Field(
+        8192,
+        ge=256,
+        description="tokens of one sequence (prompt and completion); caps max_tokens",
+    )
+    chat_template: str = Field(
+        "server",
+        description="'server': the server renders the chat; else a local tokenizer folder "
+        "whose template renders it",
+    )
+
+    def check_model(self) -> str | None:
+        """The local tokenizer folder, like vLLM's model folder: a warning when not here."""
+        if self.chat_template in ("server", "auto"):
+            return None
+        return folder_warning("engine.chat_template", self.chat_template)
+
+    def build(self) -> OpenAIEngine:
+        return OpenAIEngine(self)
+
 
 ChatTemplateMode = Literal["auto", "hf", "llamacpp", "vllm", "none"]
 
@@ -122,24 +164,33 @@ _MISSING = object()
 
 
 class OpenAIEngine:
-    """A model behind an OpenAI-compatible HTTP server (see the module docstring)."""
+    """A model behind an OpenAI-compatible HTTP server (see the module docstring).
+
+    Built from its config (`kind: openai`): the config's `chat_template: server` renders on
+    the server ("auto"), any other value is a local tokenizer folder ("hf"), and
+    `api_key_env: null` means no key.  The keywords are what no config sets: another
+    `chat_template` mode, whether a key is required, the client's timeout and retries,
+    the server root and a body sent with every completion request.
+    """
 
     def __init__(
         self,
-        base_url: str,
-        model: str,
+        config: OpenAIConfig,
         *,
-        api_key_env: str | None = "OPENAI_API_KEY",
+        chat_template: ChatTemplateMode | None = None,
         api_key_required: bool | None = None,
         request_timeout_s: float = 300.0,
         max_retries: int = 2,
-        context_length: int = 4096,
-        chat_template: ChatTemplateMode = "auto",
-        tokenizer_path: str | None = None,
         server_url: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
-        name: str | None = None,
     ) -> None:
+        local = config.chat_template not in ("server", "auto")
+        tokenizer_path = config.chat_template if local else None
+        if chat_template is None:
+            chat_template = "hf" if local else "auto"
+        base_url, api_key_env = config.base_url, config.api_key_env
+        if api_key_env is None and api_key_required is None:
+            api_key_required = False  # no variable named: the server takes no key
         try:
             import openai
         except ImportError as exc:  # pragma: no cover - a base dependency
@@ -151,12 +202,12 @@ class OpenAIEngine:
         key = api_key(
             base_url, api_key_env, api_key_required, without="pass api_key_required=False"
         )
-        self.name = name or short_name(model)
-        self.model = model
+        self.name = short_name(config.model)
+        self.model = config.model
         self.base_url = base_url.rstrip("/")
         self.server_url = (server_url or server_root(self.base_url)).rstrip("/")
         self.api_key_env = api_key_env
-        self.context_length = context_length
+        self.context_length = config.context_length
         self.chat_template: ChatTemplateMode = chat_template
         self.tokenizer_path = tokenizer_path
         self.extra_body = dict(extra_body or {})
@@ -172,24 +223,6 @@ class OpenAIEngine:
         self._renderer: str | None = "hf" if tokenizer_path and chat_template == "auto" else None
         self._tokenize_style: str | None = None
         self._hf_tokenizer: Any = None
-
-    @classmethod
-    def from_config(cls, config: OpenAIConfig) -> OpenAIEngine:
-        """From the `engine:` block of a service config (`kind: openai`).
-
-        `chat_template: server` renders on the server ("auto"); any other value is
-        a local tokenizer folder ("hf").  `api_key_env: null` means no key.
-        """
-        local = config.chat_template not in ("server", "auto")
-        return cls(
-            config.base_url,
-            config.model,
-            api_key_env=config.api_key_env,
-            api_key_required=False if config.api_key_env is None else None,
-            context_length=config.context_length,
-            chat_template="hf" if local else "auto",
-            tokenizer_path=config.chat_template if local else None,
-        )
 
     def __repr__(self) -> str:
         return keyed_repr(self, base_url=self.base_url)

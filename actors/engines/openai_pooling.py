@@ -28,6 +28,9 @@ classification) gives an error StepValues naming the flag to start it with; a pa
 than `context_length` is an error StepValues before any request: `score_steps` never
 raises.  The API key is read from `api_key_env` when the engine is built, sent as a
 Bearer token and kept out of errors and `repr`.
+
+`httpx` is imported only where the engine runs (the config is read where the run starts,
+and httpx takes longer to import than the whole config).
 """
 
 from __future__ import annotations
@@ -35,18 +38,47 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-import httpx
+from pydantic import Field
 
-from actors.engines.base import EngineError, StepValues, short_name
+from actors.engines.base import EngineConfigBase, EngineError, StepValues, short_name
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
 from actors.engines.openai_compat import api_key, keyed_repr, server_root
 from actors.engines.step_layout import StepLayout
 from common.redact import redact_text
 
-if TYPE_CHECKING:
-    from actors.config import OpenAIPoolingConfig
+
+class OpenAIPoolingConfig(EngineConfigBase):
+    """A one-pass PRM behind vLLM's OpenAI-compatible server (its `/pooling` endpoint), started
+    with `--runner pooling --pooler-config '{"tok_pooling_type": "ALL"}'`; the key is read
+    from `api_key_env`, never stored."""
+
+    scores_steps: ClassVar[bool] = True
+
+    kind: Literal["openai_pooling"] = Field(
+        "openai_pooling", description="the /pooling endpoint of a vLLM server (--runner pooling)"
+    )
+    base_url: str = Field(
+        description="the server's URL, e.g. http://localhost:8000 (a trailing /v1 is dropped: "
+        "vLLM serves /pooling and /tokenize at its root)"
+    )
+    model: str = Field(description="the served model name sent with every request")
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY",
+        description="environment variable holding the API key (required unless the URL is "
+        "loopback); None: no key",
+    )
+    context_length: int = Field(
+        8192, ge=256, description="tokens of one scored path (the server's --max-model-len)"
+    )
+    request_timeout_s: float = Field(
+        120.0, gt=0, description="seconds one HTTP request may take before it fails"
+    )
+
+    def build(self, *, step_separator: str) -> OpenAIPoolingEngine:
+        return OpenAIPoolingEngine(self, step_separator=step_separator)
+
 
 TOKEN_CACHE = 4096  # texts whose ids are kept (prompts and steps of recent paths)
 _NOT_POOLING = (
@@ -56,52 +88,31 @@ _NOT_POOLING = (
 
 
 class OpenAIPoolingEngine(OnePassEngine):
-    """A process reward model behind a vLLM server (see the module docstring)."""
+    """A process reward model behind a vLLM server (see the module docstring), built from
+    its config (`kind: openai_pooling`; `api_key_env: null` means no key) and the scorer's
+    `one_pass.step_separator`."""
 
     source: ClassVar[str] = "/pooling"
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        step_separator: str = "\n",
-        api_key_env: str | None = "OPENAI_API_KEY",
-        api_key_required: bool | None = None,
-        context_length: int = 8192,
-        request_timeout_s: float = 120.0,
-        name: str | None = None,
-    ) -> None:
-        key = api_key(base_url, api_key_env, api_key_required, without="api_key_env: null")
-        self.server_url = server_root(base_url.rstrip("/")).rstrip("/")
-        self.model = model
-        self.name = name or short_name(model)
-        self.context_length = context_length
+    def __init__(self, config: OpenAIPoolingConfig, *, step_separator: str) -> None:
+        import httpx
+
+        # no variable named: the server takes no key; else one is required unless loopback
+        required = False if config.api_key_env is None else None
+        key = api_key(config.base_url, config.api_key_env, required, without="api_key_env: null")
+        self.server_url = server_root(config.base_url.rstrip("/")).rstrip("/")
+        self.model = config.model
+        self.name = short_name(config.model)
+        self.context_length = config.context_length
         self.step_separator = step_separator
-        self.api_key_env = api_key_env
+        self.api_key_env = config.api_key_env
         self.has_key = key is not None  # the key itself is kept by the client only
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.AsyncClient(
-            base_url=self.server_url, headers=headers, timeout=request_timeout_s
+            base_url=self.server_url, headers=headers, timeout=config.request_timeout_s
         )
         self._ids_cache: OrderedDict[str, list[int]] = OrderedDict()
         self._special: list[int] | None = None  # [] or [bos], once asked
-
-    @classmethod
-    def from_config(
-        cls, config: OpenAIPoolingConfig, *, step_separator: str = "\n"
-    ) -> OpenAIPoolingEngine:
-        """From the `engine:` block of a scorer config (`kind: openai_pooling`) and the
-        scorer's `one_pass.step_separator`; `api_key_env: null` means no key."""
-        return cls(
-            config.base_url,
-            config.model,
-            step_separator=step_separator,
-            api_key_env=config.api_key_env,
-            api_key_required=False if config.api_key_env is None else None,
-            context_length=config.context_length,
-            request_timeout_s=config.request_timeout_s,
-        )
 
     def __repr__(self) -> str:
         return keyed_repr(self, server=self.server_url)
@@ -178,6 +189,8 @@ class OpenAIPoolingEngine(OnePassEngine):
         return [int(t) for t in tokens]
 
     async def _post(self, path: str, body: Mapping[str, Any]) -> tuple[int, Any]:
+        import httpx
+
         try:
             response = await self._client.post(path, json=body)
         except httpx.HTTPError as exc:

@@ -49,9 +49,19 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from actors.engines.base import EngineCapacity, EngineError, EngineLoad, StepValues
+from pydantic import Field
+
+from actors.engines.base import (
+    EngineCapacity,
+    EngineConfigBase,
+    EngineError,
+    EngineLoad,
+    Package,
+    StepValues,
+)
+from actors.engines.checkpoint import verify_prm
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
 from actors.engines.prefix_gate import common_prefix
 from actors.engines.step_layout import StepLayout, layout, separator_id
@@ -59,7 +69,71 @@ from actors.engines.step_layout import StepLayout, layout, separator_id
 if TYPE_CHECKING:
     import torch
 
-    from actors.config import TransformersPRMConfig
+# The past cache's default bound: at most 1.5 GB for SmolLM2-135M in float32 (46 KB a token),
+# twice what the embedded default's 16 trees hold at once (docs/configuration.md).
+DEFAULT_KV_CACHE_TOKENS = 32_768
+
+
+class TransformersPRMConfig(EngineConfigBase):
+    """A one-pass PRM on CPU: a token-classification checkpoint (what `bgmcts train-prm`
+    writes) run with transformers; concurrent paths share padded forwards, and a path's
+    forward starts after its parent's kept keys and values."""
+
+    packages: ClassVar[tuple[Package, ...]] = (
+        Package("torch", "'.[prm]'"),
+        Package("transformers", "'.[prm]'"),
+    )
+    scores_steps: ClassVar[bool] = True
+    vocabulary: ClassVar[str | None] = "actors.engines.vocabulary:model_folder"
+
+    kind: Literal["transformers_prm"] = Field(
+        "transformers_prm", description="a one-pass PRM checkpoint on CPU (transformers)"
+    )
+    model: str = Field(
+        description="the checkpoint folder (config.json, weights and tokenizer files, as "
+        "`bgmcts train-prm` saves them)"
+    )
+    threads: int = Field(1, ge=1, description="CPU threads torch computes with")
+    max_batch: int = Field(16, ge=1, description="most paths in one padded forward")
+    batch_window_s: float = Field(
+        0.002, ge=0, le=1, description="how long a path waits for others to share its forward"
+    )
+    context_length: int | None = Field(
+        None,
+        ge=16,
+        description="tokens of one path (prompt and steps); a longer one comes back as a "
+        "context overflow. null: the model's max_position_embeddings",
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="the weights' and activations' type (bfloat16: half the memory)"
+    )
+    kv_cache_tokens: int = Field(
+        DEFAULT_KV_CACHE_TOKENS,
+        ge=0,
+        description="tokens of scored paths' keys and values kept, so that a child's forward "
+        "computes only its new step (least recently used dropped first; 0: none kept). "
+        "SmolLM2-135M keeps 46 KB a token in float32 (1.5 GB at this default, half in "
+        "bfloat16); the default holds every path of the embedded default's 16 trees at once "
+        "(about 13,000 tokens) with room to spare",
+    )
+
+    def check_model(self) -> str | None:
+        """The checkpoint must be here (the CPU engine runs where the config is) and be a
+        whole two-class token classifier (`actors.engines.checkpoint.verify_checkpoint`:
+        weights, head, values, tokenizer, layout file)."""
+        folder = Path(self.model).expanduser()
+        if not folder.is_dir():
+            # the usual cause: no checkpoint trained yet; say how to make one (one line)
+            raise EngineError(
+                f"engine.model: {folder} is not a folder here; train one from a run's trees: "
+                f"make prm RUNS=<run folder> PRM_OUT={folder} (bgmcts train-prm)",
+                field="engine.model",
+            )
+        verify_prm(folder)
+        return None
+
+    def build(self, *, step_separator: str) -> TransformersPRMEngine:
+        return TransformersPRMEngine(self, step_separator=step_separator)
 
 
 @dataclass
@@ -80,9 +154,6 @@ class _Past:
     tokens: int
 
 
-# The past cache's default bound: at most 1.5 GB for SmolLM2-135M in float32 (46 KB a token),
-# twice what the embedded default's 16 trees hold at once (docs/configuration.md).
-DEFAULT_KV_CACHE_TOKENS = 32_768
 # Below this many shared tokens a past is not worth a row of padded keys in the batch.
 MIN_SHARED = 8
 
@@ -202,27 +273,15 @@ class TransformersPRMEngine(OnePassEngine):
 
     source: ClassVar[str] = "transformers_prm"
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        threads: int = 1,
-        max_batch: int = 16,
-        batch_window_s: float = 0.002,
-        context_length: int | None = None,
-        dtype: str = "float32",
-        kv_cache_tokens: int = DEFAULT_KV_CACHE_TOKENS,
-        step_separator: str = "\n",
-        name: str | None = None,
-    ) -> None:
+    def __init__(self, config: TransformersPRMConfig, *, step_separator: str) -> None:
         try:
             import torch
             from transformers import AutoModelForTokenClassification, AutoTokenizer
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise EngineError("the transformers_prm engine needs: pip install '.[prm]'") from exc
-        from actors.checkpoint import verify_prm
 
-        folder = Path(model).expanduser()
+        threads, max_batch = config.threads, config.max_batch
+        folder = Path(config.model).expanduser()
         # checked whole here too, not only before the run started: a folder changed since
         # fails with its cause rather than loading a cut-short file or a random head
         verify_prm(folder)
@@ -230,12 +289,13 @@ class TransformersPRMEngine(OnePassEngine):
         self._torch = torch
         self._tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self._model = AutoModelForTokenClassification.from_pretrained(
-            str(folder), dtype=getattr(torch, dtype)
+            str(folder), dtype=getattr(torch, config.dtype)
         ).eval()
-        self.name = name or folder.name
-        self.context_length = int(context_length or self._model.config.max_position_embeddings)
+        self.name = folder.name
+        max_positions = self._model.config.max_position_embeddings
+        self.context_length = int(config.context_length or max_positions)
         self.max_batch = max_batch
-        self.batch_window_s = batch_window_s
+        self.batch_window_s = config.batch_window_s
         self.threads = threads
         # A forward's fixed cost in tokens' worth: SmolLM2-135M on one thread takes ~45 ms
         # for a forward of one token and ~3 ms a token in a large one, so a forward costs
@@ -251,7 +311,7 @@ class TransformersPRMEngine(OnePassEngine):
         # Any id serves as padding: right of every real token, masked, never read.
         self._pad = int(pad if pad is not None else self._tokenizer.eos_token_id or 0)
         # Touched only by the forward thread (`forward`), so it needs no lock.
-        self._past = PastCache(kv_cache_tokens if self._keeps_past() else 0)
+        self._past = PastCache(config.kv_cache_tokens if self._keeps_past() else 0)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prm-forward")
         self._pending: deque[_Request] = deque()
         self._full = asyncio.Event()
@@ -263,18 +323,6 @@ class TransformersPRMEngine(OnePassEngine):
         self.prompt_tokens_evaluated = 0  # real (unpadded) tokens computed
         self.prompt_tokens_cached = 0  # tokens whose keys and values came from `_past`
         self.padded_tokens = 0  # padding computed alongside them
-
-    @classmethod
-    def from_config(
-        cls, config: TransformersPRMConfig, *, step_separator: str = "\n"
-    ) -> TransformersPRMEngine:
-        """From the `engine:` block of a service config (`kind: transformers_prm`); the
-        separator is the scorer's `one_pass.step_separator` (not an engine field)."""
-        return cls(
-            config.model,
-            **config.model_dump(exclude={"kind", "model"}),
-            step_separator=step_separator,
-        )
 
     # -- what admission and the replica's stats read ------------------------------------
 

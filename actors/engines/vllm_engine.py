@@ -26,8 +26,8 @@ is a CONTEXT_OVERFLOW before any request.
 `InProcessVLLM` is what this engine shares with the one-pass PRM on vLLM's pooling
 runner (`actors.engines.vllm_pooling`): starting vLLM, its capacity, its tokenizer.
 
-`vllm` is imported lazily so the module imports (and type-checks) on machines
-without it; constructing a `VLLMEngine` there raises a clear EngineError.
+`vllm` is imported lazily so the module (and the configs in it) imports and type-checks
+on machines without it; constructing a `VLLMEngine` there raises a clear EngineError.
 """
 
 from __future__ import annotations
@@ -38,79 +38,113 @@ import inspect
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, Unpack
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
 
 from actors.engines.base import (
     Completion,
     EngineCapacity,
+    EngineConfigBase,
     EngineError,
     EngineLoad,
+    Package,
     Sampling,
     TopLogprobs,
+    folder_warning,
     short_name,
 )
 from actors.models import resolve_model_folder
 from search.protocols import FinishReason
 
-if TYPE_CHECKING:
-    from actors.config import VLLMConfig, VLLMPoolingConfig
+
+class InProcessVLLMConfig(EngineConfigBase):
+    """What both in-process vLLM engines take (`InProcessVLLM`): the model, how vLLM
+    starts, and any further `AsyncEngineArgs` field."""
+
+    packages: ClassVar[tuple[Package, ...]] = (Package("vllm", "'.[gpu]'"),)
+    downloads_model: ClassVar[bool] = True
+
+    model: str = Field(
+        description="Hugging Face model id or local folder; `embedded`: the embedded "
+        "SmolLM2-135M-Instruct as a model folder, written once from its GGUF (`bgmcts "
+        "embedded-model`)"
+    )
+    dtype: str = Field("auto", description="vLLM's dtype: auto (the checkpoint's), bfloat16, ...")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one model is sharded over")
+    gpu_memory_utilization: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="share of GPU memory vLLM may take (weights and KV cache); on vLLM's CPU "
+        "build, the share of the host's memory, which must be free when the engine starts",
+    )
+    max_model_len: int = Field(
+        8192, ge=256, description="tokens of one sequence (prompt and completion)"
+    )
+
+    enable_prefix_caching: bool = Field(
+        True, description="reuse the KV cache of shared prompt prefixes (the paths of a tree)"
+    )
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="vLLM's `max_num_seqs`: sequences in one batch; the rest wait in vLLM's "
+        "queue. null: vLLM's default (docs/sizing.md)",
+    )
+    seed: int = Field(0, description="vLLM's engine seed (each request also has its own)")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="further vLLM AsyncEngineArgs fields (e.g. enforce_eager); one set by a "
+        "field here is refused",
+    )
+
+    def context(self) -> tuple[str, int | None]:
+        return "max_model_len", self.max_model_len
+
+    def check_model(self) -> str | None:
+        """A hub id cannot be checked offline; a folder that is not here may be on the GPU
+        nodes (the machine writing the config rarely has the weights): a warning."""
+        if self.model == "embedded":
+            return None
+        return folder_warning("engine.model", self.model)
+
+
+class VLLMConfig(InProcessVLLMConfig):
+    """vLLM's async engine in the replica (GPU production)."""
+
+    kind: Literal["vllm"] = Field("vllm", description="vLLM's async engine in the replica (GPU)")
+
+    def build(self) -> VLLMEngine:
+        return VLLMEngine(self)
+
 
 _CONTEXT_ERROR = re.compile(
     r"maximum (context|model) length|context length|exceeds? .*context", re.IGNORECASE
 )
 
 
-class VLLMStart(TypedDict, total=False):
-    """How to start vLLM, the keywords both in-process engines take (`InProcessVLLM`);
-    `vllm_engine_args` holds what a key left out gets."""
-
-    context_length: int
-    dtype: str
-    tensor_parallel_size: int
-    gpu_memory_utilization: float
-    seed: int
-    enable_prefix_caching: bool
-    max_num_seqs: int | None
-
-
-def start_fields(config: VLLMConfig | VLLMPoolingConfig) -> VLLMStart:
-    """The `VLLMStart` fields of an `engine:` block (`kind: vllm` or `vllm_pooling`)."""
-    return VLLMStart(
-        context_length=config.max_model_len,
-        dtype=config.dtype,
-        tensor_parallel_size=config.tensor_parallel_size,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        enable_prefix_caching=config.enable_prefix_caching,
-        max_num_seqs=config.max_num_seqs,
-        seed=config.seed,
-    )
-
-
 class InProcessVLLM:
     """What both in-process vLLM engines share: starting vLLM, what it can hold, its own
     tokenizer and chat template, and shutting it down.
 
-    `model` is a model folder or id (`embedded`: the embedded SmolLM2's folder, written on
-    first use, `actors.models.embedded_model_folder`).  The `VLLMStart` keywords say how
-    vLLM starts (one left out takes `vllm_engine_args`'s default); `engine_args` passes any
-    further `AsyncEngineArgs` field (e.g. `enforce_eager`); one that an argument here
-    already sets is refused (`vllm_engine_args`).  Starting the engine loads the model and
-    may take a minute; construct it once per process.
+    The config's `model` is a model folder or id (`embedded`: the embedded SmolLM2's
+    folder, written on first use, `actors.models.embedded_model_folder`); its other fields
+    say how vLLM starts, and `engine_args` (the config's, with what the engine itself sets)
+    passes further `AsyncEngineArgs` fields (`vllm_engine_args`).  Starting the engine
+    loads the model and may take a minute; construct it once per process.
     """
 
     # Said after the model's name when vLLM cannot start it (" for pooling").
     starting_for: ClassVar[str] = ""
 
     def __init__(
-        self,
-        model: str,
-        *,
-        engine_args: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        **start: Unpack[VLLMStart],
+        self, config: InProcessVLLMConfig, engine_args: Mapping[str, Any] | None = None
     ) -> None:
-        model = resolve_model_folder(model)
-        kwargs = vllm_engine_args(model, engine_args=engine_args, **start)
+        model = resolve_model_folder(config.model)
+        kwargs = vllm_engine_args(
+            config, model, config.engine_args if engine_args is None else engine_args
+        )
         vllm = import_vllm()
         try:
             args = self._async_engine_args(vllm, kwargs)
@@ -119,8 +153,8 @@ class InProcessVLLM:
             raise EngineError(f"vLLM could not start {model!r}{self.starting_for}: {exc}") from exc
         self._vllm: Any = vllm
         self._tokenizer: Any = None
-        self.name = name or short_name(model)
-        self.context_length: int = kwargs["max_model_len"]
+        self.name = short_name(model)
+        self.context_length = config.max_model_len
         self.prompt_tokens_seen = 0
         self.cached_tokens_seen = 0
 
@@ -199,13 +233,7 @@ class InProcessVLLM:
 
 class VLLMEngine(InProcessVLLM):
     """A Hugging Face model folder (or hub id on a connected node) served by vLLM for
-    generation; `InProcessVLLM` says what the arguments are, `from_config` takes the
-    `engine:` block of a service config instead."""
-
-    @classmethod
-    def from_config(cls, config: VLLMConfig) -> VLLMEngine:
-        """From the `engine:` block of a service config (`kind: vllm`)."""
-        return cls(config.model, engine_args=config.engine_args, **start_fields(config))
+    generation, as its config (`kind: vllm`) says."""
 
     def load(self) -> EngineLoad:
         """Slots and the prompt-token counters of this engine's requests; the scheduler's
@@ -322,36 +350,27 @@ class VLLMEngine(InProcessVLLM):
 
 
 def vllm_engine_args(
-    model: str,
-    *,
-    context_length: int = 4096,
-    dtype: str = "auto",
-    tensor_parallel_size: int = 1,
-    gpu_memory_utilization: float = 0.9,
-    seed: int = 0,
-    enable_prefix_caching: bool = True,
-    max_num_seqs: int | None = None,
-    engine_args: Mapping[str, Any] | None = None,
+    config: InProcessVLLMConfig, model: str, engine_args: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The keyword arguments of vLLM's `AsyncEngineArgs` (built without importing vLLM),
-    from a `VLLMStart`'s keys (these defaults where it leaves one out).
+    """The keyword arguments of vLLM's `AsyncEngineArgs` (built without importing vLLM):
+    the config's fields, with `model` resolved to what vLLM loads, and `engine_args`.
 
-    `max_num_seqs` None leaves vLLM's own default.  A key of `engine_args` that an
-    argument here already sets is an error: one of the two would win silently (a batch
-    size in `engine_args` under a config's `max_num_seqs`, say).
+    `max_num_seqs` None leaves vLLM's own default.  A key of `engine_args` that a config
+    field already sets is an error: one of the two would win silently (a batch size in
+    `engine_args` under a config's `max_num_seqs`, say).
     """
     named: dict[str, Any] = {
         "model": model,
-        "tensor_parallel_size": tensor_parallel_size,
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "max_model_len": context_length,
-        "dtype": dtype,
-        "enable_prefix_caching": enable_prefix_caching,
-        "seed": seed,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "max_model_len": config.max_model_len,
+        "dtype": config.dtype,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "seed": config.seed,
     }
-    if max_num_seqs is not None:
-        named["max_num_seqs"] = max_num_seqs
-    extra = dict(engine_args or {})
+    if config.max_num_seqs is not None:
+        named["max_num_seqs"] = config.max_num_seqs
+    extra = dict(engine_args)
     twice = sorted(set(named) & set(extra))
     if twice:
         raise EngineError(

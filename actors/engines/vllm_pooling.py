@@ -28,24 +28,56 @@ it scored the parent (`one_pass_engine.SuffixValues`), so every value is a cold 
 A path longer than the context is an error StepValues before any request; no request
 raises (`score_steps` answers an error StepValues for whatever vLLM refuses).
 
-`vllm` is imported lazily so the module imports (and type-checks) without it.
+`vllm` is imported lazily so the module (and its config) imports and type-checks without
+it.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Unpack
+from typing import Any, ClassVar, Literal
 
-from actors.checkpoint import verify_prm
+from pydantic import Field
+
 from actors.engines.base import EngineError, StepValues
+from actors.engines.checkpoint import verify_prm
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
 from actors.engines.step_layout import StepLayout
-from actors.engines.vllm_engine import InProcessVLLM, VLLMStart, start_fields
+from actors.engines.vllm_engine import InProcessVLLM, InProcessVLLMConfig
 
-if TYPE_CHECKING:
-    from actors.config import VLLMPoolingConfig
+
+class VLLMPoolingConfig(InProcessVLLMConfig):
+    """A one-pass PRM on vLLM's pooling runner in the replica (GPU production); `model` is
+    a checkpoint `bgmcts train-prm` wrote (or a PRM of that layout)."""
+
+    scores_steps: ClassVar[bool] = True
+    vocabulary: ClassVar[str | None] = "actors.engines.vocabulary:model_folder"
+
+    kind: Literal["vllm_pooling"] = Field(
+        "vllm_pooling", description="a process reward model on vLLM's pooling runner (GPU)"
+    )
+    read_prefix_cache: bool = Field(
+        True,
+        description="score a child by computing only its new step: read its parent's path "
+        "from vLLM's prefix cache (the values equal a cold pass's); false: vLLM's default "
+        "for token classification, every token computed",
+    )
+
+    def check_model(self) -> str | None:
+        """A checkpoint folder that is here is checked whole, as the engine checks it when
+        it loads; one that is not may be on the GPU nodes (a warning), a hub id is not
+        looked at."""
+        warning = super().check_model()
+        folder = Path(self.model).expanduser()
+        if warning is None and self.model != "embedded" and folder.is_dir():
+            verify_prm(folder)
+        return warning
+
+    def build(self, *, step_separator: str) -> VLLMPoolingEngine:
+        return VLLMPoolingEngine(self, step_separator=step_separator)
+
 
 # Set by the engine: every token's row (see the module docstring), from the pooling runner.
 POOLING_ARGS: dict[str, Any] = {"runner": "pooling", "pooler_config": {"tok_pooling_type": "ALL"}}
@@ -55,58 +87,35 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
     """A process reward model (Hugging Face folder or hub id) on vLLM's pooling runner.
 
     `step_separator` is the text closing each step (one token of the model's vocabulary,
-    `OnePassSettings.step_separator`).  `engine_args` passes further `AsyncEngineArgs`
-    fields; one set here already (or `runner`, `pooler_config`) is refused.  The other
-    arguments start vLLM as for the policy (`InProcessVLLM`).
+    `OnePassSettings.step_separator`).  The config's `engine_args` passes further
+    `AsyncEngineArgs` fields; one set here already (or `runner`, `pooler_config`) is
+    refused.  The other fields start vLLM as for the policy (`InProcessVLLM`).
     """
 
     source: ClassVar[str] = "vLLM pooling"
     starting_for: ClassVar[str] = " for pooling"
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        step_separator: str = "\n",
-        read_prefix_cache: bool = True,
-        engine_args: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        **start: Unpack[VLLMStart],
-    ) -> None:
-        extra = dict(engine_args or {})
-        twice = sorted(set(extra) & set(POOLING_ARGS))
+    def __init__(self, config: VLLMPoolingConfig, *, step_separator: str) -> None:
+        twice = sorted(set(config.engine_args) & set(POOLING_ARGS))
         if twice:
             raise EngineError(
                 f"engine_args: {', '.join(twice)} is set by the pooling engine; leave it out"
             )
+        model = config.model
         if model != "embedded" and Path(model).expanduser().is_dir():
             # a folder here is checked whole before vLLM reads it, as the run checked it
             # before it started (a hub id is vLLM's to fetch and check)
             verify_prm(model)
-        super().__init__(model, engine_args={**extra, **POOLING_ARGS}, name=name, **start)
+        super().__init__(config, engine_args={**config.engine_args, **POOLING_ARGS})
         self._pooling_params: Any = self._vllm.PoolingParams
         self.step_separator = step_separator
-        self.read_prefix_cache = read_prefix_cache and start.get("enable_prefix_caching", True)
+        self.read_prefix_cache = config.read_prefix_cache and config.enable_prefix_caching
 
     def _async_engine_args(self, vllm: Any, kwargs: dict[str, Any]) -> Any:
         from vllm.config import PoolerConfig
 
         return vllm.AsyncEngineArgs(
             **{**kwargs, "pooler_config": PoolerConfig(**kwargs["pooler_config"])}
-        )
-
-    @classmethod
-    def from_config(
-        cls, config: VLLMPoolingConfig, *, step_separator: str = "\n"
-    ) -> VLLMPoolingEngine:
-        """From the `engine:` block of a scorer config (`kind: vllm_pooling`) and the
-        scorer's `one_pass.step_separator`."""
-        return cls(
-            config.model,
-            step_separator=step_separator,
-            read_prefix_cache=config.read_prefix_cache,
-            engine_args=config.engine_args,
-            **start_fields(config),
         )
 
     @property

@@ -35,7 +35,7 @@ from typing import Any
 
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.load_model import LoadModelEngine
-from actors.engines.load_model_prm import LoadModelPRMEngine
+from actors.engines.load_model_prm import LoadModelPRMConfig, LoadModelPRMEngine
 from actors.genprm import GenPRMScorer
 from actors.policy import EnginePolicy
 from benchmarks.h100_goodput import (
@@ -125,12 +125,10 @@ def _engines(
             GenPRMScorer(engine(GENPRM, ANALYSIS, 2), max_analysis_tokens=ANALYSIS[1]),
             batcher,
         )
-    prm = LoadModelPRMEngine(
-        batcher=batcher,
-        context_length=32_768,
-        name="one-pass-prm",
-        read_prefix_cache=read_prefix_cache,
+    prm_config = LoadModelPRMConfig(
+        model="one-pass-prm", context_length=32_768, read_prefix_cache=read_prefix_cache
     )
+    prm = LoadModelPRMEngine(prm_config, step_separator="\n", batcher=batcher)
     return policy, OnePassStandIn(prm), batcher
 
 

@@ -231,11 +231,10 @@ async def one_pass_values(checkpoint: Path, rows: Sequence[dict[str, Any]]) -> l
     """The one-pass PRM's value of every step of `rows`, served as a run serves it."""
     import asyncio
 
-    from actors.config import TransformersPRMConfig
-    from actors.engines.transformers_prm import TransformersPRMEngine
+    from actors.engines.transformers_prm import TransformersPRMConfig, TransformersPRMEngine
 
-    engine = TransformersPRMEngine.from_config(
-        TransformersPRMConfig(model=str(checkpoint), threads=2)
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), threads=2), step_separator="\n"
     )
     try:
         results = await asyncio.gather(

@@ -98,7 +98,7 @@ def check_work_dir(
 
 
 def _check_checkpoint(folder: Path) -> None:
-    from actors.checkpoint import CheckpointError, verify_checkpoint
+    from actors.engines.checkpoint import CheckpointError, verify_checkpoint
     from actors.engines.step_layout import TrainedLayout
 
     if not TrainedLayout.written(folder):

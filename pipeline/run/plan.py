@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from actors.config import EngineConfig
+from actors.engines.configs import EngineConfig
 from actors.engines.factory import check_engine, missing_packages
 from actors.errors import EngineError
 from actors.scorer_kinds import scorer_kind

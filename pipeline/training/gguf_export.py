@@ -69,8 +69,8 @@ def export_checkpoint(
 
 def _check_whole(checkpoint: Path) -> None:
     """The checkpoint's weights whole, of the shapes its config.json gives, every value
-    finite (`actors.checkpoint.verify_checkpoint`; the tokenizer comes from --like)."""
-    from actors.checkpoint import CheckpointError, verify_checkpoint
+    finite (`actors.engines.checkpoint.verify_checkpoint`; the tokenizer comes from --like)."""
+    from actors.engines.checkpoint import CheckpointError, verify_checkpoint
     from pipeline.errors import InputError
 
     try:
@@ -94,7 +94,7 @@ def resolve_like(like: str) -> Path:
 
 def read_config(checkpoint: Path) -> dict[str, Any]:
     """The checkpoint's config.json, which must describe a llama causal LM."""
-    from actors.checkpoint import CheckpointError, read_model_config
+    from actors.engines.checkpoint import CheckpointError, read_model_config
     from pipeline.errors import InputError
 
     if not checkpoint.is_dir():

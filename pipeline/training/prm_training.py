@@ -16,7 +16,7 @@ problems it saw, the loss and the time; the ``transformers_prm`` engine loads th
 An input that is wrong - a run folder missing or without prm rows, a part of it that
 cannot be read whole, a row unfit to train on (`prm_data.row_fault`), every row excluded,
 a separator that is not one token, a ``--base`` that is not whole
-(`actors.checkpoint.verify_checkpoint`), an output folder that is not empty without
+(`actors.engines.checkpoint.verify_checkpoint`), an output folder that is not empty without
 ``--overwrite`` or cannot be written - raises one line (`InputError`, `SeparatorError`,
 `FileNotFoundError`) before any training, which the command (`jobs.train_prm`) turns into
 exit status 2.  A loss or weights that stop being finite stop the training at that step
@@ -295,10 +295,10 @@ def _replace(staging: Path, output: Path) -> None:
 
 def _check_base(base: str | None) -> None:
     """A --base folder checked whole before anything is read or trained: its weights,
-    their values and its tokenizer (`actors.checkpoint.verify_checkpoint`)."""
+    their values and its tokenizer (`actors.engines.checkpoint.verify_checkpoint`)."""
     if base is None:
         return
-    from actors.checkpoint import CheckpointError, verify_checkpoint
+    from actors.engines.checkpoint import CheckpointError, verify_checkpoint
     from pipeline.errors import InputError
 
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -21,11 +22,10 @@ from actors.admission import (
     admitted_per_actor,
     trees_in_flight,
 )
-from actors.config import LoadModelConfig
 from actors.engines.base import EngineCapacity, EngineLoad, engine_capacity, engine_load
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.factory import build_engine
-from actors.engines.sleep import SleepEngine
+from actors.engines.load_model import LoadModelConfig
 from benchmarks.h100_goodput import VirtualClockLoop
 from search import parse_search_config
 
@@ -98,6 +98,13 @@ def test_running_sequences_wait_for_kv_and_push_cached_prefixes_out() -> None:
     assert batcher.stats.kv_waits > 0
 
 
+@dataclass
+class BareEngine:
+    """An engine that says nothing of its capacity or load: only its context."""
+
+    context_length: int
+
+
 def test_engines_report_their_capacity() -> None:
     engine = build_engine(LoadModelConfig(max_seqs=64, cache_tokens=160_000))
     capacity = engine_capacity(engine)
@@ -105,7 +112,7 @@ def test_engines_report_their_capacity() -> None:
         max_seqs=64, kv_tokens=160_000, context_length=4096, prefix_hit_rate=None
     )
     # an engine without `capacity()`: one sequence of its context (never over-admits)
-    fallback = engine_capacity(SleepEngine(context_length=2048))
+    fallback = engine_capacity(BareEngine(context_length=2048))
     assert fallback == EngineCapacity(max_seqs=1, kv_tokens=2048, context_length=2048)
 
 
@@ -174,7 +181,7 @@ def test_engines_report_their_load() -> None:
     engine = build_engine(LoadModelConfig(max_seqs=64))
     assert engine_load(engine) == EngineLoad(64, 0, 0, 0, 0)
     # an engine without `load()`: its slots only, nothing live
-    assert engine_load(SleepEngine(context_length=2048)) == EngineLoad(max_seqs=1)
+    assert engine_load(BareEngine(context_length=2048)) == EngineLoad(max_seqs=1)
 
 
 def test_the_tracker_reads_the_hit_rate_over_the_interval_per_replica() -> None:

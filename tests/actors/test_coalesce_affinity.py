@@ -1,10 +1,10 @@
 """Coalesced requests and tree-affinity routing on real Serve deployments (local Ray).
 
 The deployments are the real `PolicyServer` / `ScorerServer` (GenPRM protocol) on the
-model-free `sleep` engine: what is tested is the request path (coalescing, routing,
-failures, killed replicas), which an engine's text does not change.  The `sleep`
-engine's output is a deterministic function of each request (seed and prompt), so a
-result that went to the wrong caller shows.
+model-free load model: what is tested is the request path (coalescing, routing,
+failures, killed replicas), which an engine's text does not change.  The load model's
+output is a deterministic function of each request (seed and prompt), so a result that
+went to the wrong caller shows.
 """
 
 from __future__ import annotations
@@ -19,14 +19,18 @@ import pytest
 import pytest_asyncio
 
 from actors.affinity import bucket, tree_affinity
-from actors.config import ScorerConfig, ServiceConfig, SleepConfig
+from actors.config import ScorerConfig, ServiceConfig
+from actors.engines.load_model import LoadModelConfig
 from actors.serve import ServePolicy, ServeScorer, deploy_policy, deploy_scorer
 from search import parse_search_config, run_search
 from search.protocols import FinishReason, GenerationRequest, ScoreRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-ENGINE = SleepConfig(latency_s=0.01, output_tokens=8, answer_every=3)
+# 8 decode steps of 1.25 ms: each completion takes 10 ms
+ENGINE = LoadModelConfig(
+    decode_base_ms=1.25, decode_per_seq_ms=0.0, output_tokens=8, answer_every=3
+)
 
 
 def _service(**kw: Any) -> ServiceConfig:

@@ -1,8 +1,10 @@
-"""The engine factory knows no engine kind: each config names its class and packages.
+"""The engine factory knows no engine kind: each config builds its engine and names its
+packages.
 
-Every config's `builds` must import and build; a config class and a module of its own are
-all a new engine needs (an engine defined here shows it); and building one engine imports
-no other engine's module (vLLM's only on the nodes that run it).
+Every config in the `engine:` union builds its own engine; a config class with a `build`
+in a module of its own is all a new engine needs (an engine defined here shows it); and
+reading configs imports no model package (vLLM, torch, xllamacpp, httpx): only building
+an engine does, on the nodes that run it.
 """
 
 from __future__ import annotations
@@ -17,22 +19,22 @@ from typing import ClassVar, get_args
 
 import pytest
 
-from actors.config import EngineConfig, LoadModelConfig, Package, SleepConfig
+from actors.engines.base import Package
+from actors.engines.configs import EngineConfig
 from actors.engines.factory import build_engine, check_engine, missing_packages
-from actors.engines.load_model import LoadModelEngine
-from actors.engines.sleep import SleepEngine
+from actors.engines.load_model import LoadModelConfig, LoadModelEngine
 from actors.errors import EngineError
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_every_engine_config_names_a_class_that_builds_from_it() -> None:
+def test_every_engine_config_builds_an_engine_of_its_own_module() -> None:
     configs = get_args(get_args(EngineConfig)[0])
-    assert len(configs) == 9
+    assert len(configs) == 8
     for config in configs:
-        module, _, name = config.builds.partition(":")
-        engine_class = getattr(importlib.import_module(module), name)
-        assert callable(engine_class.from_config), config.__name__
+        built = config.build.__annotations__["return"]
+        engine_class = getattr(importlib.import_module(config.__module__), built)
+        assert engine_class.__module__ == config.__module__, config.__name__
 
 
 def test_an_engine_error_keeps_the_field_it_concerns_across_processes() -> None:
@@ -61,24 +63,23 @@ def test_every_one_pass_engine_config_names_where_its_vocabulary_is_found() -> N
 
 
 def test_fields_reach_the_engine() -> None:
-    sleep = build_engine(SleepConfig(model="s", latency_s=0.5, output_tokens=7, seed=3))
-    assert isinstance(sleep, SleepEngine)
-    assert (sleep.name, sleep.latency_s, sleep.output_tokens, sleep.seed) == ("s", 0.5, 7, 3)
     config = LoadModelConfig(
+        model="m",
         decode_base_ms=2.0,
         decode_per_context_token_ns=5.0,
         cache_tokens=1024,
         output_tokens=4,
         output_tokens_max=9,
         slow_marker="slow",
+        seed=3,
     )
     engine = build_engine(config)
-    assert isinstance(engine, LoadModelEngine) and engine.name == "load-model"
+    assert isinstance(engine, LoadModelEngine) and engine.name == "m"
     curve = engine.batcher.curve
     assert curve.decode_base_s == pytest.approx(0.002)
     assert curve.decode_per_context_token_s == pytest.approx(5e-9)
-    assert engine.batcher.cache.capacity_tokens == 1024 and engine.slow_marker == "slow"
-    assert engine.answers.output_tokens_max == 9
+    assert engine.batcher.cache.capacity_tokens == 1024
+    assert engine.config is config
 
 
 def test_an_inverted_length_range_is_refused_by_the_config() -> None:
@@ -86,19 +87,20 @@ def test_an_inverted_length_range_is_refused_by_the_config() -> None:
         LoadModelConfig(output_tokens=8, output_tokens_max=4)
 
 
-class EchoEngine(SleepEngine):
-    """A new engine: one class with `from_config` in its own module (this one)."""
+class EchoEngine(LoadModelEngine):
+    """A new engine: one class built from its config, in its own module (this one)."""
 
-    @classmethod
-    def from_config(cls, config: SleepConfig) -> EchoEngine:
-        return cls(name=f"echo:{config.model}")
-
-
-class EchoConfig(SleepConfig):
-    builds: ClassVar[str] = f"{__name__}:EchoEngine"
+    def __init__(self, config: EchoConfig) -> None:
+        super().__init__(config)
+        self.name = f"echo:{config.model}"
 
 
-class NeedsConfig(SleepConfig):
+class EchoConfig(LoadModelConfig):
+    def build(self) -> EchoEngine:
+        return EchoEngine(self)
+
+
+class NeedsConfig(LoadModelConfig):
     packages: ClassVar[tuple[Package, ...]] = (Package("no_such_module_here", "no-such"),)
 
 
@@ -112,19 +114,24 @@ def test_a_new_engine_is_a_config_class_and_a_module() -> None:
     with pytest.raises(EngineError) as info:
         check_engine(needs)
     assert str(info.value) == (
-        "engine.kind='sleep' needs the 'no_such_module_here' package: pip install no-such"
+        "engine.kind='load_model' needs the 'no_such_module_here' package: pip install no-such"
     )
 
 
-def test_building_an_engine_imports_no_other_engine() -> None:
+def test_reading_configs_imports_no_model_package() -> None:
+    """The driver reads and checks the configs without vLLM, torch, xllamacpp or httpx
+    (each engine imports them when it is built, in its replica); building a search
+    algorithm imports only its own module."""
     code = (
         "import json, sys\n"
-        "from actors.config import SleepConfig\n"
+        "import actors.config, pipeline.config\n"
         "from actors.engines.factory import build_engine\n"
+        "from actors.engines.load_model import LoadModelConfig\n"
         "from search import make_algorithm, parse_search_config\n"
-        "build_engine(SleepConfig())\n"
+        "build_engine(LoadModelConfig())\n"
         "make_algorithm(parse_search_config({'algorithm': 'bg_mcts'}))\n"
-        "prefixes = ('actors.engines.', 'vllm', 'treequest', 'search.algorithms.')\n"
+        "prefixes = ('vllm', 'torch', 'transformers', 'xllamacpp', 'httpx', 'treequest',"
+        " 'search.algorithms.')\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith(prefixes))))\n"
     )
     done = subprocess.run(
@@ -132,8 +139,7 @@ def test_building_an_engine_imports_no_other_engine() -> None:
     )
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout)
-    assert "actors.engines.sleep" in loaded and "search.algorithms.puct" in loaded
-    for other in ("vllm_engine", "llamacpp", "openai_compat", "load_model", "transformers_prm"):
-        assert f"actors.engines.{other}" not in loaded
+    assert "search.algorithms.puct" in loaded
     assert "search.algorithms.ab_mcts" not in loaded and "treequest" not in loaded
-    assert not any(m == "vllm" or m.startswith("vllm.") for m in loaded)
+    for package in ("vllm", "torch", "transformers", "xllamacpp", "httpx"):
+        assert not any(m == package or m.startswith(f"{package}.") for m in loaded), package

@@ -17,7 +17,7 @@ import pytest_asyncio
 
 from actors.config import ScorerConfig, ServiceConfig
 from actors.engines.base import Completion, Sampling, TopLogprobs
-from actors.engines.llamacpp import LlamaCppEngine
+from actors.engines.llamacpp import LlamaCppConfig, LlamaCppEngine
 from actors.genprm import GenPRMScorer, judgement_score, split_steps
 from actors.policy import EnginePolicy
 from actors.prompts import PRM_ANALYSIS_PREFIX, PRM_JUDGEMENT_PREFIX, PRM_SYSTEM, PromptConfig
@@ -41,7 +41,7 @@ JUDGEMENT_TOLERANCE = 0.05
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def engine() -> AsyncIterator[LlamaCppEngine]:
-    engine = LlamaCppEngine(context_length=2048, threads=1, parallel=4)
+    engine = LlamaCppEngine(LlamaCppConfig(context_length=2048, threads=1, parallel=4))
     yield engine
     await engine.close()
 
@@ -227,7 +227,7 @@ async def test_search_end_to_end_with_genprm(engine: LlamaCppEngine) -> None:
     # every node costs exactly one step's calls: ancestor critiques came from context
     assert scorer.steps_scored == len(scored)
     assert scorer.calls == 2 * len(scored)
-    assert result.tokens.prm_output > 0
+    assert result.tokens.prm_output_tokens > 0
 
 
 # ------------------------------------------------- GenPRM's own input format
@@ -265,7 +265,7 @@ async def test_a_childs_prompt_extends_its_parents_judgement_prompt(
     # prompt with its parent's judgement, so a slot holding that is taken at 0.5 (at the
     # policy's 0.9 llama.cpp takes another slot and finds only what its RAM cache holds)
     genprm_engine = LlamaCppEngine(
-        context_length=2048, threads=1, parallel=4, slot_prompt_similarity=0.5
+        LlamaCppConfig(context_length=2048, threads=1, parallel=4, slot_prompt_similarity=0.5)
     )
     try:
         await _child_extends_parent(genprm_engine, turn)
@@ -292,7 +292,7 @@ async def _child_extends_parent(engine: LlamaCppEngine, turn: Literal["user", "a
     known = len(await engine.tokenize(parent_judgement))
     assert recording.completions[sent].cached_tokens >= known - 4
     # the same judgement request on an engine that never saw it: the same top-20
-    cold = LlamaCppEngine(context_length=2048, threads=1, parallel=1)
+    cold = LlamaCppEngine(LlamaCppConfig(context_length=2048, threads=1, parallel=1))
     try:
         warm = recording.completions[-1].top_logprobs[0]
         fresh = await cold.complete(judgement, recording.options[-1])

@@ -1,23 +1,29 @@
 """The engine-shaped load model: its timing follows the curve, the cache and the batch cap.
 
-No Ray here: the engine is driven directly on an event loop, with time scaled down so
-each check takes well under a second.  Timings are compared with what the curve
-predicts, with slack for a shared 2-core machine.
+The engine is driven directly on an event loop, with time scaled down so each check
+takes well under a second.  The engine's own clock (the time the curve charged) is
+compared with what the curve predicts; the wall clock is checked only from below, so a
+loaded 2-core machine cannot fail a check.  Its placeholder answers keep the engine
+contract, and one search runs through real Serve deployments on it (the one Ray test
+here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
-from actors.config import LoadModelConfig
-from actors.engines.base import Engine, Sampling
+from actors.config import ScorerConfig, ServiceConfig
+from actors.engines.base import Completion, Engine, Sampling
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.factory import build_engine
-from actors.engines.load_model import LoadModelEngine
-from actors.engines.sleep import SleepEngine
+from actors.engines.load_model import ANSWER_TEXT, LoadModelConfig, LoadModelEngine
+from actors.genprm import judgement_score
+from actors.serve import deploy_policy, deploy_scorer
+from search import SearchResult, parse_search_config, run_search
 from search.protocols import FinishReason
 
 CURVE = EngineCurve(
@@ -72,15 +78,20 @@ def test_decode_time_grows_with_the_batch_and_prefill_with_uncached_tokens() -> 
         return time.perf_counter() - start
 
     scale = 2.0  # slower than the curve: timer jitter matters less
-    alone = _run(one(ContinuousBatcher(CURVE, PrefixCache(0), scale), 1, 1))
-    full = _run(one(ContinuousBatcher(CURVE, PrefixCache(0), scale), 4, 1))
-    # 20 steps: 0.011 s each alone, 0.014 s each with 4 sequences (both x scale)
-    assert alone == pytest.approx(20 * 0.011 * scale, rel=0.25)
-    assert full == pytest.approx(20 * 0.014 * scale, rel=0.25)
-    assert full > alone * 1.1
+    alone_batcher = ContinuousBatcher(CURVE, PrefixCache(0), scale)
+    alone = _run(one(alone_batcher, 1, 1))
+    full_batcher = ContinuousBatcher(CURVE, PrefixCache(0), scale)
+    full = _run(one(full_batcher, 4, 1))
+    # 20 steps: 0.011 s each alone, 0.014 s each with 4 sequences.  The engine's own clock
+    # (busy_s, what the curve charged) is checked to the curve; the wall clock only from
+    # below (a sleep never ends early), since a loaded machine stretches it.
+    assert alone_batcher.stats.busy_s == pytest.approx(20 * 0.011, rel=0.05)
+    assert full_batcher.stats.busy_s == pytest.approx(20 * 0.014, rel=0.05)
+    assert alone >= 0.95 * 20 * 0.011 * scale and full >= 0.95 * 20 * 0.014 * scale
     batcher = ContinuousBatcher(CURVE, PrefixCache(0), scale)
     long_prompt = _run(one(batcher, 1, 2000))  # +0.2 s of prefill
-    assert long_prompt == pytest.approx((20 * 0.011 + 0.2) * scale, rel=0.25)
+    assert batcher.stats.busy_s == pytest.approx(20 * 0.011 + 0.2, rel=0.05)
+    assert long_prompt >= 0.95 * (20 * 0.011 + 0.2) * scale
     assert batcher.stats.prefill_tokens == 2000 and batcher.stats.decode_tokens == 20
 
 
@@ -109,13 +120,46 @@ def test_at_most_max_seqs_run_and_the_rest_queue() -> None:
 
     batcher, elapsed = _run(scenario())  # type: ignore[misc]
     assert batcher.stats.max_running == 4
-    # two full waves of 10 steps at 0.014 s, not one wave of 8
-    assert elapsed == pytest.approx(2 * 10 * 0.014, rel=0.3)
+    # two full waves of 10 steps at 0.014 s, not one wave of 8 (the engine's clock; the
+    # wall clock from below, as above)
+    assert batcher.stats.busy_s == pytest.approx(2 * 10 * 0.014, rel=0.05)
+    assert elapsed >= 0.95 * 2 * 10 * 0.014
     # a full batch all the time: the work equals the busy time (utilisation 1)
     assert batcher.stats.work_s == pytest.approx(batcher.stats.busy_s, rel=0.05)
 
 
-def test_engine_answers_like_the_sleep_engine_and_slows_marked_prompts() -> None:
+def _respond(
+    engine: LoadModelEngine,
+    seed: int,
+    max_tokens: int = 64,
+    stop: tuple[str, ...] = ("\nStep",),
+    top_logprobs: int = 0,
+) -> Completion:
+    sampling = Sampling(
+        max_tokens=max_tokens, stop=stop, temperature=0.8, seed=seed, top_logprobs=top_logprobs
+    )
+    return engine.respond("user: hi", sampling)
+
+
+def test_answers_stop_answer_and_judge() -> None:
+    engine = LoadModelEngine(LoadModelConfig(output_tokens=12, answer_every=2))
+    assert isinstance(engine, Engine)
+    done = [_respond(engine, seed=s) for s in range(40)]
+    stopped = [c for c in done if c.finish is FinishReason.STOP_STRING]
+    answered = [c for c in done if c.finish is FinishReason.EOS]
+    assert stopped and answered and len(stopped) + len(answered) == 40
+    assert all(c.output_tokens == 12 and c.stop_string == "\nStep" for c in stopped)
+    assert all(c.text.endswith(ANSWER_TEXT) and c.output_tokens == 12 for c in answered)
+    assert _respond(engine, seed=1) == _respond(engine, seed=1)  # deterministic
+    cut = _respond(engine, seed=1, max_tokens=5)
+    assert cut.finish is FinishReason.LENGTH and cut.output_tokens == 5
+    judged = _respond(engine, seed=3, max_tokens=1, stop=(), top_logprobs=20)
+    assert judged.output_tokens == 1 and len(judged.top_logprobs[0]) == 20
+    assert 0.0 < judgement_score(judged.top_logprobs[0]) < 1.0
+    assert asyncio.run(engine.tokenize("a b  c\nd")) == [0, 1, 2, 3]
+
+
+def test_engine_answers_as_it_responds_and_slows_marked_prompts() -> None:
     engine = build_engine(
         LoadModelConfig(
             decode_base_ms=1.0,
@@ -126,26 +170,51 @@ def test_engine_answers_like_the_sleep_engine_and_slows_marked_prompts() -> None
             slow_factor=20,
         )
     )
-    sleep = SleepEngine(latency_s=0.0, output_tokens=12, answer_every=2)
+    assert isinstance(engine, LoadModelEngine)
 
-    async def both(prompt: str, seed: int) -> tuple[object, object, float]:
+    async def timed(prompt: str, seed: int) -> tuple[Completion, Completion, float]:
         sampling = Sampling(max_tokens=64, stop=("\nStep",), temperature=0.8, seed=seed)
         start = time.perf_counter()
         got = await engine.complete(prompt, sampling)
         took = time.perf_counter() - start
-        return got, await sleep.complete(prompt, sampling), took
+        return got, engine.respond(prompt, sampling), took
 
     for seed in range(6):
-        got, expected, _ = _run(both("user: hi", seed))  # type: ignore[misc]
-        assert got == expected
-    _, _, fast = _run(both("user: quick", 0))  # type: ignore[misc]
-    _, _, slow = _run(both("user: SLOW one", 0))  # type: ignore[misc]
+        got, expected, _ = _run(timed("user: hi", seed))  # type: ignore[misc]
+        assert got.text == expected.text and got.finish is expected.finish
+        assert got.output_tokens == expected.output_tokens
+    _, _, fast = _run(timed("user: quick", 0))  # type: ignore[misc]
+    _, _, slow = _run(timed("user: SLOW one", 0))  # type: ignore[misc]
     assert fast < 0.1 and slow > 0.2  # 12 steps of 1 ms vs 240 steps of 1 ms
     overflow = _run(
         engine.complete("w " * 5000, Sampling(max_tokens=8, stop=(), temperature=0, seed=0))
     )
     assert overflow.finish is FinishReason.CONTEXT_OVERFLOW  # type: ignore[attr-defined]
-    assert engine.stats()["requests"] == 8  # type: ignore[attr-defined]
+    assert engine.stats()["requests"] == 8
+
+
+def test_one_search_through_serve(ray_cluster: None) -> None:
+    # 16 decode steps of 1.25 ms: a full completion takes 20 ms
+    engine = LoadModelConfig(decode_base_ms=1.25, decode_per_seq_ms=0.0, output_tokens=16)
+    policy = deploy_policy(ServiceConfig(engine=engine))
+    scorer = deploy_scorer(ScorerConfig(engine=engine, genprm={"max_analysis_tokens": 32}))
+    config = parse_search_config({"algorithm": "bg_mcts", "step_max_tokens": 64})
+
+    async def search() -> tuple[SearchResult, float, dict[str, Any]]:
+        start = time.perf_counter()
+        result = await run_search("What is 6 times 7?", config, policy, scorer, 160, seed=3)
+        return result, time.perf_counter() - start, await policy.stats()
+
+    result, elapsed, stats = asyncio.run(search())
+    assert result.c_used == 160 and result.stop_reason == "budget_exhausted"
+    # 16 tokens per choice, 2 choices per step: about 5 steps (an answered parent's
+    # continuation prompt is charged too), each one policy round trip and two
+    # sequential GenPRM calls (a 16-token analysis, a one-token judgement): at least two
+    # full completions per step.
+    assert 4 <= result.iterations <= 5 and elapsed >= 2 * result.iterations * 0.02
+    assert result.tokens.failed_generations == result.tokens.failed_scores == 0
+    assert result.answered_nodes and result.chosen_answer == "42"
+    assert stats["engine_calls"] == len(result.tree) - 1  # one engine call per child
 
 
 def test_decode_steps_pay_for_the_context_the_batch_holds() -> None:

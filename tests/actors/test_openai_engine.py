@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from actors.config import OpenAIConfig
 from actors.engines.base import Sampling, engine_load
-from actors.engines.llamacpp import LlamaCppEngine
-from actors.engines.openai_compat import OpenAIEngine
+from actors.engines.llamacpp import LlamaCppConfig, LlamaCppEngine
+from actors.engines.openai_compat import OpenAIConfig, OpenAIEngine
 from actors.errors import EngineError
 from actors.policy import EnginePolicy
 from search import parse_search_config, run_search
@@ -39,7 +38,7 @@ QUESTION = [{"role": "user", "content": "What is 12*3? Answer briefly."}]
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def native() -> AsyncIterator[LlamaCppEngine]:
-    engine = LlamaCppEngine(context_length=CONTEXT, threads=1, parallel=2)
+    engine = LlamaCppEngine(LlamaCppConfig(context_length=CONTEXT, threads=1, parallel=2))
     yield engine
     await engine.close()
 
@@ -48,7 +47,11 @@ async def native() -> AsyncIterator[LlamaCppEngine]:
 async def engine(native: LlamaCppEngine) -> AsyncIterator[OpenAIEngine]:
     assert native._server is not None
     engine = OpenAIEngine(
-        f"{native._server.listening_address}/v1", "smollm2", context_length=CONTEXT
+        OpenAIConfig(
+            base_url=f"{native._server.listening_address}/v1",
+            model="smollm2",
+            context_length=CONTEXT,
+        )
     )
     yield engine
     await engine.close()
@@ -185,14 +188,16 @@ async def test_render_chat_without_a_renderer_says_what_to_configure(
 ) -> None:
     assert native._server is not None
     url = f"{native._server.listening_address}/v1"
-    none = OpenAIEngine(url, "smollm2", chat_template="none")
+    none = OpenAIEngine(OpenAIConfig(base_url=url, model="smollm2"), chat_template="none")
     with pytest.raises(EngineError, match="chat_template"):
         await none.render_chat(QUESTION, continue_final=False)
-    vllm_style = OpenAIEngine(url, "smollm2", chat_template="vllm")  # llama.cpp is not vLLM
+    vllm_style = OpenAIEngine(
+        OpenAIConfig(base_url=url, model="smollm2"), chat_template="vllm"
+    )  # llama.cpp is not vLLM
     with pytest.raises(EngineError, match="tokenizer_path"):
         await vllm_style.render_chat(QUESTION, continue_final=False)
     with pytest.raises(EngineError, match="tokenizer_path"):
-        OpenAIEngine(url, "smollm2", chat_template="hf")
+        OpenAIEngine(OpenAIConfig(base_url=url, model="smollm2"), chat_template="hf")
     await none.close()
     await vllm_style.close()
 
@@ -246,7 +251,7 @@ async def test_servers_that_report_the_matched_stop(
         return 200, _completion({"text": " six", "finish_reason": "stop", **extra}, 4)
 
     server = fake_server(respond)
-    engine = OpenAIEngine(f"{server.url}/v1", "m", max_retries=0)
+    engine = OpenAIEngine(OpenAIConfig(base_url=f"{server.url}/v1", model="m"), max_retries=0)
     for _ in range(2):
         done = await engine.complete(
             "p", Sampling(max_tokens=9, stop=("\nStep",), temperature=1, seed=3)
@@ -277,7 +282,7 @@ async def test_legacy_logprobs_listing_every_token(
         return 200, _completion(choice, len(tokens))
 
     server = fake_server(respond)
-    engine = OpenAIEngine(f"{server.url}/v1", "m", max_retries=0)
+    engine = OpenAIEngine(OpenAIConfig(base_url=f"{server.url}/v1", model="m"), max_retries=0)
     kw: dict[str, Any] = {"max_tokens": 9, "stop": ("\nStep",), "temperature": 1.0, "seed": 0}
     hit = await engine.complete("hit", Sampling(**kw))
     assert (hit.finish, hit.stop_string, hit.output_tokens) == (
@@ -306,7 +311,9 @@ async def test_api_key_is_never_shown(
         return 401, {"error": {"message": f"invalid key in header {auth!r}", "code": 401}}
 
     server = fake_server(echo)
-    engine = OpenAIEngine(f"{server.url}/v1", "m", api_key_env=KEY_ENV, max_retries=0)
+    engine = OpenAIEngine(
+        OpenAIConfig(base_url=f"{server.url}/v1", model="m", api_key_env=KEY_ENV), max_retries=0
+    )
     assert FAKE_KEY not in repr(engine) and FAKE_KEY not in str(engine)
     assert KEY_ENV in repr(engine)
 
@@ -323,14 +330,19 @@ async def test_api_key_is_never_shown(
     await engine.close()
 
     # a dead server and a real context overflow: still no key in the messages
-    dead = OpenAIEngine(f"{server.url}/v1", "m", api_key_env=KEY_ENV, max_retries=0)
+    dead = OpenAIEngine(
+        OpenAIConfig(base_url=f"{server.url}/v1", model="m", api_key_env=KEY_ENV), max_retries=0
+    )
     server.close()
     gone = await dead.complete("p", Sampling(max_tokens=4, stop=(), temperature=0.0, seed=0))
     assert gone.finish is FinishReason.ERROR and FAKE_KEY not in (gone.error or "")
     await dead.close()
     assert native._server is not None
     real = OpenAIEngine(
-        f"{native._server.listening_address}/v1", "m", api_key_env=KEY_ENV, max_retries=0
+        OpenAIConfig(
+            base_url=f"{native._server.listening_address}/v1", model="m", api_key_env=KEY_ENV
+        ),
+        max_retries=0,
     )
     over = await real.complete(
         "hi " * 2 * CONTEXT, Sampling(max_tokens=4, stop=(), temperature=0, seed=0)
@@ -343,11 +355,18 @@ async def test_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)  # an ambient key must not be used instead
     with pytest.raises(EngineError, match=KEY_ENV):
-        OpenAIEngine("https://api.example.invalid/v1", "m", api_key_env=KEY_ENV)
+        OpenAIEngine(
+            OpenAIConfig(base_url="https://api.example.invalid/v1", model="m", api_key_env=KEY_ENV)
+        )
     # local servers need no key, and the ambient OPENAI_API_KEY is not sent to them
-    local = OpenAIEngine("http://127.0.0.1:9/v1", "m", api_key_env=KEY_ENV)
+    local = OpenAIEngine(
+        OpenAIConfig(base_url="http://127.0.0.1:9/v1", model="m", api_key_env=KEY_ENV)
+    )
     assert local._client.api_key != FAKE_KEY
-    remote = OpenAIEngine("http://policy:8000/v1", "m", api_key_env=KEY_ENV, api_key_required=False)
+    remote = OpenAIEngine(
+        OpenAIConfig(base_url="http://policy:8000/v1", model="m", api_key_env=KEY_ENV),
+        api_key_required=False,
+    )
     assert remote._client.api_key != FAKE_KEY
     await local.close()
     await remote.close()
@@ -357,14 +376,14 @@ async def test_from_config() -> None:
     config = OpenAIConfig(
         base_url="http://vllm-policy:8000/v1", model="Qwen/Qwen2.5-7B-Instruct", api_key_env=None
     )
-    engine = OpenAIEngine.from_config(config)
+    engine = OpenAIEngine(config)
     assert (engine.base_url, engine.server_url) == (
         "http://vllm-policy:8000/v1",
         "http://vllm-policy:8000",
     )
     assert engine.chat_template == "auto" and engine.tokenizer_path is None
     assert engine.context_length == config.context_length and engine.name == "Qwen2.5-7B-Instruct"
-    local = OpenAIEngine.from_config(config.model_copy(update={"chat_template": "/models/qwen"}))
+    local = OpenAIEngine(config.model_copy(update={"chat_template": "/models/qwen"}))
     assert (local.chat_template, local.tokenizer_path) == ("hf", "/models/qwen")
     await engine.close()
     await local.close()

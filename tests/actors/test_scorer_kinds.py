@@ -13,9 +13,10 @@ from typing import Any, ClassVar, get_args
 
 import pytest
 
-from actors.config import ScorerConfig, ServiceConfig, SleepConfig
+from actors.config import ScorerConfig, ServiceConfig
 from actors.engines.base import StepValues
 from actors.engines.factory import build_engine
+from actors.engines.load_model import LoadModelConfig
 from actors.genprm import GenPRMScorer
 from actors.one_pass import OnePassScorer
 from actors.scorer_kinds import SCORER_KINDS, build_scorer
@@ -29,16 +30,14 @@ from tests.actors.test_one_pass import StandInPRM
 class StandInEngine(StandInPRM):
     """The test's one-pass engine, built from its config as the factory builds any."""
 
-    @classmethod
-    def from_config(cls, config: StepConfig) -> StandInEngine:
-        return cls(name=f"stand-in:{config.model}", cached=2)
 
-
-class StepConfig(SleepConfig):
+class StepConfig(LoadModelConfig):
     """A one-pass PRM engine config (as a real one declares itself: `scores_steps`)."""
 
-    builds: ClassVar[str] = f"{__name__}:StandInEngine"
     scores_steps: ClassVar[bool] = True
+
+    def build(self) -> StandInEngine:  # type: ignore[override]
+        return StandInEngine(name=f"stand-in:{self.model}", cached=2)
 
 
 RUN = {
@@ -60,12 +59,12 @@ def test_a_one_pass_scorer_needs_a_one_pass_engine() -> None:
 
 
 def test_genprm_and_the_policy_refuse_a_one_pass_engine() -> None:
-    with pytest.raises(ValueError, match=r"scorer\.engine\.kind='sleep' scores steps"):
+    with pytest.raises(ValueError, match=r"scorer\.engine\.kind='load_model' scores steps"):
         ScorerConfig(kind="genprm", engine=StepConfig())
     with pytest.raises(ConfigError) as info:
         parse_run_config({**RUN, "policy": ServiceConfig(engine=StepConfig())})
     assert str(info.value) == (
-        "config: policy: policy.engine.kind='sleep' scores steps (a one-pass PRM) and "
+        "config: policy: policy.engine.kind='load_model' scores steps (a one-pass PRM) and "
         "generates no text; the policy needs an engine that generates text"
     )
     assert "\n" not in str(info.value)
@@ -102,7 +101,7 @@ async def test_the_replica_builds_the_scorer_of_its_kind_and_counts_its_tokens()
     assert stats["engine_output_tokens"] == 0
     load = engine.load()  # admission reads the hit rate from these counters
     assert (load.prompt_tokens, load.cached_prompt_tokens) == (17, 4)
-    generating = ScorerConfig(engine=SleepConfig())
+    generating = ScorerConfig(engine=LoadModelConfig())
     genprm = build_scorer(generating, _CountingEngine(build_engine(generating.engine)))
     assert isinstance(genprm, GenPRMScorer)
 

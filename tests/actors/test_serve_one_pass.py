@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from actors.config import ScorerConfig, TransformersPRMConfig
-from actors.engines.transformers_prm import TransformersPRMEngine
+from actors.config import ScorerConfig
+from actors.engines.transformers_prm import TransformersPRMConfig, TransformersPRMEngine
 from actors.one_pass import OnePassScorer, node_value
 from actors.serve import ServeScorer, deploy_scorer
 from search.protocols import ScoreRequest
@@ -60,7 +60,7 @@ async def scorer(ray_cluster: None, config: ScorerConfig) -> AsyncIterator[Serve
 def _direct(config: ScorerConfig, requests: list[ScoreRequest]) -> list[tuple[float, int]]:
     """(Q, input tokens) of each request from the engine in this process, one path at a
     time: the steps and prompt the scorer lays out, the engine's values, the Q rule."""
-    engine = TransformersPRMEngine.from_config(config.engine)
+    engine = TransformersPRMEngine(config.engine, step_separator=config.one_pass.step_separator)
     layout = OnePassScorer(engine, config.one_pass)
 
     async def one(request: ScoreRequest) -> tuple[float, int]:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from actors.config import LlamaCppConfig, ScorerConfig, ServiceConfig
+from actors.config import ScorerConfig, ServiceConfig
+from actors.engines.llamacpp import LlamaCppConfig
 from actors.errors import EngineError
 from actors.serve import ServePolicy, ServeScorer, deploy_policy, deploy_scorer
 from search import parse_search_config, run_search

@@ -1,6 +1,6 @@
 """What a `kind: vllm` config hands vLLM, checked without vLLM installed.
 
-`VLLMEngine.from_config` builds `AsyncEngineArgs` from the config's fields; here vLLM's
+`VLLMEngine` builds `AsyncEngineArgs` from its config's fields; here vLLM's
 module is a recorder, so the test sees exactly the keyword arguments vLLM would get.
 (tests/vllm/test_vllm_engine.py checks with the real vLLM that `max_num_seqs` becomes
 the engine's batch.)
@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from actors.config import VLLMConfig
 from actors.engines import vllm_engine
-from actors.engines.vllm_engine import VLLMEngine, vllm_engine_args
+from actors.engines.vllm_engine import VLLMConfig, VLLMEngine, vllm_engine_args
 from actors.errors import EngineError
 
 
@@ -48,7 +47,7 @@ def test_config_fields_reach_vllms_engine_args(seen: list[dict[str, Any]]) -> No
         dtype="bfloat16",
         engine_args={"enforce_eager": True},
     )
-    engine = VLLMEngine.from_config(config)
+    engine = VLLMEngine(config)
     assert engine.name == "model" and engine.context_length == 16384
     assert seen == [
         {
@@ -66,30 +65,25 @@ def test_config_fields_reach_vllms_engine_args(seen: list[dict[str, Any]]) -> No
 
 
 def test_no_max_num_seqs_leaves_vllms_default(seen: list[dict[str, Any]]) -> None:
-    VLLMEngine.from_config(VLLMConfig(model="org/model"))
+    VLLMEngine(VLLMConfig(model="org/model"))
     assert "max_num_seqs" not in seen[0]
-    VLLMEngine("org/model", engine_args={"max_num_seqs": 16, "enforce_eager": True})
+    VLLMEngine(
+        VLLMConfig(model="org/model", engine_args={"max_num_seqs": 16, "enforce_eager": True})
+    )
     assert (seen[1]["max_num_seqs"], seen[1]["enforce_eager"]) == (16, True)
 
 
 def test_a_key_set_twice_is_refused(seen: list[dict[str, Any]]) -> None:
     with pytest.raises(EngineError) as info:
-        VLLMEngine("org/model", max_num_seqs=64, engine_args={"max_num_seqs": 128})
+        VLLMEngine(
+            VLLMConfig(model="org/model", max_num_seqs=64, engine_args={"max_num_seqs": 128})
+        )
     assert str(info.value) == (
         "engine_args: max_num_seqs already has an argument of its own; set it in one place"
     )
     assert seen == []  # refused before vLLM is asked for anything
     with pytest.raises(EngineError, match="max_model_len, seed already"):
-        vllm_engine_args(
-            "m",
-            context_length=4096,
-            tensor_parallel_size=1,
-            gpu_memory_utilization=0.9,
-            seed=0,
-            enable_prefix_caching=True,
-            max_num_seqs=None,
-            engine_args={"seed": 1, "max_model_len": 2048},
-        )
+        vllm_engine_args(VLLMConfig(model="m"), "m", {"seed": 1, "max_model_len": 2048})
 
 
 def test_the_config_refuses_an_empty_batch() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.engines.openai_compat import OpenAIEngine
+from actors.engines.openai_compat import OpenAIConfig, OpenAIEngine
 from actors.errors import EngineError
 from common.redact import REDACTED, install_log_redaction, redact_text
 
@@ -118,7 +118,9 @@ def test_warnings_are_redacted() -> None:
 async def test_engine_errors_name_the_server_without_its_credentials(call: str) -> None:
     # Port 9 (discard) on loopback: connection refused, so every endpoint fails.
     url = f"http://u:{SECRET}@127.0.0.1:9/v1?token={SECRET}"
-    engine = OpenAIEngine(url, "m", api_key_env=None, max_retries=0, request_timeout_s=2)
+    engine = OpenAIEngine(
+        OpenAIConfig(base_url=url, model="m", api_key_env=None), max_retries=0, request_timeout_s=2
+    )
     with pytest.raises(EngineError) as info:
         if call == "render_chat":
             await engine.render_chat([{"role": "user", "content": "hi"}], continue_final=False)

@@ -134,9 +134,8 @@ def test_llama_cpp_greedy_continuation_equals_transformers(
 ) -> None:
     """The engine the policy is served with, on the export: same chat prompt, same
     greedy tokens as transformers on the checkpoint."""
-    from actors.config import LlamaCppConfig
     from actors.engines.base import Sampling
-    from actors.engines.llamacpp import LlamaCppEngine
+    from actors.engines.llamacpp import LlamaCppConfig, LlamaCppEngine
 
     model, folder = base
     tokenizer, text, ids = _chat_ids(folder)
@@ -148,7 +147,7 @@ def test_llama_cpp_greedy_continuation_equals_transformers(
 
     async def serve() -> tuple[str, str]:
         config = LlamaCppConfig(model=str(exported), context_length=256, threads=1, parallel=1)
-        engine = LlamaCppEngine.from_config(config)
+        engine = LlamaCppEngine(config)
         try:
             prompt = await engine.render_chat(PROMPT, continue_final=False)
             greedy = Sampling(max_tokens=16, stop=(), temperature=0.0, seed=0)

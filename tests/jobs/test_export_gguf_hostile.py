@@ -65,7 +65,7 @@ def _export(checkpoint: Path, output: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_the_tiny_checkpoint_is_whole(tiny_causal: Path) -> None:
-    from actors.checkpoint import verify_checkpoint
+    from actors.engines.checkpoint import verify_checkpoint
 
     # tied embeddings: the file has no lm_head, and none is asked for
     assert "lm_head.weight" not in verify_checkpoint(tiny_causal, tokenizer=False).tensors

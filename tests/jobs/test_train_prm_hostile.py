@@ -229,7 +229,7 @@ def test_overwrite_keeps_the_old_checkpoint_until_the_new_one_is_whole(
     """A run with --overwrite interrupted while it saves (weights written, the layout file
     not yet) leaves the old checkpoint whole under the name and nothing beside it; one
     that finishes replaces it."""
-    from actors.checkpoint import verify_checkpoint
+    from actors.engines.checkpoint import verify_checkpoint
     from actors.engines.step_layout import TrainedLayout
 
     out_dir = tmp_path / "prm"

@@ -54,7 +54,7 @@ async def test_budget_is_spent_exactly_and_never_exceeded() -> None:
     config = parse_search_config({"algorithm": "bg_mcts"})
     result = await run_search("p", config, ScriptedPolicy(seed=2), ScriptedScorer(seed=2), 3000)
     assert result.c_used == 3000 and result.stop_reason == "budget_exhausted"
-    assert result.tokens.policy_output + result.tokens.inserted_prompt == 3000
+    assert result.tokens.policy_output_tokens + result.tokens.inserted_prompt_tokens == 3000
     assert [p.c_used for p in result.trace] == sorted(p.c_used for p in result.trace)
     assert result.trace[-1].c_used == result.c_used
 
@@ -76,7 +76,11 @@ async def test_step_boundary_is_reinserted_free_and_continuations_are_charged() 
         assert node.inserted_text.startswith("\nBut wait, let me think about the problem again.")
         assert node.inserted_tokens == count_words(node.inserted_text) == 10
     charged = sum(n.output_tokens + n.inserted_tokens for n in tree)
-    assert charged == result.c_used == result.tokens.policy_output + result.tokens.inserted_prompt
+    assert (
+        charged
+        == result.c_used
+        == result.tokens.policy_output_tokens + result.tokens.inserted_prompt_tokens
+    )
 
 
 async def test_full_generation_requests_have_no_stop_string() -> None:
@@ -179,13 +183,17 @@ async def test_input_and_prm_costs_keep_the_budget() -> None:
     )
     result = await run_search("p", config, ScriptedPolicy(seed=7), ScriptedScorer(seed=7), 4000)
     tokens = result.tokens
-    assert tokens.policy_input > 0 and tokens.prm_input > 0 and tokens.prm_output > 0
+    assert (
+        tokens.policy_input_tokens > 0
+        and tokens.prm_input_tokens > 0
+        and tokens.prm_output_tokens > 0
+    )
     expected = (
-        tokens.policy_output
-        + tokens.inserted_prompt
-        + 0.1 * tokens.policy_input
-        + 0.05 * tokens.prm_input
-        + tokens.prm_output
+        tokens.policy_output_tokens
+        + tokens.inserted_prompt_tokens
+        + 0.1 * tokens.policy_input_tokens
+        + 0.05 * tokens.prm_input_tokens
+        + tokens.prm_output_tokens
     )
     assert result.c_used == pytest.approx(expected)
     assert result.c_used <= 4000
@@ -233,10 +241,12 @@ async def test_prompt_tokens_are_counted_uncharged_when_prompts_are_free(
     prompts = sum(
         count_words(r.problem) + count_words(r.assistant_prefix) for r in counted.requests
     )
-    assert result.tokens.policy_input == prompts > len(counted.requests) * 3
-    assert free.tokens.policy_input == 0
+    assert result.tokens.policy_input_tokens == prompts > len(counted.requests) * 3
+    assert free.tokens.policy_input_tokens == 0
     assert result.c_used == free.c_used <= 3000
-    assert result.c_used == result.tokens.policy_output + result.tokens.inserted_prompt
+    assert (
+        result.c_used == result.tokens.policy_output_tokens + result.tokens.inserted_prompt_tokens
+    )
     assert result.trace == free.trace
     assert [n.text for n in result.tree] == [n.text for n in free.tree]
     assert counted.requests == silent.requests

@@ -353,7 +353,7 @@ def test_input_and_prm_tokens_are_charged_within_the_budget(algorithm: str) -> N
         run_search(problem.problem, config, SimPolicy(), SimScorer(), budget, seed=0)
     )
     assert result.c_used <= budget
-    assert result.tokens.policy_input > 0 and result.tokens.prm_output > 0
+    assert result.tokens.policy_input_tokens > 0 and result.tokens.prm_output_tokens > 0
     assert result.tokens.failed_scores == 0
     assert result.tree.max_depth >= (10 if algorithm == "bg_mcts" else 5)
 
@@ -439,8 +439,8 @@ def test_the_cost_model_changes_tokens_only_never_a_search() -> None:
     one_pass = search(problem, "bg_mcts", 5000, params=SimParams(prm_cost="one_pass"))
     assert [n.q for n in genprm.tree.nodes] == [n.q for n in one_pass.tree.nodes]
     assert genprm.chosen_answer == one_pass.chosen_answer
-    assert one_pass.tokens.prm_output == 0 < genprm.tokens.prm_output
-    assert one_pass.tokens.prm_input < genprm.tokens.prm_input
+    assert one_pass.tokens.prm_output_tokens == 0 < genprm.tokens.prm_output_tokens
+    assert one_pass.tokens.prm_input_tokens < genprm.tokens.prm_input_tokens
 
 
 def test_an_unknown_cost_model_is_refused() -> None:

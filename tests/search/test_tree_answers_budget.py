@@ -114,13 +114,16 @@ def test_max_tokens_never_lets_n_choices_overspend() -> None:
 
 def test_cost_model_weights_input_and_prm_tokens() -> None:
     budget = Budget(total=1000, cost=TokenWeights(policy_output=1, policy_input=0.5, prm_output=2))
-    budget.charge(TokenCounts(policy_output=100, policy_input=200, inserted_prompt=10), "policy")
-    budget.charge(TokenCounts(prm_input=50, prm_output=20), "scoring")
+    budget.charge(
+        TokenCounts(policy_output_tokens=100, policy_input_tokens=200, inserted_prompt_tokens=10),
+        "policy",
+    )
+    budget.charge(TokenCounts(prm_input_tokens=50, prm_output_tokens=20), "scoring")
     assert budget.used == pytest.approx(100 + 100 + 10 + 40)
-    assert (budget.tokens.policy_output, budget.tokens.prm_output) == (100, 20)
+    assert (budget.tokens.policy_output_tokens, budget.tokens.prm_output_tokens) == (100, 20)
     with pytest.raises(BudgetViolation, match="only 750"):
-        budget.charge(TokenCounts(policy_output=751), "policy")
-    assert budget.tokens.policy_output == 100  # a charge refused counts nothing
+        budget.charge(TokenCounts(policy_output_tokens=751), "policy")
+    assert budget.tokens.policy_output_tokens == 100  # a charge refused counts nothing
 
 
 def test_the_score_reserve_is_held_only_while_scoring_is_charged() -> None:

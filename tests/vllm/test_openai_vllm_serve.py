@@ -22,7 +22,7 @@ import pytest
 import pytest_asyncio
 
 from actors.engines.base import Completion, Sampling
-from actors.engines.openai_compat import OpenAIEngine
+from actors.engines.openai_compat import OpenAIConfig, OpenAIEngine
 from search.protocols import FinishReason
 from tests.vllm.finishes import first_with_finish
 from tests.vllm.server import TAKEN, server_on_a_free_port
@@ -109,7 +109,10 @@ def _start_server(
 async def engine(server: str) -> AsyncIterator[OpenAIEngine]:
     os.environ[KEY_ENV] = FAKE_KEY
     engine = OpenAIEngine(
-        f"{server}/v1", "tiny", api_key_env=KEY_ENV, context_length=CONTEXT, max_retries=0
+        OpenAIConfig(
+            base_url=f"{server}/v1", model="tiny", api_key_env=KEY_ENV, context_length=CONTEXT
+        ),
+        max_retries=0,
     )
     yield engine
     await engine.close()
@@ -133,7 +136,12 @@ async def test_chat_renders_through_vllm_tokenize(
     prefill = await engine.render_chat(messages, continue_final=True)
     assert prefill.endswith("<|im_start|>assistant\nStep 1: 12*3")
     hf = OpenAIEngine(
-        f"{engine.base_url}", "tiny", api_key_env=KEY_ENV, tokenizer_path=str(model_dir)
+        OpenAIConfig(
+            base_url=f"{engine.base_url}",
+            model="tiny",
+            api_key_env=KEY_ENV,
+            chat_template=str(model_dir),
+        )
     )
     assert await hf.render_chat(messages, continue_final=True) == prefill
     assert await hf.tokenize("Step 2: 36") == await engine.tokenize("Step 2: 36")
@@ -198,7 +206,8 @@ async def test_wrong_key_is_an_error_that_does_not_show_keys(
     wrong = "sk-wrong-key-SECRET-7"
     monkeypatch.setenv("BGMCTS_TEST_WRONG_KEY", wrong)
     engine = OpenAIEngine(
-        f"{server}/v1", "tiny", api_key_env="BGMCTS_TEST_WRONG_KEY", max_retries=0
+        OpenAIConfig(base_url=f"{server}/v1", model="tiny", api_key_env="BGMCTS_TEST_WRONG_KEY"),
+        max_retries=0,
     )
     failed = await engine.complete("hi", Sampling(max_tokens=3, stop=(), temperature=0.0, seed=0))
     assert failed.finish is FinishReason.ERROR and "401" in (failed.error or "")

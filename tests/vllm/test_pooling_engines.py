@@ -26,7 +26,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from actors.engines.openai_pooling import OpenAIPoolingEngine
+from actors.engines.openai_pooling import OpenAIPoolingConfig, OpenAIPoolingEngine
 from actors.engines.step_layout import layout
 from tests.openai_server import FakeServer
 from tests.vllm.server import TAKEN, server_on_a_free_port
@@ -138,17 +138,19 @@ def wait_for(url: str, log_hint: str = "") -> None:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def in_process(prm_dir: Path, server: str) -> AsyncIterator[object]:
     """The in-process engine, built while the server (already launched) loads."""
-    from actors.engines.vllm_pooling import VLLMPoolingEngine
+    from actors.engines.vllm_pooling import VLLMPoolingConfig, VLLMPoolingEngine
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     engine = VLLMPoolingEngine(
-        str(prm_dir),
+        VLLMPoolingConfig(
+            model=str(prm_dir),
+            max_model_len=CONTEXT,
+            dtype="float32",
+            gpu_memory_utilization=0.3,
+            max_num_seqs=8,
+            engine_args={"enforce_eager": True},
+        ),
         step_separator=SEPARATOR,
-        context_length=CONTEXT,
-        dtype="float32",
-        gpu_memory_utilization=0.3,
-        max_num_seqs=8,
-        engine_args={"enforce_eager": True},
     )
     yield engine
     await engine.close()
@@ -158,7 +160,10 @@ async def in_process(prm_dir: Path, server: str) -> AsyncIterator[object]:
 async def over_http(server: str) -> AsyncIterator[OpenAIPoolingEngine]:
     await asyncio.to_thread(wait_for, server)
     engine = OpenAIPoolingEngine(
-        f"{server}/v1", "prm", step_separator=SEPARATOR, api_key_env=None, context_length=CONTEXT
+        OpenAIPoolingConfig(
+            base_url=f"{server}/v1", model="prm", api_key_env=None, context_length=CONTEXT
+        ),
+        step_separator=SEPARATOR,
     )
     yield engine
     await engine.close()
@@ -312,7 +317,10 @@ async def test_a_server_without_pooling_is_a_clear_error() -> None:
         return 404, {"detail": "Not Found"}
 
     server = FakeServer(respond)
-    engine = OpenAIPoolingEngine(server.url, "m", step_separator="<sep>", api_key_env=None)
+    engine = OpenAIPoolingEngine(
+        OpenAIPoolingConfig(base_url=server.url, model="m", api_key_env=None),
+        step_separator="<sep>",
+    )
     try:
         answer = await engine.score_steps("prompt", ["step one"])
     finally:
@@ -324,23 +332,17 @@ async def test_a_server_without_pooling_is_a_clear_error() -> None:
 
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch, transformers and safetensors")
 async def test_config_refuses_a_separator_of_several_tokens(prm_dir: Path) -> None:
-    from actors.config import OnePassSettings, OpenAIPoolingConfig, ScorerConfig, VLLMPoolingConfig
     from actors.engines.factory import check_step_separator
+    from actors.engines.openai_pooling import OpenAIPoolingConfig
+    from actors.engines.vllm_pooling import VLLMPoolingConfig
     from actors.errors import EngineError
-    from search.scorer_kinds import ONE_PASS
-
-    def scorer(model: str, separator: str) -> ScorerConfig:
-        return ScorerConfig(
-            kind=ONE_PASS,
-            engine=VLLMPoolingConfig(model=model),
-            one_pass=OnePassSettings(step_separator=separator),
-        )
 
     assert VLLMPoolingConfig.scores_steps and OpenAIPoolingConfig.scores_steps
-    check_step_separator(scorer(str(prm_dir), SEPARATOR))
+    check_step_separator(VLLMPoolingConfig(model=str(prm_dir)), SEPARATOR)
     with pytest.raises(EngineError, match="exactly one"):
-        check_step_separator(scorer(str(prm_dir), "\n\n"))
-    check_step_separator(scorer("Qwen/Qwen2.5-Math-PRM-7B", "\n\n"))  # remote: not checked
+        check_step_separator(VLLMPoolingConfig(model=str(prm_dir)), "\n\n")
+    remote = VLLMPoolingConfig(model="Qwen/Qwen2.5-Math-PRM-7B")
+    check_step_separator(remote, "\n\n")  # a hub id: not checked
 
 
 async def test_a_step_pooling_server_is_a_clear_error() -> None:
@@ -354,7 +356,10 @@ async def test_a_step_pooling_server_is_a_clear_error() -> None:
         return 200, {"data": [{"index": 0, "object": "pooling", "data": []}]}
 
     server = FakeServer(respond)
-    engine = OpenAIPoolingEngine(server.url, "m", step_separator="<sep>", api_key_env=None)
+    engine = OpenAIPoolingEngine(
+        OpenAIPoolingConfig(base_url=server.url, model="m", api_key_env=None),
+        step_separator="<sep>",
+    )
     try:
         answer = await engine.score_steps("prompt", ["step one"])
     finally:

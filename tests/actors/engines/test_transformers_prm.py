@@ -20,13 +20,15 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
-from actors.config import OnePassSettings, ScorerConfig, TransformersPRMConfig  # noqa: E402
 from actors.engines.base import StepScoringEngine, StepValues  # noqa: E402
 from actors.engines.factory import build_engine, check_step_separator  # noqa: E402
 from actors.engines.step_layout import SeparatorError, layout  # noqa: E402
-from actors.engines.transformers_prm import TransformersPRMEngine, padding_groups  # noqa: E402
+from actors.engines.transformers_prm import (  # noqa: E402
+    TransformersPRMConfig,
+    TransformersPRMEngine,
+    padding_groups,
+)
 from actors.errors import EngineError  # noqa: E402
-from search.scorer_kinds import ONE_PASS  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +77,10 @@ def _score_all(engine: TransformersPRMEngine, paths: Sequence[Sequence[str]]) ->
 
 
 def test_a_padded_batch_gives_each_path_its_values_alone(checkpoint: Path) -> None:
-    engine = TransformersPRMEngine(str(checkpoint), max_batch=8, batch_window_s=0.05)
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), max_batch=8, batch_window_s=0.05),
+        step_separator="\n",
+    )
     engine.forward_cost_tokens = ONE_FORWARD
     assert isinstance(engine, StepScoringEngine)
     results = _score_all(engine, PATHS)
@@ -93,7 +98,10 @@ def test_a_padded_batch_gives_each_path_its_values_alone(checkpoint: Path) -> No
 
 
 def test_concurrent_calls_share_forwards_up_to_max_batch(checkpoint: Path) -> None:
-    engine = TransformersPRMEngine(str(checkpoint), max_batch=4, batch_window_s=0.05)
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), max_batch=4, batch_window_s=0.05),
+        step_separator="\n",
+    )
     engine.forward_cost_tokens = ONE_FORWARD
     paths = [PATHS[i % len(PATHS)] for i in range(10)]
     results = _score_all(engine, paths)
@@ -109,7 +117,10 @@ def test_concurrent_calls_share_forwards_up_to_max_batch(checkpoint: Path) -> No
 
 
 def test_a_path_over_the_context_is_an_error_and_the_others_are_scored(checkpoint: Path) -> None:
-    engine = TransformersPRMEngine(str(checkpoint), context_length=40, batch_window_s=0.05)
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), context_length=40, batch_window_s=0.05),
+        step_separator="\n",
+    )
     long_path, short_path = PATHS[3], PATHS[0]
     too_long, fine = _score_all(engine, [long_path, short_path])
     assert too_long.values == () and too_long.input_tokens > 40
@@ -122,7 +133,7 @@ def test_built_from_config_with_chat_and_tokenize(checkpoint: Path) -> None:
     config = TransformersPRMConfig(model=str(checkpoint), threads=1, max_batch=2)
     assert config.scores_steps
     assert config.check_model() is None
-    engine = build_engine(config)
+    engine = build_engine(config, step_separator="\n")
     assert isinstance(engine, TransformersPRMEngine)
     assert engine.context_length == 512  # the model's max_position_embeddings
     assert (engine.bos, engine.separator) == (1, 198)  # SmolLM2: <|im_start|> and "\n"
@@ -136,7 +147,9 @@ def test_built_from_config_with_chat_and_tokenize(checkpoint: Path) -> None:
 
 
 def test_bfloat16_stays_close_to_float32(checkpoint: Path) -> None:
-    engine = TransformersPRMEngine(str(checkpoint), dtype="bfloat16")
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), dtype="bfloat16"), step_separator="\n"
+    )
     values = _score_all(engine, [PATHS[1]])[0].values
     assert values == pytest.approx(_reference(checkpoint, PROBLEM, PATHS[1]), abs=0.05)
 
@@ -167,24 +180,18 @@ def test_check_model_names_the_field_and_the_problem(tmp_path: Path) -> None:
     )
     assert "3 labels" in refused(three)
     # Qwen's PRM head is a PRM architecture; the folder is then checked whole, and a
-    # config.json alone is not a checkpoint (`actors.checkpoint`)
+    # config.json alone is not a checkpoint (`actors.engines.checkpoint`)
     qwen = _config_json(tmp_path / "qwen", architectures=["Qwen2ForProcessRewardModel"])
     assert "has no tokenizer" in refused(qwen)
 
 
 def test_a_separator_of_two_tokens_is_refused(checkpoint: Path) -> None:
-    def scorer(separator: str) -> ScorerConfig:
-        return ScorerConfig(
-            kind=ONE_PASS,
-            engine=TransformersPRMConfig(model=str(checkpoint)),
-            one_pass=OnePassSettings(step_separator=separator),
-        )
-
-    check_step_separator(scorer("\n"))  # one token: fine
+    config = TransformersPRMConfig(model=str(checkpoint))
+    check_step_separator(config, "\n")  # one token: fine
     with pytest.raises(EngineError, match=r"^one_pass.step_separator='ки': the step separator"):
-        check_step_separator(scorer("ки"))  # Math-Shepherd's step tag: 2 tokens in SmolLM2
+        check_step_separator(config, "ки")  # Math-Shepherd's step tag: 2 tokens in SmolLM2
     with pytest.raises(SeparatorError):  # the same check when the engine loads
-        TransformersPRMEngine(str(checkpoint), step_separator="ки")
+        TransformersPRMEngine(TransformersPRMConfig(model=str(checkpoint)), step_separator="ки")
 
 
 # A path read after its parent's kept keys and values against the same path cold: the
@@ -213,7 +220,10 @@ TREES: list[list[list[str]]] = [
 
 def _cold(checkpoint: Path, paths: Sequence[Sequence[str]]) -> list[StepValues]:
     """Each path alone through an engine that keeps no past."""
-    engine = TransformersPRMEngine(str(checkpoint), kv_cache_tokens=0, batch_window_s=0)
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), kv_cache_tokens=0, batch_window_s=0),
+        step_separator="\n",
+    )
     return [_score_all(engine, [p])[0] for p in paths]
 
 
@@ -226,7 +236,9 @@ def _largest_difference(a: Sequence[StepValues], b: Sequence[StepValues]) -> flo
 
 
 def test_a_child_after_its_parent_computes_only_its_new_step(checkpoint: Path) -> None:
-    engine = TransformersPRMEngine(str(checkpoint), batch_window_s=0)
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), batch_window_s=0), step_separator="\n"
+    )
     parent, child = TREES[0][0], TREES[0][1]
     (first,) = _score_all(engine, [parent])
     before = engine.cache_stats()
@@ -249,7 +261,10 @@ def test_a_child_after_its_parent_computes_only_its_new_step(checkpoint: Path) -
 
 
 def test_a_batch_of_different_pasts_gives_each_path_its_cold_values(checkpoint: Path) -> None:
-    engine = TransformersPRMEngine(str(checkpoint), max_batch=16, batch_window_s=0.05)
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), max_batch=16, batch_window_s=0.05),
+        step_separator="\n",
+    )
     engine.forward_cost_tokens = ONE_FORWARD
     # level by level, as several trees are searched at once: every tree's parents first
     depth = max(len(tree) for tree in TREES)
@@ -280,11 +295,16 @@ def test_a_batch_of_different_pasts_gives_each_path_its_cold_values(checkpoint: 
 def test_the_past_cache_holds_at_most_its_bound_and_an_evicted_parent_is_computed_cold(
     checkpoint: Path,
 ) -> None:
-    probe = TransformersPRMEngine(str(checkpoint), kv_cache_tokens=0)
+    probe = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), kv_cache_tokens=0), step_separator="\n"
+    )
     sizes = [len(probe.path_layout(PROBLEM, tree[0]).input_ids) for tree in TREES[:2]]
     # room for either first step alone, not both: the second evicts the first
     bound = max(sizes) + min(sizes) - 1
-    engine = TransformersPRMEngine(str(checkpoint), kv_cache_tokens=bound, batch_window_s=0)
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), kv_cache_tokens=bound, batch_window_s=0),
+        step_separator="\n",
+    )
     held: list[int] = []
     for parent in (TREES[0][0], TREES[1][0]):
         _score_all(engine, [parent])
@@ -301,7 +321,10 @@ def test_the_past_cache_holds_at_most_its_bound_and_an_evicted_parent_is_compute
         CACHE_TOLERANCE
     )
     # a path longer than the whole bound is scored and not kept
-    small = TransformersPRMEngine(str(checkpoint), kv_cache_tokens=8, batch_window_s=0)
+    small = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), kv_cache_tokens=8, batch_window_s=0),
+        step_separator="\n",
+    )
     (alone,) = _score_all(small, [TREES[0][0]])
     assert alone.error is None and small.cache_stats()["kv_cache_tokens_held"] == 0
 
@@ -309,7 +332,9 @@ def test_the_past_cache_holds_at_most_its_bound_and_an_evicted_parent_is_compute
 def test_a_cached_value_that_was_not_kept_sends_the_path_cold(checkpoint: Path) -> None:
     """The one-pass contract: a read past whose steps' values `SuffixValues` no longer
     holds is asked again without the cache, and the engine then computes every token."""
-    engine = TransformersPRMEngine(str(checkpoint), batch_window_s=0)
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), batch_window_s=0), step_separator="\n"
+    )
     parent, child = TREES[2]
     _score_all(engine, [parent])
     engine._suffix_values = None  # forget the parent's values, keep its keys and values
@@ -331,7 +356,10 @@ def test_a_batch_is_split_where_padding_costs_more_than_a_forward() -> None:
 
 
 def test_split_forwards_give_each_path_its_values_alone(checkpoint: Path) -> None:
-    engine = TransformersPRMEngine(str(checkpoint), max_batch=8, batch_window_s=0.05)
+    engine = TransformersPRMEngine(
+        TransformersPRMConfig(model=str(checkpoint), max_batch=8, batch_window_s=0.05),
+        step_separator="\n",
+    )
     results = _score_all(engine, PATHS)
     assert engine.forwards > 1  # lengths from ~30 to ~110 tokens: not one padded forward
     assert engine.padded_tokens < 5 * 16

@@ -133,7 +133,13 @@ def test_a_run_over_hostile_lines_writes_one_error_row_each_and_searches_the_res
     problems, expected = _hostile_jsonl(tmp_path / "hostile.jsonl")
     with problems.open("a") as lines:
         lines.write(json.dumps(HUGE) + "\n")
-    engine = {"kind": "sleep", "latency_s": 0.01, "output_tokens": 8, "context_length": CONTEXT}
+    engine = {
+        "kind": "load_model",
+        "output_tokens": 8,
+        "context_length": CONTEXT,
+        "decode_base_ms": 1.25,
+        "decode_per_seq_ms": 0,
+    }
     config = run_config(
         problems, tmp_path / "out", budget=32, engine=engine, run_id="hostile", ray_num_cpus=2
     )

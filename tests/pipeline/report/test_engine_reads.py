@@ -10,9 +10,9 @@ from dataclasses import replace
 import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
-from actors.config import LoadModelConfig
 from actors.engines.base import Sampling
 from actors.engines.factory import build_engine
+from actors.engines.load_model import LoadModelConfig
 from actors.replay import decode_generations, decode_score, encode_generations, encode_score
 from pipeline.report.engine_reads import EngineReads, engine_reads, engine_reads_rows
 from search import parse_search_config, run_search
@@ -43,9 +43,9 @@ def test_a_searchs_counters_add_up_every_calls_prompt_and_cache_reads() -> None:
     assert nodes > 1
     # every choice is one engine call whose prompt was sent; the budget's policy_input
     # counts one prompt per request, so the engine was sent at least that much
-    assert tokens.policy_prompt_sent >= tokens.policy_input > 0
-    assert tokens.policy_prompt_cached == 3 * nodes
-    assert (tokens.prm_input, tokens.prm_prompt_cached) == (10 * nodes, 2 * nodes)
+    assert tokens.policy_prompt_sent_tokens >= tokens.policy_input_tokens > 0
+    assert tokens.policy_prompt_cached_tokens == 3 * nodes
+    assert (tokens.prm_input_tokens, tokens.prm_prompt_cached_tokens) == (10 * nodes, 2 * nodes)
 
 
 def test_the_request_log_keeps_the_cache_reads_and_reads_older_entries() -> None:

@@ -40,7 +40,13 @@ def _config(root: Path, problems: Path) -> dict[str, Any]:
         problems,
         root,
         budget=192,
-        engine={"kind": "sleep", "latency_s": 0.15, "output_tokens": 16, "answer_every": 3},
+        engine={
+            "kind": "load_model",
+            "output_tokens": 16,
+            "answer_every": 3,
+            "decode_base_ms": 9.375,
+            "decode_per_seq_ms": 0,
+        },
         run_id="progress",
         prices={"policy_output": 2.0, "prm_input": 0.5},
         trees_per_actor=3,
@@ -245,16 +251,16 @@ def test_live_view_rates_and_budget_eta() -> None:
     clock = [100.0]
     live = LiveProgress(lambda: {}, total=4, budget=100, file=io.StringIO())
     live.start = 90.0
-    first = live.view({"policy_tokens": 0, "trees_started": 2}, now=clock[0])
+    first = live.view({"policy_output_tokens": 0, "trees_started": 2}, now=clock[0])
     assert first.in_flight == 2 and first.eta_s is None and first.policy_tok_s == 0
     view = live.view(
         {
-            "policy_tokens": 50,
+            "policy_output_tokens": 50,
             "prm_input_tokens": 80,
             "prm_output_tokens": 20,
-            "policy_prompt_sent": 400,
-            "policy_prompt_cached": 300,
-            "prm_prompt_cached": 20,
+            "policy_prompt_sent_tokens": 400,
+            "policy_prompt_cached_tokens": 300,
+            "prm_prompt_cached_tokens": 20,
             "spent": 100.0,
             "trees_started": 3,
             "trees_done": 1,

@@ -41,7 +41,12 @@ def test_killed_search_actor_is_restarted_and_every_problem_written_once(
     ray_cluster: None, tmp_path: Path
 ) -> None:
 
-    engine = {"kind": "sleep", "latency_s": 0.2, "output_tokens": 8}
+    engine = {
+        "kind": "load_model",
+        "output_tokens": 8,
+        "decode_base_ms": 25,
+        "decode_per_seq_ms": 0,
+    }
     config = parse_run_config(
         {
             "run_id": "actor-kill",

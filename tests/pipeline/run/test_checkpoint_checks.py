@@ -1,5 +1,5 @@
 """A one-pass PRM checkpoint is checked whole before Ray starts, and again by the engine
-when it loads (`actors.checkpoint.verify_checkpoint`): one line naming the file and what is
+when it loads (`actors.engines.checkpoint.verify_checkpoint`): one line naming the file and what is
 wrong, exit 2, nothing run or written.
 
 The first tests need no model: a folder of hand-written files (a config.json, a tokenizer's
@@ -135,7 +135,7 @@ def _rewrite(checkpoint: Path, change: Any) -> None:
 
 @pytest.mark.integration
 def test_the_tiny_checkpoint_itself_passes(tiny_prm: Path) -> None:
-    from actors.checkpoint import verify_checkpoint
+    from actors.engines.checkpoint import verify_checkpoint
 
     checked = verify_checkpoint(tiny_prm, token_classifier=True)
     assert "score.weight" in checked.tensors and checked.layout is None
@@ -192,15 +192,14 @@ def test_the_engine_refuses_a_checkpoint_changed_after_the_check(
 ) -> None:
     """The run's check passed; the folder then lost its head: the engine, loading it in
     its replica, refuses with the same line rather than serving a random head."""
-    from actors.config import TransformersPRMConfig
-    from actors.engines.transformers_prm import TransformersPRMEngine
+    from actors.engines.transformers_prm import TransformersPRMConfig, TransformersPRMEngine
     from actors.errors import EngineError
 
     checkpoint = _copy(tiny_prm, tmp_path)
     TransformersPRMConfig(model=str(checkpoint)).check_model()
     _rewrite(checkpoint, lambda tensors: tensors.pop("score.weight"))
     with pytest.raises(EngineError, match=r"^engine\.model: .* lacks its head") as raised:
-        TransformersPRMEngine(str(checkpoint))
+        TransformersPRMEngine(TransformersPRMConfig(model=str(checkpoint)), step_separator="\n")
     assert raised.value.field == "engine.model"
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from actors.engines.openai_compat import OpenAIEngine
+from actors.engines.openai_compat import OpenAIConfig, OpenAIEngine
 from actors.policy import EnginePolicy
 from actors.search_outcome import failure_reason
 from jobs.synthesize import main as synthesize_main
@@ -92,7 +92,7 @@ def test_an_engine_that_answers_nothing_gives_error_rows_and_a_rerun_completes(
         {"id": "p1", "question": "What is 0 + 2?", "answer": "2"},
     ]
     config = tiny_run_config(
-        tmp_path, rows, budget=64, engine={"kind": "sleep"}, run_id="empty", ray_num_cpus=2
+        tmp_path, rows, budget=64, engine={"kind": "load_model"}, run_id="empty", ray_num_cpus=2
     )
     config["policy"] = {
         "engine": {
@@ -137,7 +137,7 @@ async def test_an_empty_or_white_space_completion_is_a_failed_request() -> None:
         completion({"text": " six", "finish_reason": "stop", "stop_reason": None}, 2),
     ]
     server = FakeServer(chat_server_respond(lambda body: answers[int(body["seed"]) % 3]))
-    engine = OpenAIEngine(f"{server.url}/v1", "m", max_retries=0)
+    engine = OpenAIEngine(OpenAIConfig(base_url=f"{server.url}/v1", model="m"), max_retries=0)
     try:
         request = GenerationRequest(
             problem="q",
@@ -164,7 +164,7 @@ async def test_a_white_space_start_cut_by_max_tokens_is_an_answer_not_a_failure(
     server = FakeServer(
         chat_server_respond(lambda body: completion({"text": " ", "finish_reason": "length"}, 1))
     )
-    engine = OpenAIEngine(f"{server.url}/v1", "m", max_retries=0)
+    engine = OpenAIEngine(OpenAIConfig(base_url=f"{server.url}/v1", model="m"), max_retries=0)
     try:
         request = GenerationRequest(
             problem="q",

@@ -37,7 +37,12 @@ pytestmark = pytest.mark.e2e
 def test_a_killed_policy_replica_is_restarted_and_the_run_completes(
     ray_cluster: None, tmp_path: Path
 ) -> None:
-    engine = {"kind": "sleep", "latency_s": 0.3, "output_tokens": 8}
+    engine = {
+        "kind": "load_model",
+        "output_tokens": 8,
+        "decode_base_ms": 37.5,
+        "decode_per_seq_ms": 0,
+    }
     rows = [
         {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(8)
     ]

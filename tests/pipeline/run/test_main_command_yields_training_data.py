@@ -48,10 +48,12 @@ SLICE_PROBLEMS = 3  # the first problems of the default source (arith/0/0..2)
 @pytest.mark.integration
 def test_llamacpp_sampling_with_a_seed_is_reproducible() -> None:
     from actors.engines.base import Sampling
-    from actors.engines.llamacpp import LlamaCppEngine
+    from actors.engines.llamacpp import LlamaCppConfig, LlamaCppEngine
 
     async def sample() -> list[str]:
-        engine = LlamaCppEngine("embedded", context_length=512, threads=1, parallel=2)
+        engine = LlamaCppEngine(
+            LlamaCppConfig(model="embedded", context_length=512, threads=1, parallel=2)
+        )
         try:
             prompt = "Step 1: Ana has 3 apples and gets 4 more, so she has"
             runs = [

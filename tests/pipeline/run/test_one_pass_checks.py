@@ -23,7 +23,8 @@ from typing import ClassVar
 import pytest
 import yaml
 
-from actors.config import ScorerConfig, SleepConfig
+from actors.config import ScorerConfig
+from actors.engines.load_model import LoadModelConfig
 from actors.engines.step_layout import Tokenize
 from actors.errors import EngineError
 from jobs.exits import BAD_INPUT, guarded
@@ -42,7 +43,7 @@ def three_words(config: FolderPRMConfig) -> Tokenize:
     return lambda text: [VOCABULARY[text]] if text in VOCABULARY else [0] * len(text)
 
 
-class FolderPRMConfig(SleepConfig):
+class FolderPRMConfig(LoadModelConfig):
     """A one-pass PRM engine config whose model is a local checkpoint folder."""
 
     scores_steps: ClassVar[bool] = True

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from actors.engines.transformers_prm import TransformersPRMEngine
+from actors.engines.transformers_prm import TransformersPRMConfig, TransformersPRMEngine
 from actors.one_pass import OnePassScorer
 from pipeline.config import parse_run_config
 from pipeline.run.synthesis import synthesize
@@ -64,7 +64,9 @@ def _requests(tree_nodes: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Sc
 
 def _one_pass_q(checkpoint: Path, requests: list[ScoreRequest]) -> list[float]:
     """Q of each request from the scorer and engine in this process, one path at a time."""
-    scorer = OnePassScorer(TransformersPRMEngine(str(checkpoint)))
+    scorer = OnePassScorer(
+        TransformersPRMEngine(TransformersPRMConfig(model=str(checkpoint)), step_separator="\n")
+    )
 
     async def score(request: ScoreRequest) -> float:
         result = await scorer.score(request)

@@ -136,7 +136,7 @@ def test_model_folders_not_here_are_warnings_a_missing_gguf_is_an_error(
     # llama.cpp runs where the config is: a GGUF path that is not here is a typo to fix
     gguf = tmp_path / "nope.gguf"
     path = _config(
-        tmp_path, policy={"kind": "llamacpp", "model": str(gguf)}, scorer={"kind": "sleep"}
+        tmp_path, policy={"kind": "llamacpp", "model": str(gguf)}, scorer={"kind": "load_model"}
     )
     assert main(["--config", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err

@@ -7,7 +7,7 @@ The whole job runs as `python -m jobs.synthesize` on a local Ray cluster of its 
   and `?token=`/`&sig=`).  The server fails its first requests with a 500 whose body
   quotes the URL it was called with (a careless server), so the `openai` client's own
   retries, a failed chat render, the Serve client's retry warning (in the search actor's
-  log) and the failed requests' errors all happen; then it answers as the sleep engine;
+  log) and the failed requests' errors all happen; then it answers as the load model;
 * `publish.endpoint` carries canary userinfo and points at the local Hub server
   (tests/hub_server.py, behind "a proxy" that takes that userinfo as basic auth).  Its
   first LFS batch fails, so huggingface_hub warns with the URL, then the publish
@@ -39,7 +39,7 @@ import pytest
 import yaml
 
 from actors.engines.base import Sampling
-from actors.engines.sleep import SleepEngine
+from actors.engines.load_model import LoadModelConfig, LoadModelEngine
 from pipeline.records import error_row, records_for
 from pipeline.store.run_folder import RunFolder
 from search import parse_search_config, run_search
@@ -65,7 +65,7 @@ POLICY_RETRIES = 2
 
 
 class OpenAIServer:
-    """A loopback OpenAI-compatible server that answers as `SleepEngine` would.
+    """A loopback OpenAI-compatible server that answers as `LoadModelEngine` would.
 
     The first `fail` requests get a 500 quoting the request line (path and query: the
     canary token); then /apply-template and /tokenize answer as llama.cpp's do.
@@ -75,17 +75,19 @@ class OpenAIServer:
         self.fail = fail
         self.paths: list[str] = []
         self.lock = threading.Lock()
-        sleep = SleepEngine(latency_s=0, output_tokens=8)
+        answers = LoadModelEngine(LoadModelConfig(output_tokens=8))
 
         def respond(path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
             with self.lock:
                 self.paths.append(path)
-            return self.respond(path, body, sleep)
+            return self.respond(path, body, answers)
 
         self.http = FakeServer(respond)
         self.port = self.http.httpd.server_port
 
-    def respond(self, path: str, body: Mapping[str, Any], sleep: SleepEngine) -> tuple[int, Any]:
+    def respond(
+        self, path: str, body: Mapping[str, Any], answers: LoadModelEngine
+    ) -> tuple[int, Any]:
         with self.lock:
             failing = self.fail > 0
             self.fail -= failing
@@ -105,7 +107,7 @@ class OpenAIServer:
             temperature=float(body.get("temperature") or 0),
             seed=int(body.get("seed") or 0),
         )
-        done = sleep.respond(str(body["prompt"]), sampling)
+        done = answers.respond(str(body["prompt"]), sampling)
         reason = "length" if done.finish.value == "length" else "stop"
         choice = {
             "index": 0,
@@ -177,8 +179,13 @@ def test_no_credential_from_a_url_reaches_any_log_file_or_output(
     rows = [
         {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(3)
     ]
-    sleep = {"kind": "sleep", "latency_s": 0.01, "output_tokens": 8}
-    config = tiny_run_config(tmp_path, rows, budget=48, engine=sleep, ray_num_cpus=2, run_id="r")
+    engine = {
+        "kind": "load_model",
+        "output_tokens": 8,
+        "decode_base_ms": 1.25,
+        "decode_per_seq_ms": 0,
+    }
+    config = tiny_run_config(tmp_path, rows, budget=48, engine=engine, ray_num_cpus=2, run_id="r")
     config["policy"] = {
         "engine": {"kind": "openai", "base_url": base_url, "model": "m", "api_key_env": None},
         "max_retries": POLICY_RETRIES,

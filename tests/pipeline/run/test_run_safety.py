@@ -126,7 +126,7 @@ def _holder(run_dir: Path) -> subprocess.Popen[str]:
 
 def _config(tmp_path: Path, **extra: Any) -> Path:
     rows = [{"id": "p0", "question": "What is 1+1?", "answer": "2"}]
-    config = tiny_run_config(tmp_path, rows, budget=32, engine={"kind": "sleep"}, **extra)
+    config = tiny_run_config(tmp_path, rows, budget=32, engine={"kind": "load_model"}, **extra)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -274,12 +274,15 @@ async def test_engine_errors_never_quote_credentials_from_the_endpoint_url(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from actors.engines.base import Sampling
-    from actors.engines.openai_compat import OpenAIEngine
+    from actors.engines.openai_compat import OpenAIConfig, OpenAIEngine
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     url = "http://user:sk-canary1234567890abcdef@127.0.0.1:9/v1?api_key=canary2"
     engine = OpenAIEngine(
-        url, "m", api_key_env=None, max_retries=0, request_timeout_s=2, chat_template="none"
+        OpenAIConfig(base_url=url, model="m", api_key_env=None),
+        max_retries=0,
+        request_timeout_s=2,
+        chat_template="none",
     )
     completion = await engine.complete(
         "hi", Sampling(max_tokens=1, stop=(), temperature=0.0, seed=0, top_logprobs=0)
@@ -287,5 +290,9 @@ async def test_engine_errors_never_quote_credentials_from_the_endpoint_url(
     assert completion.finish is FinishReason.ERROR and completion.error
     assert "canary" not in completion.error and "canary" not in repr(engine)
     with pytest.raises(Exception) as info:
-        OpenAIEngine("https://user:sk-canary1234567890abcdef@remote.example/v1", "m")
+        OpenAIEngine(
+            OpenAIConfig(
+                base_url="https://user:sk-canary1234567890abcdef@remote.example/v1", model="m"
+            )
+        )
     assert "canary" not in str(info.value)

@@ -23,7 +23,7 @@ from tests.tiny_run import tiny_run_config
 
 pytestmark = pytest.mark.integration
 
-ENGINE = {"kind": "sleep", "latency_s": 0.0, "output_tokens": 8, "answer_every": 2}
+ENGINE = {"kind": "load_model", "output_tokens": 8, "answer_every": 2, "time_scale": 0.01}
 
 
 @pytest.fixture(scope="module")

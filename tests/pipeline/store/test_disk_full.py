@@ -123,7 +123,7 @@ def test_no_room_for_run_json_is_exit_2_naming_the_root(
     tmp_path: Path, tiny_disk: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rows = [{"id": "p0", "question": "What is 1 + 1?", "answer": "2"}]
-    config = tiny_run_config(tmp_path, rows, budget=32, engine={"kind": "sleep"}, run_id="f")
+    config = tiny_run_config(tmp_path, rows, budget=32, engine={"kind": "load_model"}, run_id="f")
     config["output_root"] = str(tiny_disk)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -156,7 +156,12 @@ def test_a_full_disk_is_exit_2_naming_the_root_and_the_space_and_a_rerun_complet
         {"id": f"p{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)}
         for i in range(PROBLEMS)
     ]
-    engine = {"kind": "sleep", "latency_s": 0.01, "output_tokens": 8}
+    engine = {
+        "kind": "load_model",
+        "output_tokens": 8,
+        "decode_base_ms": 1.25,
+        "decode_per_seq_ms": 0,
+    }
     config = tiny_run_config(
         tmp_path, rows, budget=48, engine=engine, run_id="full", ray_num_cpus=2
     )

@@ -104,7 +104,12 @@ def _source_and_config(tmp_path: Path, root: str, run_id: str) -> tuple[Path, Pa
         for i, p in enumerate(PROBLEMS)
     ]
     problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    slow = {"kind": "sleep", "latency_s": 0.05, "output_tokens": 8}
+    slow = {
+        "kind": "load_model",
+        "output_tokens": 8,
+        "decode_base_ms": 6.25,
+        "decode_per_seq_ms": 0,
+    }
     config = run_config(
         problems, Path("unused"), budget=64, engine=slow, run_id=run_id, ray_num_cpus=2
     )

@@ -3,7 +3,7 @@ real S3 HTTP API (moto's server mode on 127.0.0.1, started per module by
 tests/s3_server.py), talked to through s3fs/botocore exactly as a cluster talks to S3.
 
 The end-to-end test runs `python -m jobs.synthesize` as a subprocess on its own local Ray
-cluster with the model-free `sleep` engine, SIGKILLs the process group after the first
+cluster with the model-free load model, SIGKILLs the process group after the first
 committed batch, reruns it, and checks every problem exactly once in the bucket; then
 `bgmcts report` and `bgmcts publish` read the run from the bucket (the Hub is
 tests/hub_server.py).
@@ -183,7 +183,7 @@ def test_missing_bucket_and_denied_credentials_are_one_line(s3: S3Server, tmp_pa
         check_reachable(open_store("s3://no-such-bucket/x"))
     problems = tmp_path / "p.jsonl"
     problems.write_text(json.dumps({"id": "p1", "question": "1+1?", "answer": "2"}) + "\n")
-    config = run_config(problems, Path("unused"), budget=40, engine=_SLEEP)
+    config = run_config(problems, Path("unused"), budget=40, engine=_LOAD_MODEL)
     config["output_root"] = "s3://no-such-bucket/x"
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -202,7 +202,12 @@ def test_missing_bucket_and_denied_credentials_are_one_line(s3: S3Server, tmp_pa
     assert s3.keys(BUCKET) == []  # nothing was written anywhere
 
 
-_SLEEP = {"kind": "sleep", "latency_s": 0.05, "output_tokens": 8}
+_LOAD_MODEL = {
+    "kind": "load_model",
+    "output_tokens": 8,
+    "decode_base_ms": 6.25,
+    "decode_per_seq_ms": 0,
+}
 
 
 def _synthesize(
@@ -234,7 +239,12 @@ def test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_publi
     ]
     problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     root = f"s3://{BUCKET}/synth"
-    slow = {"kind": "sleep", "latency_s": 0.15, "output_tokens": 8}
+    slow = {
+        "kind": "load_model",
+        "output_tokens": 8,
+        "decode_base_ms": 18.75,
+        "decode_per_seq_ms": 0,
+    }
     config = run_config(
         problems, Path("unused"), budget=64, engine=slow, run_id="killed", ray_num_cpus=2
     )

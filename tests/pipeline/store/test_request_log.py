@@ -90,8 +90,8 @@ def test_a_second_attempt_is_answered_from_the_log_without_calling_the_engines(
     again, counters = _with_log(tmp_path, again_engines, config)
     assert again == first  # the same answers, contexts included (a tuple, as GenPRM's)
     assert again_engines.calls == 0
-    assert counters.replayed_requests == 5 and counters.replayed_policy_tokens == 30
-    assert counters.replayed_prm_tokens == 6
+    assert counters.replayed_requests == 5 and counters.replayed_policy_output_tokens == 30
+    assert counters.replayed_prm_output_tokens == 6
 
 
 def test_a_line_cut_by_a_kill_is_skipped_and_the_rest_replayed(tmp_path: Path) -> None:
@@ -122,10 +122,10 @@ def test_a_rerun_with_another_model_replays_nothing(tmp_path: Path) -> None:
     from actors.config import ServiceConfig
     from actors.replay import service_salt
 
-    first = ServiceConfig.model_validate({"engine": {"kind": "sleep", "model": "a"}})
-    other = ServiceConfig.model_validate({"engine": {"kind": "sleep", "model": "b"}})
+    first = ServiceConfig.model_validate({"engine": {"kind": "load_model", "model": "a"}})
+    other = ServiceConfig.model_validate({"engine": {"kind": "load_model", "model": "b"}})
     more = ServiceConfig.model_validate(
-        {"engine": {"kind": "sleep", "model": "a"}, "num_replicas": 3}
+        {"engine": {"kind": "load_model", "model": "a"}, "num_replicas": 3}
     )
     assert service_salt(first) != service_salt(other)
     assert service_salt(first) == service_salt(more)  # replicas do not change answers

@@ -74,7 +74,12 @@ def test_random_kills_then_rerun_every_problem_exactly_once(
         tmp_path,
         [],
         budget=48,
-        engine={"kind": "sleep", "latency_s": 0.3, "output_tokens": 8},
+        engine={
+            "kind": "load_model",
+            "output_tokens": 8,
+            "decode_base_ms": 37.5,
+            "decode_per_seq_ms": 0,
+        },
         run_id="prop",
         ray_num_cpus=2,
     )
