@@ -236,7 +236,7 @@ class ReplayPolicy:
         generations = None if recorded is None else replayed_generations(recorded, request)
         if generations is not None:
             self._counts.replayed_requests += 1
-            self._counts.replayed_policy_tokens += sum(g.output_tokens for g in generations)
+            self._counts.replayed_policy_output_tokens += sum(g.output_tokens for g in generations)
             return generations
         generations = list(await self._policy.generate(request))
         if not any(g.finish is FinishReason.ERROR for g in generations):
@@ -279,7 +279,7 @@ class ReplayScorer:
         score = None if recorded is None else replayed_score(recorded, request)
         if score is not None:
             self._counts.replayed_requests += 1
-            self._counts.replayed_prm_tokens += score.output_tokens
+            self._counts.replayed_prm_output_tokens += score.output_tokens
             return score
         score = await self._scorer.score(request)
         if score.error is None:

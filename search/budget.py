@@ -62,11 +62,11 @@ class TokenWeights(StrictConfig):
         """Weighted sum of a search's token counts; the search adds the text it inserted
         (continuation prompts) to the policy's output, since it charges it as output."""
         return (
-            counts.policy_output * self.policy_output
-            + counts.policy_input * self.policy_input
-            + counts.inserted_prompt * self.policy_output
-            + counts.prm_input * self.prm_input
-            + counts.prm_output * self.prm_output
+            counts.policy_output_tokens * self.policy_output
+            + counts.policy_input_tokens * self.policy_input
+            + counts.inserted_prompt_tokens * self.policy_output
+            + counts.prm_input_tokens * self.prm_input
+            + counts.prm_output_tokens * self.prm_output
         )
 
     def weigh(self, counts: Mapping[str, float]) -> float:

@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 # What the package re-exports (search/__init__.py): the contract between search and engines.
 __all__ = [
+    "TOKEN_KINDS",
     "FinishReason",
     "Generation",
     "GenerationRequest",
@@ -128,15 +129,29 @@ class Scorer(Protocol):
     async def score(self, request: ScoreRequest) -> Score: ...
 
 
+# The token counts by kind, in one vocabulary: the `TokenCounts` fields, the live progress
+# counters (`actors.progress.Counters`) and the `trees` table's columns are all named so.
+TOKEN_KINDS = (
+    "policy_output_tokens",
+    "policy_input_tokens",
+    "inserted_prompt_tokens",
+    "prm_input_tokens",
+    "prm_output_tokens",
+    "policy_prompt_sent_tokens",
+    "policy_prompt_cached_tokens",
+    "prm_prompt_cached_tokens",
+)
+
+
 @dataclass(slots=True)
 class TokenCounts:
-    """Raw token counters of one search, before any weighting."""
+    """Raw token counters of one search, before any weighting (kinds: `TOKEN_KINDS`)."""
 
-    policy_output: int = 0
-    policy_input: int = 0
-    inserted_prompt: int = 0  # fixed text the search adds (continuation prompt)
-    prm_input: int = 0
-    prm_output: int = 0
+    policy_output_tokens: int = 0
+    policy_input_tokens: int = 0
+    inserted_prompt_tokens: int = 0  # fixed text the search adds (continuation prompt)
+    prm_input_tokens: int = 0
+    prm_output_tokens: int = 0
     policy_requests: int = 0
     scorer_requests: int = 0
     failed_generations: int = 0
@@ -144,9 +159,9 @@ class TokenCounts:
     # What the engines read, apart from what the budget charges: every engine call's
     # prompt (one per choice: n choices of one request are n calls) and, of those tokens,
     # the ones served from the engine's prefix cache; computed = sent - cached.
-    policy_prompt_sent: int = 0
-    policy_prompt_cached: int = 0
-    prm_prompt_cached: int = 0
+    policy_prompt_sent_tokens: int = 0
+    policy_prompt_cached_tokens: int = 0
+    prm_prompt_cached_tokens: int = 0
 
     @classmethod
     def of_request(
@@ -170,33 +185,33 @@ class TokenCounts:
             cached += g.cached_input_tokens
             most = max(most, g.input_tokens)
         return cls(
-            policy_output=output,
-            policy_input=most if input_tokens is None else input_tokens,
-            inserted_prompt=inserted_tokens,
-            policy_prompt_sent=sent,
-            policy_prompt_cached=cached,
+            policy_output_tokens=output,
+            policy_input_tokens=most if input_tokens is None else input_tokens,
+            inserted_prompt_tokens=inserted_tokens,
+            policy_prompt_sent_tokens=sent,
+            policy_prompt_cached_tokens=cached,
         )
 
     @classmethod
     def of_score(cls, score: Score) -> TokenCounts:
         """What one score adds to the counters (as `of_request` for a policy request)."""
         return cls(
-            prm_input=score.input_tokens,
-            prm_output=score.output_tokens,
-            prm_prompt_cached=score.cached_input_tokens,
+            prm_input_tokens=score.input_tokens,
+            prm_output_tokens=score.output_tokens,
+            prm_prompt_cached_tokens=score.cached_input_tokens,
         )
 
     def add(self, other: TokenCounts) -> None:
         """Add `other`'s counts to these, kind by kind."""
-        self.policy_output += other.policy_output
-        self.policy_input += other.policy_input
-        self.inserted_prompt += other.inserted_prompt
-        self.prm_input += other.prm_input
-        self.prm_output += other.prm_output
+        self.policy_output_tokens += other.policy_output_tokens
+        self.policy_input_tokens += other.policy_input_tokens
+        self.inserted_prompt_tokens += other.inserted_prompt_tokens
+        self.prm_input_tokens += other.prm_input_tokens
+        self.prm_output_tokens += other.prm_output_tokens
         self.policy_requests += other.policy_requests
         self.scorer_requests += other.scorer_requests
         self.failed_generations += other.failed_generations
         self.failed_scores += other.failed_scores
-        self.policy_prompt_sent += other.policy_prompt_sent
-        self.policy_prompt_cached += other.policy_prompt_cached
-        self.prm_prompt_cached += other.prm_prompt_cached
+        self.policy_prompt_sent_tokens += other.policy_prompt_sent_tokens
+        self.policy_prompt_cached_tokens += other.policy_prompt_cached_tokens
+        self.prm_prompt_cached_tokens += other.prm_prompt_cached_tokens

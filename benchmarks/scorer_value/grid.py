@@ -106,10 +106,10 @@ def _run_tasks(cost: Cost, params: dict[str, Any], tasks: list[Task]) -> list[di
                     "problem_id": problem_id,
                     "correct": result.chosen_answer is not None
                     and result.chosen_answer.strip() == reference,
-                    "policy_output": tokens.policy_output,
-                    "prm_input": tokens.prm_input,
+                    "policy_output": tokens.policy_output_tokens,
+                    "prm_input": tokens.prm_input_tokens,
                     "prm_cached": scorer.cached,
-                    "prm_output": tokens.prm_output,
+                    "prm_output": tokens.prm_output_tokens,
                     "prm_calls": tokens.scorer_requests,
                     **yield_counts(graded, records),
                 }

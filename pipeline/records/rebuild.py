@@ -24,7 +24,7 @@ from pipeline.records.config import RecordsConfig
 from pipeline.records.schema import Row
 from search.answers import AnswerExtraction
 from search.driver import SearchResult
-from search.protocols import FinishReason, TokenCounts
+from search.protocols import TOKEN_KINDS, FinishReason, TokenCounts
 from search.tree import Tree
 
 
@@ -54,17 +54,9 @@ def rebuild_result(nodes: Sequence[Mapping[str, Any]], tree: Mapping[str, Any]) 
             c_used=float(row["c_used"]),
             error=row["error"],
         )
-    tokens = TokenCounts(
-        policy_output=int(tree["policy_output_tokens"]),
-        policy_input=int(tree["policy_input_tokens"]),
-        inserted_prompt=int(tree["inserted_prompt_tokens"]),
-        prm_input=int(tree["prm_input_tokens"]),
-        prm_output=int(tree["prm_output_tokens"]),
-        # absent from runs written before engines' cache reads were counted
-        policy_prompt_sent=int(tree.get("policy_prompt_sent_tokens") or 0),
-        policy_prompt_cached=int(tree.get("policy_prompt_cached_tokens") or 0),
-        prm_prompt_cached=int(tree.get("prm_prompt_cached_tokens") or 0),
-    )
+    # the counters are named as the columns; the engines' cache reads are absent from runs
+    # written before they were counted
+    tokens = TokenCounts(**{kind: int(tree.get(kind) or 0) for kind in TOKEN_KINDS})
     return SearchResult(
         problem=rebuilt.problem,
         algorithm=str(tree["method"]),

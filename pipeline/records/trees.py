@@ -18,7 +18,7 @@ from pipeline.records.schema import (
     record_schema,
     shared_fields,
 )
-from search.protocols import FinishReason
+from search.protocols import TOKEN_KINDS, FinishReason
 
 # nodes without a PRM score of their own: left out of `node_scores`
 _UNSCORED = (None, FinishReason.ERROR, FinishReason.CONTEXT_OVERFLOW)
@@ -141,14 +141,8 @@ def tree_row(
         "chosen_answer": result.chosen_answer,
         "chosen_node_id": result.chosen_node_id,
         "correct": graded.chosen_correct,
-        "policy_output_tokens": tokens.policy_output,
-        "policy_input_tokens": tokens.policy_input,
-        "inserted_prompt_tokens": tokens.inserted_prompt,
-        "prm_input_tokens": tokens.prm_input,
-        "prm_output_tokens": tokens.prm_output,
-        "policy_prompt_sent_tokens": tokens.policy_prompt_sent,
-        "policy_prompt_cached_tokens": tokens.policy_prompt_cached,
-        "prm_prompt_cached_tokens": tokens.prm_prompt_cached,
+        # the columns are named as the search's counters
+        **{kind: getattr(tokens, kind) for kind in TOKEN_KINDS},
         "c_used": result.c_used,
         "n_nodes": len(result.tree) - 1,
         "n_answered": len(graded.labels),

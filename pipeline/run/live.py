@@ -161,7 +161,7 @@ class LiveProgress:
 
     def view(self, snap: Snapshot, now: float | None = None) -> View:
         now = time.perf_counter() if now is None else now
-        policy = int(snap.get("policy_tokens", 0))
+        policy = int(snap.get("policy_output_tokens", 0))
         prm = int(snap.get("prm_input_tokens", 0)) + int(snap.get("prm_output_tokens", 0))
         history = self._history
         history.append((now, policy, prm))
@@ -187,8 +187,8 @@ class LiveProgress:
             correct=int(snap.get("correct", 0)),
             policy_tok_s=(policy - policy0) / span if span > 0 else 0.0,
             prm_tok_s=(prm - prm0) / span if span > 0 else 0.0,
-            policy_hit=_share(snap, "policy_prompt_cached", "policy_prompt_sent"),
-            prm_hit=_share(snap, "prm_prompt_cached", "prm_input_tokens"),
+            policy_hit=_share(snap, "policy_prompt_cached_tokens", "policy_prompt_sent_tokens"),
+            prm_hit=_share(snap, "prm_prompt_cached_tokens", "prm_input_tokens"),
             spent=spent,
             budget_total=self.budget_total,
             elapsed_s=elapsed,

@@ -52,7 +52,7 @@ from pipeline.records import error_row, records_for
 from pipeline.run.stream_rows import Problem, Records, map_problems
 from pipeline.store.request_log import TreeLog
 from pipeline.store.run_folder import RunFolder
-from search import derive_seed, run_search
+from search import TokenCounts, derive_seed, run_search
 
 log = logging.getLogger(__name__)
 
@@ -231,8 +231,8 @@ class SearchActor:
         self.counters.tree_errors += bool(records.get("errors"))
         self.counters.correct += sum(bool(n["label"]) for n in records.get("nodes", []))
         for tree in records.get("trees", []):  # continuation prompts, known at the end
-            inserted = int(tree["inserted_prompt_tokens"])
-            self.counters.spent += inserted * self.run.search.cost.policy_output
+            inserted = TokenCounts(inserted_prompt_tokens=int(tree["inserted_prompt_tokens"]))
+            self.counters.count(inserted, self.run.search.cost)
         return records
 
     async def _solve(self, problem_id: str, problem: str, reference: str | None) -> Records:

@@ -41,7 +41,7 @@ class RunSummary:
     chosen_correct_trees: int = 0  # `CHOSEN_CORRECT`: the chosen answer matches the reference
     graded_trees: int = 0  # trees with a reference to grade the chosen answer against
     trees_with_correct_node: int = 0  # `ANY_NODE_CORRECT`
-    tokens: int = 0
+    policy_output_tokens: int = 0
     # requests (and their output tokens) answered from the request log, not the engines
     replayed_requests: int = 0
     replayed_tokens: int = 0
@@ -77,7 +77,7 @@ class RunSummary:
             self.chosen_correct_trees += bool(tree.get("correct"))
             self.graded_trees += tree.get("correct") is not None
             self.trees_with_correct_node += int(tree.get("n_correct") or 0) > 0
-            self.tokens += int(tree.get("policy_output_tokens") or 0)
+            self.policy_output_tokens += int(tree.get("policy_output_tokens") or 0)
             self.grade_timeouts += int(tree.get("grade_timeouts") or 0)
 
     def count_contamination(self, tree: dict[str, Any]) -> None:
@@ -94,7 +94,11 @@ class RunSummary:
 
     def table(self) -> Table:
         precision = "-" if self.precision is None else f"{self.precision:.3f}"
-        rate = f" ({self.tokens / self.wall_time_s:.1f}/s)" if self.wall_time_s > 0 else ""
+        rate = (
+            f" ({self.policy_output_tokens / self.wall_time_s:.1f}/s)"
+            if self.wall_time_s > 0
+            else ""
+        )
         table = Table(title=f"run {self.run_id}", show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("value")
@@ -111,7 +115,7 @@ class RunSummary:
         table.add_row("correct answered nodes", f"{self.correct_nodes} (precision {precision})")
         table.add_row(CHOSEN_CORRECT, f"{self.chosen_correct_trees} of {self.graded_trees} graded")
         table.add_row(ANY_NODE_CORRECT, str(self.trees_with_correct_node))
-        table.add_row("policy output tokens", f"{self.tokens}{rate}")
+        table.add_row("policy output tokens", f"{self.policy_output_tokens}{rate}")
         if self.wall_time_s > 0:  # unknown for a folder summed up after the fact
             table.add_row("wall time", f"{self.wall_time_s:.0f} s")
         if self.admitted_per_actor is not None:
@@ -152,7 +156,7 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     summary.chosen_correct_trees = sum(bool(t["correct"]) for t in trees)
     summary.graded_trees = sum(t["correct"] is not None for t in trees)
     summary.trees_with_correct_node = sum(int(t["n_correct"] or 0) > 0 for t in trees)
-    summary.tokens = sum(int(t["policy_output_tokens"]) for t in trees)
+    summary.policy_output_tokens = sum(int(t["policy_output_tokens"]) for t in trees)
     for tree in trees:
         summary.count_contamination(tree)
         summary.count_gate_drops(tree)

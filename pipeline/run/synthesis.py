@@ -383,8 +383,8 @@ def _record_board(summary: RunSummary, board: Any) -> None:
         print(f"warning: board counts unavailable: {redact_text(exc)}", file=sys.stderr)
         return
     summary.replayed_requests = int(snap.get("replayed_requests", 0))
-    summary.replayed_tokens = int(snap.get("replayed_policy_tokens", 0)) + int(
-        snap.get("replayed_prm_tokens", 0)
+    summary.replayed_tokens = int(snap.get("replayed_policy_output_tokens", 0)) + int(
+        snap.get("replayed_prm_output_tokens", 0)
     )
     summary.admitted_per_actor = int(snap.get("admitted") or 0) or None
     summary.peak_in_flight_per_actor = int(snap.get("peak_in_flight") or 0) or None

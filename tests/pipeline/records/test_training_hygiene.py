@@ -47,7 +47,7 @@ def _result(tree: Tree) -> SearchResult:
         tree=tree,
         chosen_answer=None,
         chosen_node_id=None,
-        tokens=TokenCounts(policy_output=100),
+        tokens=TokenCounts(policy_output_tokens=100),
         trace=[],
         stop_reason="budget_exhausted",
         iterations=3,
