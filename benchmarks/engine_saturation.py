@@ -358,7 +358,7 @@ def _parse_args() -> argparse.Namespace:
         choices=["assumed", "measured"],
         default="assumed",
         help="the load model's public-figure H100 curve, or the GPU-measured one with its "
-        "context cost (benchmarks/gpu_step_costs.py)",
+        'context cost (docs/benchmarks.md, "Step costs on a GPU")',
     )
     parser.add_argument("--h100-warm-s", type=float, default=300.0, help="simulated seconds")
     parser.add_argument("--h100-window-s", type=float, default=300.0, help="simulated seconds")

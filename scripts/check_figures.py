@@ -102,8 +102,6 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "pipeline/report/engine_reads.py",
     ),
     "benchmarks.grading_worst_case": ("benchmarks/grading_worst_case.py", "common/grading.py"),
-    # torch on the device machine: the step costs the measured curve is built from
-    "benchmarks.gpu_step_costs": ("benchmarks/gpu_step_costs.py",),
     # timings of a command or a test, not of a benchmark module
     "make-synth": (  # `make synth` on a clean clone
         "Makefile",
@@ -150,7 +148,6 @@ REQUIRED: tuple[tuple[str, str, int], ...] = (
     ("README.md", "make-synth", 1),  # the time and rows of the README's first command
     ("docs/scorers.md", "benchmarks.vllm_path", 1),  # rows per GPU-hour, read and stock
     ("docs/sizing.md", "benchmarks.engine_saturation", 2),  # goodput on the measured curve
-    ("docs/sizing.md", "benchmarks.gpu_step_costs", 2),  # decode step and prefill costs
 )
 
 # Not checked: the dated history names its own commits, the others are generated.
