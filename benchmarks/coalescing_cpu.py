@@ -11,7 +11,7 @@ searches in flight (a new one starts when one ends) for `--seconds`, each inside
 CPU is read from /proc for this driver and every process it started (GCS, raylet,
 workers: the benchmark actor, both replicas, the Serve controller): user + system
 time over the measured window, divided by the engine calls the replicas counted in
-that window.  Everything is counted, the `sleep` engine's few microseconds per call
+that window.  Everything is counted, the load model's few microseconds per call
 and Ray's idle background included (printed separately), so the number is an upper
 bound on the pipeline's cost.
 
@@ -251,7 +251,7 @@ def _print_report(
     idle: float,
 ) -> None:
     print(
-        f"\n{args.trees} trees in flight in one actor, BG-MCTS B={args.budget}, sleep engine "
+        f"\n{args.trees} trees in flight in one actor, BG-MCTS B={args.budget}, load model "
         f"{args.latency * 1000:g} ms, {args.seconds:g} s measured per mode, {os.cpu_count()} CPUs; "
         f"1-min load average {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after "
         f"(above ~2.5 on 2 cores: other work shared the machine); Ray idle background "
@@ -285,7 +285,7 @@ def _print_report(
     before, after = (sum(r["cpu"].values()) / r["engine_calls"] for _, r in (rows[0], rows[-1]))
     print(
         "\nsearch actor: the Serve clients, coalescer and search; replicas: Serve's replica "
-        "machinery, the fan-out and the sleep engine; Ray system: raylet, GCS, agents"
+        "machinery, the fan-out and the load model; Ray system: raylet, GCS, agents"
     )
     print(f"ratio one call per request / coalesced (defaults): {before / after:.1f}x")
     print(f"cpu_ms_per_request={1000 * after:.3f}")

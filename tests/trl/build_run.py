@@ -2,7 +2,7 @@
 
 The TRL trainers need rows with correct AND incorrect answers in one tree, which
 SmolLM2-135M does not produce (it writes no ``\\boxed{}`` answer: shared FACTS),
-and the model-free ``sleep`` engine answers "42" everywhere.  So the searches
+and the model-free load model answers "42" everywhere.  So the searches
 run the scripted policy and scorer of `search.scripted` (a fake LLM: the only
 fake here), and everything after the search is the real code a pipeline run
 uses: `pipeline.records.records_for` (math-verify grading, every record type),

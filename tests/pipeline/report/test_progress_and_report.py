@@ -1,7 +1,7 @@
 """Live progress while trees run, and the run report rebuilt from the Parquet.
 
 One real run on a local Ray cluster (Ray Data, search actor, Serve deployments, sink)
-against the model-free `sleep` engine (a load model: every engine call waits, so a tree
+against the model-free load model (every engine call waits, so a tree
 takes seconds and its progress can be watched; it answers "$\\boxed{42}$" on every
 few steps, so some nodes are correct and, where the reference is not 42, incorrect).
 The model does not matter for what is checked here: the counters, the display and the

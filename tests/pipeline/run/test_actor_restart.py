@@ -1,7 +1,7 @@
 """A search actor killed mid-run is restarted by Ray Data and its batch redone.
 
 Real local Ray cluster, Ray Data, Serve deployments and sink; the engine is the
-model-free `sleep` engine so that each search takes a predictable few seconds and
+model-free load model so that each search takes a predictable few seconds and
 the kill lands while trees are in flight (with the real model the timing would
 depend on the machine's load).  The run joins the session's cluster (`ray_cluster`): the
 killed actor's process is one of this test process's descendants either way, and Ray

@@ -2,7 +2,7 @@
 
 * Through the real pipeline (slow): the policy is a real OpenAI-compatible HTTP server
   on 127.0.0.1 (`tests.openai_server`, the stdlib server the engine tests use) reached by
-  `OpenAIEngine` inside the Serve replica; the scorer is the sleep engine.  First every
+  `OpenAIEngine` inside the Serve replica; the scorer is the load model.  First every
   completion is empty (text "", `completion_tokens` 0, finish "stop"): each request is
   retried, still empty, so each problem is an `errors` row, the job exits 1 and no
   training row is written.  Then the same server answers for real and a rerun of the

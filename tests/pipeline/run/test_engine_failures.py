@@ -1,4 +1,4 @@
-"""Engine failures end to end, on a real local Ray cluster with the sleep engine.
+"""Engine failures end to end, on a real local Ray cluster with the load model.
 
 A problem that cannot fit the policy's context is checked in the run over hostile source
 lines (tests/pipeline/problems/test_hostile_sources.py), which shares its run.

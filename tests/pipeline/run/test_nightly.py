@@ -2,7 +2,7 @@
 
 The end-to-end test runs `jobs.nightly` on a real local Ray cluster (Ray Data,
 search actors, Serve deployments, sink) and publishes to the local Hub server
-(tests/hub_server.py).  Its engine is the model-free `sleep` engine: the test
+(tests/hub_server.py).  Its engine is the model-free load model: the test
 must see answered, correct nodes every night to check that each night publishes,
 and the embedded SmolLM2 rarely writes a boxed answer at a budget small enough
 for CI (the real model's pipeline path is covered by test_main_command_yields_training_data and
@@ -267,7 +267,7 @@ def test_a_night_that_starts_while_the_previous_one_runs_is_not_searched_again(
     """D2 starts, takes its slice and finishes while D1 is still searching; then D1
     finishes and saves its final state; then D3: every problem is searched exactly once.
 
-    The real jobs.nightly on a local Ray cluster with the sleep engine; the only seam is
+    The real jobs.nightly on a local Ray cluster with the load model; the only seam is
     a wrapper around the real `synthesize` that runs night D2 (its own ledger, its own
     run) inside D1's search, which is where a second cron-started job would overlap.
     """

@@ -1,7 +1,7 @@
 """`nightly.budget_per_night`: a spend cap that stops admitting problems, never cuts one.
 
 The end-to-end test runs `jobs.nightly` on a real local Ray cluster with the model-free
-`sleep` engine (every search spends its whole budget B, so the arithmetic is exact); the
+load model (every search spends its whole budget B, so the arithmetic is exact); the
 top-up rule (early-stopped searches leave budget for more problems) is checked on the
 ledger logic with a stand-in for the synthesizer that writes real `trees` Parquet.  The
 end-to-end test is the nightly-spend-cap scenario (tests/scenarios.py); the landing gate's

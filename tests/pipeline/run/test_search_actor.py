@@ -3,7 +3,7 @@
 The end-to-end tests reach `SearchActor` only through Ray Data; here a reader sees what one
 call does: a batch of stream rows in, the same rows out with each problem's records (every
 record type of a searched tree, or an ``errors`` row), a tally passed through untouched.
-Real local Ray and Serve with the model-free sleep engine (no model to load, so it is quick).
+Real local Ray and Serve with the model-free load model (no model to load, so it is quick).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_a_problem_longer_than_the_context_is_an_errors_row_not_a_failed_call(
     serve_apps: dict[str, Any],
 ) -> None:
     actor = SearchActor(serve_apps)
-    # the sleep engine counts whitespace tokens; its context is 4,096 of them
+    # the load model counts whitespace tokens; its context is 4,096 of them
     too_long = Problem("p/long", "word " * 5000, None)
     fits = Problem("p/fits", "What is 1 + 2?", "3")
     long_records, fits_records = asyncio.run(actor.solve_all([too_long, fits]))

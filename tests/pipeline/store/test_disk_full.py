@@ -12,7 +12,7 @@ the kernel, not from a patched function.
 * The whole job (slow): the output root is a 2 MiB tmpfs mounted for the test (this needs root, or
 CAP_SYS_ADMIN: elsewhere the test is skipped, saying so), with a ballast file leaving
 `FREE` bytes: room for run.json and a tree or two, not for all twelve.  The job runs
-for real (Ray, Serve, the sleep engine; its command, `jobs.synthesize`'s `main`, in this
+for real (Ray, Serve, the load model; its command, `jobs.synthesize`'s `main`, in this
 process on the session's cluster) and writes until the kernel answers ENOSPC.  It
 must exit 2 with one error line that names the output root and the free space to
 make, keep every tree it committed, and leave nothing half-written that a reader

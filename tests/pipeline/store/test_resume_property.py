@@ -2,7 +2,7 @@
 
 A source with valid problems, duplicate ids and bad rows is synthesized by a real
 `python -m jobs.synthesize` subprocess (its own local Ray cluster, Serve, the
-model-free sleep engine); each attempt is SIGKILLed (the whole process group)
+model-free load model); each attempt is SIGKILLed (the whole process group)
 after one or two more committed batches plus a random delay, while it still runs (a kill
 that found the job already ended, or before its first commit, would test nothing the
 rerun does not); a last attempt
