@@ -57,12 +57,57 @@ SCENARIOS = {
             "test_rerun_replays_the_killed_trees_requests_and_rebuilds_them_node_for_node",
             "tests/pipeline/store/test_object_storage.py::"
             "test_run_on_a_bucket_killed_and_resumed_exactly_once_then_reported_and_published",
-            "tests/vllm/test_pipeline_on_vllm.py::"
-            "test_a_killed_genprm_run_on_vllm_reruns_to_every_problem_exactly_once",
             "tests/pipeline/run/test_one_pass_run.py::"
             "test_local_prm_config_runs_with_one_pass_scores",
         ),
         paths=("pipeline/store/", "pipeline/run/", "actors/one_pass.py", "actors/engines/"),
+    ),
+    "ctrl-c-mid-run": Scenario(
+        protects="SIGINT to a running job after its first committed tree: exit 130, the "
+        "run stops rather than finishes, a rerun resumes",
+        gate=(
+            "tests/pipeline/run/test_ctrl_c.py::"
+            "test_ctrl_c_while_ray_and_the_engines_start_exits_130",
+        ),
+        paths=("jobs/exits.py", "pipeline/run/synthesis.py", "pipeline/run/cluster.py"),
+    ),
+    "multi-node-submit": Scenario(
+        protects="`ray job submit` to a four-node cluster writing its run to a bucket: the "
+        "engines and search actors placed by the config's resources, request-log segments "
+        "in the bucket while it runs",
+        gate=(
+            "tests/test_ray_job_submit.py::test_ray_job_submit_runs_the_synthesize_job",
+            "tests/pipeline/run/test_node_loss.py::"
+            "test_lost_search_node_of_a_two_node_cluster_resumes_its_trees_on_a_replacement",
+        ),
+        paths=("jobs/", "pipeline/run/cluster.py", "pipeline/store/", "configs/"),
+    ),
+    "fenced-writers": Scenario(
+        protects="a lease holder on a bucket that stalls past its TTL and is overtaken by a "
+        "real job: it commits nothing more, and check, report and publish count every "
+        "problem once",
+        gate=(
+            "tests/pipeline/store/test_fenced_writers.py::"
+            "test_an_overtaken_holder_stops_at_its_next_commit_without_committing",
+            "tests/pipeline/store/test_fenced_writers.py::"
+            "test_readers_count_each_problem_from_one_generation",
+        ),
+        paths=("pipeline/store/",),
+    ),
+    "nightly-at-size": Scenario(
+        protects="`nightly.budget_per_night` on real runs (a night admits only the problems "
+        "whose whole budget B fits the cap, every search runs to its end, the next night "
+        "starts after what was admitted), and a night started while the previous one still "
+        "searches: every problem searched once",
+        gate=(
+            "tests/pipeline/run/test_nightly.py::"
+            "test_nightly_job_takes_the_next_slice_publishes_and_resumes",
+            "tests/pipeline/run/test_nightly.py::"
+            "test_nights_racing_on_a_local_root_get_disjoint_slices",
+            "tests/pipeline/run/test_nightly_spend_cap.py::"
+            "test_early_stopped_searches_leave_room_for_more_problems",
+        ),
+        paths=("pipeline/run/nightly.py", "jobs/nightly.py"),
     ),
     "self-improvement": Scenario(
         protects="the self-improvement loop in miniature on real parts: round 0's search, "
@@ -74,28 +119,18 @@ SCENARIOS = {
         ),
         paths=("benchmarks/self_improve/", "pipeline/training/", "jobs/train_prm.py"),
     ),
-    "vllm-one-pass-run": Scenario(
-        protects="the one-pass scorer on vLLM's pooling runner inside Ray Serve, a whole "
-        "job: clean rows, both engines reading vLLM's prefix cache",
+    "vllm-whole-runs": Scenario(
+        protects="on vLLM inside Ray Serve with real weights: the GenPRM job killed after its "
+        "first commit and rerun (every problem once, no node twice), and a whole job with "
+        "the one-pass scorer on vLLM's pooling runner (clean rows, both engines reading "
+        "vLLM's prefix cache)",
         gate=(
+            "tests/vllm/test_pipeline_on_vllm.py::"
+            "test_the_genprm_run_on_vllm_writes_every_problem_once_with_clean_rows",
             "tests/vllm/test_pooling_engines.py::"
             "test_a_child_reads_its_parents_path_from_the_cache_and_computes_only_its_step",
-            "tests/vllm/test_pipeline_on_vllm.py::"
-            "test_a_killed_genprm_run_on_vllm_reruns_to_every_problem_exactly_once",
         ),
-        paths=("actors/engines/", "configs/local-vllm-prm.yaml"),
-    ),
-    "nightly-spend-cap": Scenario(
-        protects="`nightly.budget_per_night` on real runs: a night admits only the "
-        "problems whose whole budget B fits the cap, every search runs to its end, and the "
-        "next night starts after what was admitted",
-        gate=(
-            "tests/pipeline/run/test_nightly.py::"
-            "test_nightly_job_takes_the_next_slice_publishes_and_resumes",
-            "tests/pipeline/run/test_nightly_spend_cap.py::"
-            "test_early_stopped_searches_leave_room_for_more_problems",
-        ),
-        paths=("pipeline/run/nightly.py", "jobs/nightly.py"),
+        paths=("actors/engines/", "configs/local-vllm.yaml", "configs/local-vllm-prm.yaml"),
     ),
 }
 

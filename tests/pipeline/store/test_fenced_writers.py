@@ -6,7 +6,9 @@ local folder.  The stall is simulated deterministically rather than with SIGSTOP
 stalled holder ("A") is this test process holding a real `ObjectLease` with a 1 s TTL
 whose renewal thread is stopped (all a SIGSTOP does to a holder, as far as the bucket
 can tell), and the test waits until that lease has expired.  A's rows are real records:
-SmolLM2 trees from tests/fixtures replayed through `records_for`.
+SmolLM2 trees from tests/fixtures replayed through `records_for`.  The holder overtaken by
+a whole job on a bucket is the fenced-writers scenario (tests/scenarios.py); the tests of
+the commit and of the readers stay in the landing gate.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ def _source_and_config(tmp_path: Path, root: str, run_id: str) -> tuple[Path, Pa
 
 
 @pytest.mark.e2e
+@pytest.mark.scenario("fenced-writers")
 @pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
 def test_a_stalled_holder_overtaken_on_a_bucket_stops_and_every_problem_counts_once(
     s3: S3Server,
