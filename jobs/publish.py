@@ -25,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-env", default="HF_TOKEN", help="env var holding the token")
     parser.add_argument("--public", action="store_true", help="create the repo public")
     parser.add_argument("--endpoint", help="Hub endpoint (default: huggingface.co)")
+    parser.add_argument(
+        "--license",
+        help="the dataset's license for the card (default: the run config's publish.license); "
+        "a public repo needs one",
+    )
     add_verbose(parser)
 
 
@@ -50,9 +55,14 @@ def _publish(args: argparse.Namespace) -> int:
         token_env=args.token_env,
         private=not args.public,
         endpoint=args.endpoint,
+        license=args.license,
     )
     counts = ", ".join(f"{k} {v} rows" for k, v in result.counts.items())
     print(f"published run {result.run_id} to {result.repo_id} ({counts}): {result.commit_url}")
+    print(
+        f"{result.commits} commits, {len(result.uploaded)} files uploaded, "
+        f"{len(result.skipped)} already there, {len(result.deleted)} deleted"
+    )
     return OK
 
 

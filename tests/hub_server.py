@@ -24,7 +24,9 @@ non-empty token is accepted.
 Failure injection for tests: set ``server.fail_commits = True`` (commit endpoint answers 500),
 ``server.fail_preupload = True``, ``server.fail_all = True`` (every request answers 500) or
 ``server.fail_lfs_batch = n`` (the next n LFS batch requests answer 503; the client retries
-them, warning with the URL). ``server.basic_auth = "user:password"``: a Hub behind a proxy that
+them, warning with the URL) or ``server.commits_before_failure = n`` (n more commits succeed,
+then every commit answers 500 until it is set back to None).  ``server.commit_sizes`` lists
+the files (added or deleted) of every commit made. ``server.basic_auth = "user:password"``: a Hub behind a proxy that
 checks basic auth (an endpoint URL with userinfo, which the client sends as basic auth in place
 of its token) also takes those credentials.
 ``server.requests`` records ``(method, path)`` of every request (never headers).
@@ -93,6 +95,8 @@ class HubServer:
         self.fail_preupload = False
         self.fail_all = False
         self.fail_lfs_batch = 0
+        self.commits_before_failure: int | None = None
+        self.commit_sizes: list[int] = []
         self.basic_auth: str | None = None
         self._counter = 0
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
@@ -372,6 +376,10 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HTTPError(500, "Injected commit failure")
         lines = [json.loads(line) for line in body.splitlines() if line.strip()]
         with self.hub.lock:
+            if self.hub.commits_before_failure is not None:
+                if self.hub.commits_before_failure <= 0:
+                    raise _HTTPError(500, "Injected commit failure")
+                self.hub.commits_before_failure -= 1
             head_sha, head_tree = self._rev(repo, revision)
             if head_sha != repo.commits[-1][0]:
                 raise _HTTPError(400, "Can only commit on top of main in this test server")
@@ -406,6 +414,7 @@ class _Handler(BaseHTTPRequestHandler):
                     raise _HTTPError(400, f"Unsupported commit operation {key!r}")
             new_sha = self.hub.new_commit_sha()
             repo.commits.append((new_sha, tree))
+            self.hub.commit_sizes.append(sum(1 for line in lines if line["key"] != "header"))
         prefix = "" if repo.repo_type == "model" else f"{repo.repo_type}s/"
         self._json(
             200,

@@ -1,117 +1,78 @@
-"""The dataset repo on the Hugging Face Hub: its layout, its card, and the commit of a run.
+"""Putting a run into the dataset repo: a sequence of small commits, the card last.
 
-One dataset repo holds every run; every record type is a config (`CONFIGS`: the training types
-first, then nodes, trees, tree_nodes, errors). A run's rows are split by problem: each local
-Parquet file ``<run_dir>/<config>/<file>.parquet`` goes up as
-``data/<config>/run=<run_id>/train-<file>.parquet`` (its rows whose ``split`` column is "train")
-and ``data/<config>/run=<run_id>/test-<file>.parquet`` (its "test" rows); the run report's
-figures go up under ``reports/run=<run_id>/``.  Which files, and how a local file becomes its
-train and test files, is `pipeline.publish.publish_run`.
+`pipeline.publish.layout` has the repo layout, `pipeline.publish.shards` the shards a run
+goes up as, `pipeline.publish.card` the dataset card.  `commit_run` makes one run's files
+in the repo exactly the given ones:
 
-The README.md dataset card declares each config present in its YAML header: split ``train``
-globs ``data/<config>/run=*/train-*.parquet`` and split ``test`` globs
-``data/<config>/run=*/test-*.parquet`` (listed only when the repo holds a test file of that
-config: a glob that matches nothing makes ``datasets`` fail). Runs published before the split
-(files without the prefix) are listed in their config's ``train`` split one run folder each,
-``data/<config>/run=<run_id>/*.parquet``, after the ``train-*`` glob (``datasets`` takes the
-columns from the first file, so it reads their missing ``split`` as null), until they are
-re-published. ``sft`` (else the first training config present) is marked ``default: true``,
-so ``datasets.load_dataset(repo_id)`` returns its train and test splits, and
-``load_dataset(repo_id, "prm", split="test")`` the held-out prm rows of every published run.
+1. **Data commits.**  The shards the repo does not hold yet go up, at most
+   `MAX_FILES_PER_COMMIT` files per commit (the Hub recommends under 100 files per commit).
+   A shard's name carries its content's digest, so a shard already in the repo under its
+   name is the same bytes and is skipped: a publish that was interrupted resumes where it
+   stopped, and a re-publish of an unchanged run uploads no data.
+2. **Delete commits.**  The run's other files (an earlier version of it, or shards of an
+   interrupted publish of other rows) are deleted, at most `MAX_FILES_PER_COMMIT` per
+   commit.  Other runs are never touched.
+3. **The card commit, last.**  The card, ``runs.json`` and the run report's figures, built
+   from the repo as it is at its head, committed with that head as ``parent_commit``: if
+   another publish committed in between, the Hub refuses the commit (412) and it is rebuilt
+   on the new head, so two publishes at once never drop each other's runs from the card.
 
-Re-publishing a run replaces that run's files only: one commit (`commit_run`) deletes
-``data/*/run=<run_id>/*`` and adds the new files (other runs are untouched).
+When everything fits in one commit (a night of 500 problems is about 25 files), the three
+are one commit, so the repo is never seen half published.  A larger publish shows its new
+shards (and, for a re-publish, the old ones too) between its first commit and its last; the
+card commit ends that.
 
-The token never reaches logs, the card, or exception messages. A Hub failure raises
-:class:`HubPublishError` whose message ends with the shell command that retries the publish
-(`retry_command`).
+The token never reaches logs, the card, or exception messages.  A Hub failure raises
+:class:`HubPublishError` whose message ends with the shell command that retries the
+publish (`retry_command`).
 """
 
 from __future__ import annotations
 
-import json
-import re
+import contextlib
+import logging
 import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml  # type: ignore[import-untyped, unused-ignore]
-from huggingface_hub import (
-    CommitOperationAdd,
-    CommitOperationDelete,
-    DatasetCard,
-    DatasetCardData,
-    HfApi,
-)
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
 
-from common.redact import redact_secrets, redact_text, scrub
-from pipeline.records import RECORD_TYPES, TRAINING_TYPES
-from pipeline.records.splits import SPLITS
+from common.redact import redact_text, scrub
+from pipeline.publish.card import CardInfo, render_card
+from pipeline.publish.layout import CARD, CONFIGS, RUN_INDEX, card_configs, run_of, run_prefixes
+from pipeline.publish.run_index import index_entry, merge_index, parse_index
 
 __all__ = [
     "CONFIGS",
-    "PAPER_TITLE",
-    "SPLIT_COLUMN",
+    "MAX_FILES_PER_COMMIT",
     "CardInfo",
     "HubPublishError",
     "PublishResult",
+    "RunUpload",
     "card_configs",
     "commit_run",
-    "default_config",
-    "render_card",
-    "report_path",
     "retry_command",
 ]
 
+logger = logging.getLogger(__name__)
 
-# Every record type (pipeline.records.RECORD_TYPES), training data first.
-CONFIGS: tuple[str, ...] = (
-    *TRAINING_TYPES,
-    *(name for name in RECORD_TYPES if name not in TRAINING_TYPES),
+MAX_FILES_PER_COMMIT = 100
+# Another publish committed between this one's read of the head and its card commit: each
+# retry rebuilds the card on the new head; this many lost races in a row is a real fault.
+_CARD_ATTEMPTS = 10
+_Operation = CommitOperationAdd | CommitOperationDelete
+_NO_LICENSE = (
+    "{repo} {why} and publish.license is not set: a public dataset must say its license "
+    "(set publish.license to a Hub license id, e.g. apache-2.0 or cc-by-4.0)."
 )
-CONFIG_DOCS: Mapping[str, str] = {
-    "sft": "TRL prompt-completion rows (`prompt`, `completion`): correct, clean trajectories",
-    "dpo": "TRL preference pairs (`prompt`, `chosen`, `rejected`) that share a prefix and "
-    "diverge; `pair_type` says where",
-    "prm": "TRL stepwise supervision (`prompt`, `completions`, `labels`) plus soft `values`",
-    "kto": "TRL unpaired preference rows (`prompt`, `completion`, `label`)",
-    "nodes": "every answered node with its trajectory, PRM score and label",
-    "trees": "one row per searched problem: answer, tokens, shape, contamination",
-    "tree_nodes": "every node of every tree (parent, text, Q, label, tokens, C_used, order)",
-    "errors": "problems that failed, and where",
-    "step_dpo": "step-level preference pairs (`prompt`, `initial_reason_steps`, `chosen`, "
-    "`rejected`, `full_chosen`, `full_rejected`, `answer`) as Step-DPO publishes them",
-}
-# The column that names a row's split (pipeline.records.splits); `errors` rows have none.
-SPLIT_COLUMN = "split"
-PAPER_TITLE = "Budget-Guided Monte Carlo Tree Search for LLM Data Synthesis (BG-MCTS)"
 
 
 class HubPublishError(RuntimeError):
     """Publishing failed; the message names the cause and the command that retries."""
-
-
-@dataclass(frozen=True)
-class CardInfo:
-    """What the dataset card says about the run (counts and samples come from the files)."""
-
-    config: Mapping[str, Any] = field(default_factory=dict)
-    models: Sequence[str] = ()
-    budget: Mapping[str, Any] = field(default_factory=dict)
-    answered_precision: float | None = None
-    # benchmark -> problems kept out of the training configs (pipeline.problems.decontamination)
-    decontaminated: Mapping[str, int] = field(default_factory=dict)
-    decontamination_rule: str | None = None
-    paper_title: str = PAPER_TITLE
-    producer: str = "BG-MCTS (bgmcts-synth)"
-    pretty_name: str | None = None
-    license: str | None = None
-    # The run report (pipeline.report.run_report): its markdown goes into the card, its files
-    # (PNGs) are uploaded under reports/run=<run_id>/ and the card links them there.
-    report_markdown: str | None = None
-    report_files: Sequence[Path] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +84,20 @@ class PublishResult:
     uploaded: list[str]
     deleted: list[str]
     split_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # config -> split -> rows
+    commits: int = 0  # commits this publish made (0: the repo already held all of it)
+    skipped: list[str] = field(default_factory=list)  # shards already in the repo
+
+
+@dataclass(frozen=True)
+class RunUpload:
+    """One run as it goes up: its data shards, its report files and the card's facts."""
+
+    run_id: str
+    data: Mapping[str, Path]  # repo path -> local shard (names carry a content digest)
+    report: Mapping[str, Path]  # repo path -> local figure (re-added with the card)
+    counts: Mapping[str, Mapping[str, int]]  # config -> split -> rows
+    samples: Mapping[str, dict[str, Any] | None]
+    card_info: CardInfo
 
 
 def retry_command(
@@ -133,9 +108,10 @@ def retry_command(
     token_env: str = "HF_TOKEN",
     endpoint: str | None = None,
     private: bool = True,
+    license: str | None = None,
 ) -> str:
     """The shell command that re-runs this publish (``jobs.publish`` CLI) exactly:
-    same folder, repo, run id, token variable, endpoint and privacy."""
+    same folder, repo, run id, token variable, endpoint, privacy and license."""
     parts = [
         "python",
         "-m",
@@ -153,323 +129,192 @@ def retry_command(
         parts += ["--endpoint", redact_text(endpoint)]
     if not private:
         parts.append("--public")
+    if license is not None:
+        parts += ["--license", license]
     return shlex.join(parts)
 
 
-def _repo_file(path: str) -> tuple[str, str, str] | None:
-    """(config, run folder, split) of a repo data file; split "" for a file published
-    before the split (no train-/test- prefix)."""
-    parts = path.split("/")
-    if (
-        len(parts) != 4
-        or parts[0] != "data"
-        or parts[1] not in CONFIGS
-        or not parts[2].startswith("run=")
-        or not parts[3].endswith(".parquet")
-    ):
-        return None
-    split = next((s for s in SPLITS if parts[3].startswith(f"{s}-")), "")
-    return parts[1], parts[2], split
+@dataclass
+class _Progress:
+    """What a publish has done so far (for its result and its log lines)."""
 
-
-def default_config(configs_present: Sequence[str]) -> str | None:
-    """The config ``load_dataset(repo_id)`` loads: sft, else the first training config
-    present, else the first config present."""
-    for name in ("sft", *TRAINING_TYPES, *configs_present):
-        if name in configs_present:
-            return name
-    return None
-
-
-def card_configs(repo_files: Iterable[str]) -> list[dict[str, Any]]:
-    """The card's YAML ``configs:`` for the files a repo holds (see the module docstring)."""
-    found: dict[str, dict[str, set[str]]] = {}  # config -> split ("" = before the split) -> runs
-    for path in repo_files:
-        if (parsed := _repo_file(path)) is not None:
-            config, run_folder, split = parsed
-            found.setdefault(config, {}).setdefault(split, set()).add(run_folder)
-    present = [name for name in CONFIGS if name in found]
-    default = default_config(present)
-    configs = []
-    for name in present:
-        splits = found[name]
-        train = [f"data/{name}/run=*/train-*.parquet"] if "train" in splits else []
-        train += [f"data/{name}/{run}/*.parquet" for run in sorted(splits.get("", ()))]
-        data_files: list[dict[str, Any]] = []
-        if train:
-            data_files.append({"split": "train", "path": train[0] if len(train) == 1 else train})
-        if "test" in splits:
-            data_files.append({"split": "test", "path": f"data/{name}/run=*/test-*.parquet"})
-        entry: dict[str, Any] = {"config_name": name, "data_files": data_files}
-        if name == default:
-            entry["default"] = True
-        configs.append(entry)
-    return configs
-
-
-def render_card(
-    repo_id: str,
-    run_id: str,
-    card_info: CardInfo,
-    *,
-    counts: Mapping[str, Mapping[str, int]],
-    samples: Mapping[str, dict[str, Any] | None],
-    repo_files: Sequence[str],
-    secrets: Sequence[str] = (),
-) -> str:
-    """The README.md dataset card for a repo holding `repo_files` after this publish: YAML
-    header with ``configs:`` (`card_configs`) + a description of run `run_id`, whose rows per
-    config and split are `counts`."""
-    configs = card_configs(repo_files)
-    # config -> its split names, in the card's config order
-    splits = {c["config_name"]: [f["split"] for f in c["data_files"]] for c in configs}
-    title = card_info.pretty_name or repo_id.split("/")[-1]
-    card_data = DatasetCardData(
-        pretty_name=title,
-        license=card_info.license,
-        tags=["synthetic", "bg-mcts", "sft", "dpo", "prm", "kto"],
-        configs=configs,
-    )
-    lines = [
-        *_introduction(title, card_info),
-        *_loading_example(repo_id, splits),
-        *_layout_and_splits(card_info, splits),
-        *_runs_in_repo(repo_files),
-        *_run_facts(run_id, card_info, counts, secrets),
-        *_sample_rows(samples),
-    ]
-    if card_info.report_markdown:
-        lines += _report_section(card_info.report_markdown, run_id)
-    body = scrub(redact_text("\n".join(lines)), secrets)
-    card = DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
-    return str(card)
-
-
-def _introduction(title: str, card_info: CardInfo) -> list[str]:
-    """The card's title and what the data is."""
-    return [
-        f"# {title}",
-        "",
-        f"Synthetic training data (SFT, DPO, PRM, KTO) and full search trees produced by "
-        f"{card_info.producer}, the method of *{card_info.paper_title}*.",
-        "",
-    ]
-
-
-def _loading_example(repo_id: str, splits: Mapping[str, Sequence[str]]) -> list[str]:
-    """The code block that loads the data: the default config, each config's train split,
-    and the held-out rows of one config (the others' are named the same way)."""
-    default = default_config(list(splits))  # the config `card_configs` marked default
-    with_test = _configs_with_test(splits)
-    load = [
-        *(
-            [
-                f'data = load_dataset("{repo_id}")  # {default}, the default config: '
-                + " and ".join(splits[default])
-                + " splits"
-            ]
-            if default
-            else []
-        ),
-        *(
-            f'{name} = load_dataset("{repo_id}", "{name}", split="train")'
-            for name, names in splits.items()
-            if "train" in names
-        ),
-        *(f'{n}_test = load_dataset("{repo_id}", "{n}", split="test")' for n in with_test[:1]),
-    ]
-    return [
-        "Load it with:",
-        "",
-        "```python",
-        "from datasets import load_dataset",
-        "",
-        *load,
-        "```",
-        "",
-    ]
-
-
-def _layout_and_splits(card_info: CardInfo, splits: Mapping[str, Sequence[str]]) -> list[str]:
-    """Where each run's files live, how rows are held out by problem, and what each config
-    holds."""
-    fraction = (card_info.config.get("records") or {}).get("test_fraction")
-    fraction_text = (
-        f"`records.test_fraction` = {fraction}"
-        if fraction is not None
-        else "`records.test_fraction`"
-    )
-    with_test = ", ".join(f"`{n}`" for n in _configs_with_test(splits)) or "none"
-    return [
-        "Each run lives under `data/<config>/run=<run_id>/`: its `train-*.parquet` and "
-        "`test-*.parquet` files; a config's `train` and `test` splits glob over all runs.",
-        "",
-        "**Held-out split, by problem**: a problem's rows are all `train` or all `test`, in "
-        f"every config and every run (a hash of the problem id, {fraction_text}; the `split` "
-        "column says which). `errors` rows, and runs made before the split, are all `train`. "
-        f"Configs with a `test` split: {with_test}.",
-        "",
-        "| config | what |",
-        "| --- | --- |",
-        *(f"| {name} | {CONFIG_DOCS.get(name, '')} |" for name in splits),
-        "",
-    ]
-
-
-def _configs_with_test(splits: Mapping[str, Sequence[str]]) -> list[str]:
-    return [name for name, names in splits.items() if "test" in names]
-
-
-def _runs_in_repo(repo_files: Sequence[str]) -> list[str]:
-    """Every run the repo holds data of, after this publish."""
-    runs = sorted({r for p in repo_files if (r := _run_of(p)) is not None})
-    return ["## Runs in this repo", "", *(f"- `{r}`" for r in runs), ""]
-
-
-def _run_facts(
-    run_id: str,
-    card_info: CardInfo,
-    counts: Mapping[str, Mapping[str, int]],
-    secrets: Sequence[str],
-) -> list[str]:
-    """The published run: rows per config and split, precision, decontamination, models,
-    budget and config (secrets removed)."""
-    precision = (
-        "n/a" if card_info.answered_precision is None else f"{card_info.answered_precision:.4f}"
-    )
-    decontaminated = sum(card_info.decontaminated.values())
-    by_benchmark = ", ".join(f"{k}: {v}" for k, v in sorted(card_info.decontaminated.items()))
-    return [
-        f"## Latest published run: `{run_id}`",
-        "",
-        "| config | train rows | test rows |",
-        "| --- | --- | --- |",
-        *(
-            f"| {name} | {counts[name].get('train', 0)} | {counts[name].get('test', 0)} |"
-            for name in CONFIGS
-            if name in counts
-        ),
-        "",
-        f"Precision of answered nodes: {precision}",
-        "",
-        f"Decontaminated problems (searched, kept out of sft/dpo/prm/kto): {decontaminated}"
-        + (f" ({by_benchmark})" if by_benchmark else ""),
-        "",
-        *([card_info.decontamination_rule, ""] if card_info.decontamination_rule else []),
-        "Models: " + (", ".join(f"`{m}`" for m in card_info.models) or "n/a"),
-        "",
-        "### Budget",
-        "",
-        *_yaml_block(card_info.budget, secrets),
-        "",
-        "### Config (secrets removed)",
-        "",
-        *_yaml_block(card_info.config, secrets),
-        "",
-    ]
-
-
-def _yaml_block(values: Mapping[str, Any], secrets: Sequence[str]) -> list[str]:
-    """`values` as a fenced YAML block, keys sorted, secrets redacted."""
-    dumped = yaml.safe_dump(
-        redact_secrets(dict(values), secrets), sort_keys=True, allow_unicode=True
-    )
-    return ["```yaml", dumped.rstrip() if values else "{}", "```"]
-
-
-def _sample_rows(samples: Mapping[str, dict[str, Any] | None]) -> list[str]:
-    """One row of each config (as JSON), in config order; "(no rows)" for an empty one."""
-    lines = ["### Sample rows", ""]
-    for name in CONFIGS:
-        if name not in samples:
-            continue
-        sample = samples[name]
-        lines += [f"**{name}**", ""]
-        if sample is None:
-            lines += ["(no rows)", ""]
-        else:
-            lines += ["```json", json.dumps(sample, ensure_ascii=False, indent=2), "```", ""]
-    return lines
-
-
-_IMAGE = re.compile(r"\]\(([\w.-]+\.png)\)")
-
-
-def report_path(run_id: str, name: str) -> str:
-    """Where the run report's file `name` goes in the repo."""
-    return f"reports/run={run_id}/{name}"
-
-
-def _report_section(markdown: str, run_id: str) -> list[str]:
-    """The run report one heading level down, its images linked where they are uploaded."""
-    out = []
-    for line in markdown.splitlines():
-        if line.startswith("#"):
-            line = "#" + line
-        out.append(_IMAGE.sub(lambda m: f"]({report_path(run_id, m[1])})", line))
-    return ["", *out, ""]
-
-
-def _run_of(path: str) -> str | None:
-    parts = path.split("/")
-    if len(parts) >= 4 and parts[0] == "data" and parts[2].startswith("run="):
-        return parts[2][len("run=") :]
-    return None
+    commits: list[Any] = field(default_factory=list)  # CommitInfo of each commit made
+    uploaded: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
 
 
 def commit_run(
     repo_id: str,
-    run_id: str,
-    added: Mapping[str, Path],
-    card_info: CardInfo,
+    upload: RunUpload,
     *,
-    counts: Mapping[str, Mapping[str, int]],
-    samples: Mapping[str, dict[str, Any] | None],
     api: HfApi,
     private: bool,
     secrets: Sequence[str],
     fail: Callable[[str], HubPublishError],
-) -> tuple[Any, list[str]]:
-    """One commit: delete run `run_id`'s old files, add `added` (repo path -> local file) and
-    the card; returns the commit info and the deleted paths.  Any failure is `fail`'s
-    `HubPublishError`, its message scrubbed of `secrets` and URL credentials."""
-    try:
+    max_files: int = MAX_FILES_PER_COMMIT,
+) -> PublishResult:
+    """Make run `upload.run_id`'s files in `repo_id` exactly `upload`'s, card last (see
+    the module docstring).  Any failure is `fail`'s `HubPublishError`, its message
+    scrubbed of `secrets` and URL credentials; what was committed before it stays, and
+    the same publish run again resumes from there."""
+    if max_files < 4:
+        raise ValueError(f"max_files={max_files}: a card commit needs room for 4 files")
+    run_id = upload.run_id
+    if not private and not upload.card_info.license:
+        raise fail(_NO_LICENSE.format(repo=repo_id, why="would be created public"))
+    progress = _Progress()
+    with _hub_errors(f"Publishing run {run_id} to {repo_id} failed", secrets, fail):
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-        existing = api.list_repo_files(repo_id, repo_type="dataset")
-        prefixes = (
-            *(f"data/{name}/run={run_id}/" for name in CONFIGS),
-            report_path(run_id, ""),
+        public = not api.repo_info(repo_id, repo_type="dataset").private
+        if public and not upload.card_info.license:
+            raise fail(_NO_LICENSE.format(repo=repo_id, why="is public"))
+        existing = set(api.list_repo_files(repo_id, repo_type="dataset"))
+        pending = {p: f for p, f in upload.data.items() if p not in existing}
+        progress.skipped = sorted(set(upload.data) - set(pending))
+        stale = _stale(existing, run_id, upload)
+        room = max_files - 2 - len(upload.report)  # the card and runs.json go in the last one
+        if len(pending) + len(stale) > room:  # too many for one commit: data, deletes, card
+            for chunk in _chunks(sorted(pending), max_files):
+                adds = [CommitOperationAdd(p, str(pending[p])) for p in chunk]
+                _commit(api, repo_id, adds, f"Publish run {run_id}: data", progress)
+                progress.uploaded += chunk
+            for chunk in _chunks(stale, max_files):
+                deletes = [CommitOperationDelete(p) for p in chunk]
+                _commit(api, repo_id, deletes, f"Publish run {run_id}: old files", progress)
+                progress.deleted += chunk
+            pending, stale = {}, []
+        _card_commit(api, repo_id, upload, pending, stale, secrets, progress, fail)
+        progress.uploaded += sorted(pending)
+        progress.deleted += stale
+    counts = upload.counts
+    return PublishResult(
+        repo_id=repo_id,
+        run_id=run_id,
+        commit_url=redact_text(progress.commits[-1].commit_url),
+        counts={name: sum(by_split.values()) for name, by_split in counts.items()},
+        uploaded=sorted(progress.uploaded),
+        deleted=sorted(progress.deleted),
+        split_counts={name: dict(by_split) for name, by_split in counts.items()},
+        commits=len(progress.commits),
+        skipped=progress.skipped,
+    )
+
+
+def _stale(existing: set[str], run_id: str, upload: RunUpload) -> list[str]:
+    """The run's files in the repo that are not part of this upload."""
+    keep = set(upload.data) | set(upload.report)
+    return sorted(p for p in existing if p.startswith(run_prefixes(run_id)) and p not in keep)
+
+
+def _card_commit(
+    api: HfApi,
+    repo_id: str,
+    upload: RunUpload,
+    adds: Mapping[str, Path],
+    deletes: Sequence[str],
+    secrets: Sequence[str],
+    progress: _Progress,
+    fail: Callable[[str], HubPublishError],
+) -> None:
+    """The last commit: the card and runs.json built on the repo's head (with `adds` and
+    `deletes`, when they fit in the same commit), retried on a newer head when another
+    commit came first."""
+    run_id = upload.run_id
+    for _ in range(_CARD_ATTEMPTS):
+        head = api.repo_info(repo_id, repo_type="dataset").sha
+        if head is None:
+            raise fail(f"{repo_id}: the Hub did not say which commit its main branch is at")
+        files = set(api.list_repo_files(repo_id, repo_type="dataset", revision=head))
+        after = sorted((files - set(deletes)) | set(adds) | set(upload.report))
+        index = merge_index(
+            _read_index(api, repo_id, head),
+            index_entry(
+                run_id,
+                upload.counts,
+                models=upload.card_info.models,
+                source=upload.card_info.source_dataset,
+                precision=upload.card_info.answered_precision,
+            ),
+            runs_present={r for p in after if (r := run_of(p)) is not None},
         )
-        # Files re-added under the same path are overwritten, not deleted (as upload_folder does).
-        deleted = sorted(p for p in existing if p.startswith(prefixes) and p not in added)
-        after = sorted((set(existing) - set(deleted)) | set(added))
         card = render_card(
             repo_id,
             run_id,
-            card_info,
-            counts=counts,
-            samples=samples,
+            upload.card_info,
+            counts=upload.counts,
+            samples=upload.samples,
             repo_files=after,
+            runs=parse_index(index),
             secrets=secrets,
         )
-        operations: list[CommitOperationAdd | CommitOperationDelete] = [
-            CommitOperationDelete(path_in_repo=p) for p in deleted
-        ]
+        operations: list[_Operation] = [CommitOperationDelete(p) for p in deletes]
+        operations += [CommitOperationAdd(p, str(f)) for p, f in {**adds, **upload.report}.items()]
         operations += [
-            CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(f)) for p, f in added.items()
+            CommitOperationAdd(RUN_INDEX, index),
+            CommitOperationAdd(CARD, card.encode()),
         ]
-        operations.append(
-            CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())
-        )
-        info = api.create_commit(
-            repo_id,
-            operations,
-            commit_message=f"Publish run {run_id}",
-            repo_type="dataset",
-        )
+        try:
+            _commit(api, repo_id, operations, f"Publish run {run_id}", progress, parent=head)
+            return
+        except HfHubHTTPError as err:
+            if err.response is None or err.response.status_code != 412:
+                raise
+            logger.info("publish of run %s: the repo moved on; rebuilding its card", run_id)
+    raise fail(
+        f"Publishing run {run_id} to {repo_id}: {_CARD_ATTEMPTS} other commits came between "
+        "reading the repo and writing its card; try again when the other publishes are done."
+    )
+
+
+def _read_index(api: HfApi, repo_id: str, revision: str) -> list[dict[str, Any]]:
+    """The repo's runs.json entries at `revision` (none when it has none)."""
+    with tempfile.TemporaryDirectory(prefix="bgmcts-index-") as tmp:
+        try:
+            path = api.hf_hub_download(
+                repo_id, RUN_INDEX, repo_type="dataset", revision=revision, cache_dir=tmp
+            )
+        except EntryNotFoundError:
+            return []
+        return parse_index(Path(path).read_bytes())
+
+
+def _commit(
+    api: HfApi,
+    repo_id: str,
+    operations: Sequence[_Operation],
+    message: str,
+    progress: _Progress,
+    *,
+    parent: str | None = None,
+) -> None:
+    info = api.create_commit(
+        repo_id,
+        list(operations),
+        commit_message=message,
+        repo_type="dataset",
+        parent_commit=parent,
+    )
+    progress.commits.append(info)
+    logger.info("%s: %d files (%s)", message, len(operations), redact_text(info.commit_url))
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+@contextlib.contextmanager
+def _hub_errors(
+    what: str, secrets: Sequence[str], fail: Callable[[str], HubPublishError]
+) -> Iterator[None]:
+    """Any error but our own `HubPublishError` becomes one naming `what` and the cause."""
+    try:
+        yield
+    except HubPublishError:
+        raise
     except Exception as err:
         # HTTP errors quote the URL they called: the endpoint's userinfo, signed query values
         detail = scrub(redact_text(f"{type(err).__name__}: {err}"), secrets)
         # `from None`: the chained HTTP error carries request objects (headers included).
-        raise fail(f"Publishing run {run_id} to {repo_id} failed: {detail}") from None
-    return info, deleted
+        raise fail(f"{what}: {detail}") from None

@@ -10,12 +10,10 @@ Two ways in:
 * `publish_run` - a local run folder with the card's facts given; the step both end in.
 
 Only counted rows go up: a part without its commit marker (an unfinished batch) and a
-problem's rows of a superseded lease generation are left out.  Each local Parquet file goes
-up as its non-empty splits (`pipeline.publish.hub` has the repo layout): byte for byte when
-all its rows are one split, otherwise rewritten with the same schema and schema metadata.
-A table without a ``split`` column (a run written before the split existed) goes up as
-train: the ``errors`` table as it is, any other table with a ``split`` column of "train"
-appended, so its columns match newer runs' and ``datasets`` can read both as one config.
+problem's rows of a superseded lease generation are left out.  They go up as a few shards
+per config and split (`pipeline.publish.shards`), in commits of at most 100 files with the
+card last (`pipeline.publish.hub.commit_run`); an interrupted publish, run again, uploads
+only what is missing.
 
 The token is read only from the environment variable ``token_env``.  A Hub failure leaves
 the local Parquet untouched and raises `HubPublishError`, its message ending with the
@@ -24,33 +22,31 @@ command that retries the publish.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from huggingface_hub import HfApi
 
-from common.redact import redact_text
 from pipeline.config import RunConfig
 from pipeline.problems.decontamination import describe_rule
+from pipeline.publish.card import CardInfo
 from pipeline.publish.hub import (
-    CONFIGS,
-    SPLIT_COLUMN,
-    CardInfo,
+    MAX_FILES_PER_COMMIT,
     HubPublishError,
     PublishResult,
+    RunUpload,
     commit_run,
-    report_path,
     retry_command,
 )
+from pipeline.publish.layout import CONFIGS, data_folder, report_path
+from pipeline.publish.shards import shard_config
 from pipeline.records.splits import SPLITS
 from pipeline.store.filesystem import is_remote, open_store
 from pipeline.store.run_folder import RunFolder, local_run_dir
@@ -66,14 +62,8 @@ logger = logging.getLogger(__name__)
 _Fail = Callable[[str], HubPublishError]
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_SAMPLE_STR_MAX = 400  # characters of a string shown in the card's sample rows
-# The column appended to a table written before the split existed.
-_SPLIT_FIELD = pa.field(
-    SPLIT_COLUMN,
-    pa.string(),
-    nullable=False,
-    metadata={"description": "train (added when published: the run predates the split)"},
-)
+# A problem source that names a Hub dataset (namespace/name), for the card's source_datasets.
+_HUB_DATASET_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path] = ()) -> CardInfo:
@@ -90,8 +80,12 @@ def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path
 
     search = config.get("search") or {}
     rule = ((config.get("records") or {}).get("decontamination")) or {}
+    publish = config.get("publish") or {}
     return CardInfo(
         config=config,
+        license=publish.get("license"),
+        language=tuple(publish.get("language") or ("en",)),
+        source_dataset=source_dataset(config.get("source") or {}),
         models=[m for m in (model("policy"), model("scorer")) if m],
         budget={"B": config.get("budget"), "algorithm": search.get("algorithm")},
         answered_precision=summary.precision,
@@ -102,6 +96,14 @@ def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path
         decontaminated=dict(summary.contaminated),
         decontamination_rule=decontamination_rule(rule),
     )
+
+
+def source_dataset(source: dict[str, Any]) -> str | None:
+    """The Hub dataset a run's problems came from (a config dump's `source`), if any."""
+    name = source.get("name")
+    if source.get("kind") != "hf" or not isinstance(name, str):
+        return None
+    return name if _HUB_DATASET_ID.match(name) and not Path(name).exists() else None
 
 
 def decontamination_rule(rule: dict[str, Any]) -> str | None:
@@ -117,11 +119,13 @@ def publish_run_dir(
     token_env: str = "HF_TOKEN",
     private: bool = True,
     endpoint: str | None = None,
+    license: str | None = None,
 ) -> PublishResult:
     """Push `run_dir`'s Parquet (every record type) to `repo`; raises `HubPublishError`.
 
     `run_dir` may be a bucket's run (s3://.../run=<id>): its committed parts are read
-    through a local copy, and the fresh report is written back next to them.
+    through a local copy, and the fresh report is written back next to them.  `license`:
+    the card's license in place of the run config's ``publish.license``.
     """
     from pipeline.report.run_report import REPORT_FILES
     from pipeline.run.summary import refresh_run_report
@@ -129,6 +133,9 @@ def publish_run_dir(
     source = run_dir if is_remote(str(run_dir)) else None
     with local_run_dir(run_dir, write_back=REPORT_FILES) as local:
         summary, config, report = refresh_run_report(local)
+        info = card_info(config, summary, report)
+        if license is not None:
+            info = dataclasses.replace(info, license=license)
         return publish_run(
             local,
             repo,
@@ -136,7 +143,7 @@ def publish_run_dir(
             token_env=token_env,
             private=private,
             endpoint=endpoint,
-            card_info=card_info(config, summary, report),
+            card_info=info,
             source_dir=source,
         )
 
@@ -166,9 +173,10 @@ def publish_run(
     endpoint: str | None = None,
     card_info: CardInfo,
     source_dir: str | Path | None = None,
+    max_files_per_commit: int = MAX_FILES_PER_COMMIT,
 ) -> PublishResult:
     """Push ``<run_dir>/<config>/*.parquet`` as run ``run_id`` of dataset repo ``repo_id``,
-    each file as its train and test rows (see the module docstring).
+    as shards per config and split (see the module docstring).
 
     Raises :class:`HubPublishError` (message includes :func:`retry_command`) on any failure.
     Local files are only read.  `source_dir`: where the run really lives when
@@ -182,6 +190,7 @@ def publish_run(
         token_env=token_env,
         endpoint=endpoint,
         private=private,
+        license=card_info.license,
     )
 
     def fail(reason: str) -> HubPublishError:
@@ -191,50 +200,32 @@ def publish_run(
     token = _read_token(token_env, fail)
     with tempfile.TemporaryDirectory(prefix="bgmcts-publish-") as workdir:
         data = _data_uploads(run_dir, run_id, Path(workdir), fail)
-        report = {report_path(run_id, f.name): Path(f) for f in card_info.report_files}
-        added = {**data.files, **report}
-        info, deleted = commit_run(
-            repo_id,
-            run_id,
-            added,
-            card_info,
+        upload = RunUpload(
+            run_id=run_id,
+            data=data.files,
+            report={report_path(run_id, f.name): Path(f) for f in card_info.report_files},
             counts=data.split_counts,
             samples=data.samples,
+            card_info=card_info,
+        )
+        result = commit_run(
+            repo_id,
+            upload,
             api=HfApi(endpoint=endpoint, token=token),
             private=private,
             secrets=[token],
             fail=fail,
+            max_files=max_files_per_commit,
         )
-
-    return _published(repo_id, run_id, info.commit_url, sorted(added), deleted, data.split_counts)
-
-
-def _published(
-    repo_id: str,
-    run_id: str,
-    commit_url: str,
-    uploaded: list[str],
-    deleted: list[str],
-    split_counts: dict[str, dict[str, int]],
-) -> PublishResult:
-    """Log the publish and say what it did (the commit URL without credentials)."""
-    commit_url = redact_text(commit_url)  # built from the endpoint (userinfo too)
     logger.info(
-        "published run %s to %s (%s): %s",
+        "published run %s to %s (%s) in %d commits: %s",
         run_id,
         repo_id,
-        ", ".join(f"{k}={v['train']}+{v['test']} test" for k, v in split_counts.items()),
-        commit_url,
+        ", ".join(f"{k}={v['train']}+{v['test']} test" for k, v in result.split_counts.items()),
+        result.commits,
+        result.commit_url,
     )
-    return PublishResult(
-        repo_id=repo_id,
-        run_id=run_id,
-        commit_url=commit_url,
-        counts={name: sum(by_split.values()) for name, by_split in split_counts.items()},
-        uploaded=uploaded,
-        deleted=deleted,
-        split_counts=split_counts,
-    )
+    return result
 
 
 def _check_ids(run_id: str, repo_id: str, fail: _Fail) -> None:
@@ -258,36 +249,32 @@ def _read_token(token_env: str, fail: _Fail) -> str:
 
 @dataclass(frozen=True)
 class _DataUploads:
-    """A run's Parquet as it goes up: each local file as its train and test files."""
+    """A run's Parquet as it goes up: shards per config and split."""
 
-    files: dict[str, Path]  # repo path -> local file to upload
+    files: dict[str, Path]  # repo path -> local shard to upload
     split_counts: dict[str, dict[str, int]]  # config -> split -> rows
     samples: dict[str, dict[str, Any] | None]  # config -> one row for the card (None: no rows)
 
 
 def _data_uploads(run_dir: Path, run_id: str, workdir: Path, fail: _Fail) -> _DataUploads:
-    """The counted local Parquet of every config present, split into train and test files
-    (those that need rewriting are written under `workdir`)."""
+    """The counted local Parquet of every config present, as shards written under
+    `workdir`."""
     local = _local_files(run_dir, workdir / "counted")
     if not any(local.values()):
         raise fail(f"No Parquet files under {run_dir}/<{'|'.join(CONFIGS)}>; nothing to publish.")
     # sft and dpo are always listed (0 rows is news); other configs when the run has them
     present = [name for name, files in local.items() if files or name in ("sft", "dpo")]
     files: dict[str, Path] = {}
-    split_counts: dict[str, dict[str, int]] = {n: dict.fromkeys(SPLITS, 0) for n in present}
+    split_counts: dict[str, dict[str, int]] = {}
+    samples: dict[str, dict[str, Any] | None] = {}
     for name in present:
-        for source in local[name]:
-            try:
-                pieces = _split_file(name, source, workdir)
-            except ValueError as err:
-                raise fail(f"Cannot split {name}: {err}") from None
-            for split, upload, rows in pieces:
-                files[f"data/{name}/run={run_id}/{split}-{source.name}"] = upload
-                split_counts[name][split] += rows
-    samples = {
-        name: _sample_row([f for p, f in files.items() if p.startswith(f"data/{name}/")])
-        for name in present
-    }
+        try:
+            shards = shard_config(name, local[name], workdir / "shards")
+        except ValueError as err:
+            raise fail(f"Cannot split {name}: {err}") from None
+        files.update(shards.repo_paths(data_folder(name, run_id)))
+        split_counts[name] = {split: shards.rows[split] for split in SPLITS}
+        samples[name] = shards.sample
     return _DataUploads(files=files, split_counts=split_counts, samples=samples)
 
 
@@ -297,62 +284,3 @@ def _local_files(run_dir: Path, into: Path) -> dict[str, list[Path]]:
     some is written filtered under `into`: `RunFolder.counted_files`)."""
     folder = RunFolder(open_store(Path(run_dir)), run_id=Path(run_dir).name)
     return {name: folder.counted_files(name, into) for name in CONFIGS}
-
-
-def _split_file(config: str, source: Path, workdir: Path) -> list[tuple[str, Path, int]]:
-    """One local Parquet file as (split, file to upload, rows), non-empty splits only (an
-    empty file is an empty train file).  Raises ValueError on a split value other than
-    train/test."""
-    parquet = pq.ParquetFile(source)
-    rows = parquet.metadata.num_rows
-    if SPLIT_COLUMN not in parquet.schema_arrow.names:  # written before the split existed
-        if config == "errors":
-            return [("train", source, rows)]
-        table = parquet.read()
-        table = table.append_column(_SPLIT_FIELD, pa.array(["train"] * rows, pa.string()))
-        return [("train", _write(table, workdir / config / f"train-{source.name}"), rows)]
-    column = parquet.read(columns=[SPLIT_COLUMN]).column(SPLIT_COLUMN)
-    unknown = set(pc.unique(column).to_pylist()) - set(SPLITS)
-    if unknown:
-        raise ValueError(
-            f"{source}: column {SPLIT_COLUMN!r} holds {sorted(map(repr, unknown))}; "
-            f"expected one of {list(SPLITS)}"
-        )
-    is_test = pc.equal(column, "test")
-    tests = int(pc.sum(is_test).as_py() or 0)
-    if tests == 0:
-        return [("train", source, rows)]
-    if tests == rows:
-        return [("test", source, rows)]
-    table = parquet.read()  # schema and schema metadata come back as written
-    return [
-        (split, _write(part, workdir / config / f"{split}-{source.name}"), part.num_rows)
-        for split, mask in (("train", pc.invert(is_test)), ("test", is_test))
-        if (part := table.filter(mask)).num_rows
-    ]
-
-
-def _write(table: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
-    return path
-
-
-def _truncate(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > _SAMPLE_STR_MAX:
-        return value[:_SAMPLE_STR_MAX] + f"… [{len(value) - _SAMPLE_STR_MAX} more chars]"
-    if isinstance(value, Mapping):
-        return {str(k): _truncate(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_truncate(v) for v in value]
-    return value
-
-
-def _sample_row(files: Sequence[Path]) -> dict[str, Any] | None:
-    for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=1):
-            rows = batch.to_pylist()
-            if rows:
-                row: dict[str, Any] = _truncate(rows[0])
-                return row
-    return None

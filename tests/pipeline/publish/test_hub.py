@@ -133,6 +133,28 @@ def canon(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(json.dumps(r, sort_keys=True) for r in rows)
 
 
+SHARD = re.compile(
+    r"data/(?P<config>\w+)/run=(?P<run>[\w.-]+)/(?P<split>train|test)-[0-9a-f]{12}-"
+    r"(?P<i>\d{5})-of-(?P<n>\d{5})\.parquet"
+)
+
+
+def shards(files: Any, run: str | None = None) -> dict[tuple[str, str], str]:
+    """(config, split) -> the one shard path of run `run` (of every run when None) among
+    `files`; fails on a data file that is not a shard, or on two shards of one split."""
+    out: dict[tuple[str, str], str] = {}
+    for path in sorted(files):
+        if not path.startswith("data/"):
+            continue
+        match = SHARD.fullmatch(path)
+        assert match, f"{path} is not a shard name"
+        if run is None or match["run"] == run:
+            key = (match["config"], match["split"])
+            assert key not in out and match["n"] == "00001", path
+            out[key] = path
+    return out
+
+
 def header(card: str) -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.safe_load(card.split("---")[1])
     return loaded
@@ -171,20 +193,14 @@ def test_round_trip_two_configs(env: HubServer, tmp_path: Path) -> None:
         "dpo": {"train": 1, "test": 1},
     }
     files = env.files(REPO)
-    assert set(files) == {
-        "README.md",
-        "data/sft/run=r1/train-part-00000.parquet",
-        "data/sft/run=r1/test-part-00000.parquet",
-        "data/dpo/run=r1/train-part-00000.parquet",
-        "data/dpo/run=r1/test-part-00000.parquet",
-    }
-    # each file holds its split's rows, with the local file's schema and metadata
+    found = shards(files)
+    assert sorted(found) == [("dpo", "test"), ("dpo", "train"), ("sft", "test"), ("sft", "train")]
+    assert set(files) == {"README.md", "runs.json", *found.values()}
+    # each shard holds its split's rows, with the local file's schema and metadata
     for config in ("sft", "dpo"):
         local = pq.read_schema(run / config / "part-00000.parquet")
         for split in ("train", "test"):
-            table = pq.read_table(
-                io.BytesIO(files[f"data/{config}/run=r1/{split}-part-00000.parquet"])
-            )
+            table = pq.read_table(io.BytesIO(files[found[config, split]]))
             assert table.schema.equals(local, check_metadata=True)
             assert canon(table.to_pylist()) == canon(rows_of(run, config, split))
     assert env.repos[("dataset", REPO)].private
@@ -226,11 +242,12 @@ def test_default_config_and_held_out_problems(env: HubServer, tmp_path: Path) ->
         assert splits == {split_of(pid, TEST_FRACTION)}
     assert {s for splits in split_of_problem.values() for s in splits} == {"train", "test"}
 
-    # a file of one split only goes up as it is, byte for byte, and only under that split
+    # a run whose dpo rows are all test has a dpo test shard and no dpo train shard
     files = env.files(REPO)
-    assert "data/dpo/run=r2/train-part-00000.parquet" not in files
-    local = (run2 / "dpo" / "part-00000.parquet").read_bytes()
-    assert files["data/dpo/run=r2/test-part-00000.parquet"] == local
+    r2 = shards(files, "r2")
+    assert ("dpo", "train") not in r2
+    local = pq.read_table(run2 / "dpo" / "part-00000.parquet")
+    assert pq.read_table(io.BytesIO(files[r2["dpo", "test"]])).equals(local)
 
 
 def test_second_run_then_republish_replaces_only_that_run(env: HubServer, tmp_path: Path) -> None:
@@ -241,30 +258,24 @@ def test_second_run_then_republish_replaces_only_that_run(env: HubServer, tmp_pa
     both = rows_of(run1, "sft") + rows_of(run2, "sft")
     assert canon(every_row(load_all("sft", tmp_path / "c1"))) == canon(both)
     r2_files = {p: b for p, b in env.files(REPO).items() if "run=r2" in p}
-    assert sorted(r2_files) == [
-        "data/dpo/run=r2/test-part-00000.parquet",
-        "data/sft/run=r2/test-part-00000.parquet",
-        "data/sft/run=r2/train-part-00000.parquet",
-    ]
+    assert sorted(shards(r2_files)) == [("dpo", "test"), ("sft", "test"), ("sft", "train")]
+    r1_before = shards(env.files(REPO), "r1")
+
+    # Re-publishing r1 unchanged uploads nothing: every shard is there under its name.
+    again = publish(run1, "r1", env)
+    assert again.uploaded == [] and again.deleted == []
+    assert sorted(again.skipped) == sorted(r1_before.values())
 
     # Re-publish r1 with different rows and a different file name: old r1 files go away.
     run1b = tmp_path / "run1b"
     make_run(run1b, "r1-new", n_sft=4, n_dpo=1)  # its dpo row: train only
     (run1b / "sft" / "part-00000.parquet").rename(run1b / "sft" / "part-new.parquet")
     result = publish(run1b, "r1", env)
-    assert result.deleted == [  # the dpo train file is overwritten
-        "data/dpo/run=r1/test-part-00000.parquet",
-        "data/sft/run=r1/test-part-00000.parquet",
-        "data/sft/run=r1/train-part-00000.parquet",
-    ]
+    assert result.deleted == sorted(r1_before.values())  # new rows, new names
 
     files = env.files(REPO)
     assert {p: b for p, b in files.items() if "run=r2" in p} == r2_files
-    assert sorted(p for p in files if "run=r1" in p) == [
-        "data/dpo/run=r1/train-part-00000.parquet",
-        "data/sft/run=r1/test-part-new.parquet",
-        "data/sft/run=r1/train-part-new.parquet",
-    ]
+    assert sorted(shards(files, "r1")) == [("dpo", "train"), ("sft", "test"), ("sft", "train")]
     for config in ("sft", "dpo"):
         got = load_all(config, tmp_path / f"c2-{config}")
         for split, rows in got.items():
@@ -272,7 +283,7 @@ def test_second_run_then_republish_replaces_only_that_run(env: HubServer, tmp_pa
                 rows_of(run1b, config, split) + rows_of(run2, config, split)
             )
     # One commit per publish (create_repo adds the initial one).
-    assert len(env.repos[("dataset", REPO)].commits) == 4
+    assert len(env.repos[("dataset", REPO)].commits) == 5
 
 
 def test_run_without_split_column_publishes_as_train(env: HubServer, tmp_path: Path) -> None:
@@ -290,16 +301,12 @@ def test_run_without_split_column_publishes_as_train(env: HubServer, tmp_path: P
         "errors": {"train": 1, "test": 0},
     }
     files = env.files(REPO)
-    assert sorted(p for p in files if p.startswith("data/")) == [
-        "data/dpo/run=old/train-part-00000.parquet",
-        "data/errors/run=old/train-part-00000.parquet",
-        "data/sft/run=old/train-part-00000.parquet",
-    ]
-    assert (
-        files["data/errors/run=old/train-part-00000.parquet"]
-        == (old / "errors" / "part-00000.parquet").read_bytes()
-    )
-    sft_schema = pq.read_schema(io.BytesIO(files["data/sft/run=old/train-part-00000.parquet"]))
+    found = shards(files)
+    assert sorted(found) == [("dpo", "train"), ("errors", "train"), ("sft", "train")]
+    errors_up = pq.read_table(io.BytesIO(files[found["errors", "train"]]))
+    assert errors_up.equals(pq.read_table(old / "errors" / "part-00000.parquet"))
+    assert errors_up.schema.equals(errors.schema, check_metadata=True)
+    sft_schema = pq.read_schema(io.BytesIO(files[found["sft", "train"]]))
     assert sft_schema.names[-1] == "split" and sft_schema.metadata[b"record"] == b"sft"
     configs = header(files["README.md"].decode())["configs"]
     assert all([f["split"] for f in c["data_files"]] == ["train"] for c in configs)
@@ -360,7 +367,7 @@ def test_repo_files_published_before_the_split_stay_in_train(
     publish(legacy, "leg", env)  # re-published from its run folder: the new layout
     files = env.files(REPO)
     assert "data/sft/run=leg/part-00000.parquet" not in files
-    assert "data/sft/run=leg/train-part-00000.parquet" in files
+    assert ("sft", "train") in shards(files, "leg")
     sft = header(files["README.md"].decode())["configs"][0]
     assert sft["data_files"][0] == {"split": "train", "path": "data/sft/run=*/train-*.parquet"}
     assert canon(load("sft", tmp_path / "c2")) == canon(
@@ -647,3 +654,125 @@ def test_publish_run_imports_without_the_report_packages() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_publish_larger_than_a_commit_goes_up_in_small_commits_and_resumes(
+    env: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One shard per row and four files per commit: the publish is a sequence of commits of
+    at most four files, the card last; cut after its second commit, the same publish run
+    again uploads only what is missing, and the repo holds each row once."""
+    import functools
+
+    from pipeline.publish import publish_run as publish_module
+    from pipeline.publish.shards import shard_config
+
+    monkeypatch.setattr(publish_module, "shard_config", functools.partial(shard_config, max_rows=1))
+
+    def small_commits(run_dir: Path, run_id: str) -> Any:
+        return publish_run(
+            run_dir,
+            REPO,
+            run_id=run_id,
+            endpoint=env.endpoint,
+            card_info=CARD,
+            max_files_per_commit=4,
+        )
+
+    run = make_run(tmp_path / "run1", "r1", n_sft=6, n_dpo=4)
+    env.commits_before_failure = 2
+    env.commit_sizes.clear()
+    with pytest.raises(HubPublishError, match="Injected commit failure") as info:
+        small_commits(run, "r1")
+    assert "Retry with: python -m jobs.publish" in str(info.value)
+    first_try = dict(env.files(REPO))
+    assert env.commit_sizes == [4, 4]  # 8 of the 10 shards
+    assert "README.md" not in first_try  # no card before the last commit
+    env.commits_before_failure = None
+    env.commit_sizes.clear()
+
+    result = small_commits(run, "r1")
+    assert sorted(result.skipped) == sorted(first_try)  # nothing uploaded twice
+    assert set(result.uploaded) | set(result.skipped) == {
+        p for p in env.files(REPO) if p.startswith("data/")
+    }
+    assert len(result.skipped) + len(result.uploaded) == 10  # one shard per row
+    assert env.commit_sizes == [4] and result.commits == 1  # 2 shards, the card, runs.json
+    last = env.repos[("dataset", REPO)].commits
+    assert {"README.md", "runs.json"} <= set(last[-1][1]) - set(last[-2][1])  # the card last
+    for config in ("sft", "dpo"):
+        got = every_row(load_all(config, tmp_path / f"c-{config}"))
+        assert canon(got) == canon(rows_of(run, config))
+
+
+def test_the_card_commit_builds_on_the_newest_head(env: HubServer, tmp_path: Path) -> None:
+    """Another publish commits between this one's read of the repo and its card commit: the
+    card commit is refused (its parent is no longer the head) and rebuilt, so the card and
+    runs.json list both runs."""
+    from huggingface_hub import HfApi
+
+    run1 = make_run(tmp_path / "run1", "r1")
+    run2 = make_run(tmp_path / "run2", "r2", n_sft=2, n_dpo=1)
+    real = HfApi.create_commit
+    raced: list[str] = []
+
+    def create_commit(self: HfApi, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("parent_commit") and not raced:
+            raced.append("r2")
+            publish(run2, "r2", env)  # lands first, on the head r1 read
+        return real(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(HfApi, "create_commit", create_commit)
+        publish(run1, "r1", env)
+    assert raced == ["r2"]
+    files = env.files(REPO)
+    runs = [r["run_id"] for r in json.loads(files["runs.json"])["runs"]]
+    assert runs == ["r1", "r2"]
+    card = files["README.md"].decode()
+    assert "| `r1` |" in card and "| `r2` |" in card
+    assert sorted({k[0] for k in shards(files, "r2")}) == ["dpo", "sft"]
+
+
+def test_card_yaml_says_license_language_task_size_and_source(
+    env: HubServer, tmp_path: Path
+) -> None:
+    info = CardInfo(
+        config=dict(CARD.config),
+        models=["Qwen/Qwen3-0.6B"],
+        license="apache-2.0",
+        source_dataset="nlile/hendrycks-MATH-benchmark",
+        answered_precision=0.5,
+    )
+    for tag in ("r1", "r2"):
+        run = make_run(tmp_path / tag, tag, n_sft=3, n_dpo=2)
+        publish_run(run, REPO, run_id=tag, endpoint=env.endpoint, card_info=info, private=False)
+    card = env.files(REPO)["README.md"].decode()
+    meta = header(card)
+    assert meta["license"] == "apache-2.0"
+    assert meta["language"] == ["en"]
+    assert meta["task_categories"] == ["text-generation"]
+    assert meta["size_categories"] == ["n<1K"]  # 2 runs x (3 sft + 2 dpo)
+    assert meta["source_datasets"] == ["nlile/hendrycks-MATH-benchmark"]
+    assert "trl" in meta["tags"]
+    index = json.loads(env.files(REPO)["runs.json"])["runs"]
+    assert [r["run_id"] for r in index] == ["r1", "r2"]
+    assert index[0]["rows"]["sft"] == {"train": 1, "test": 2}
+    # the run table: one line per run, its rows per training config
+    table = [line for line in card.splitlines() if line.startswith("| `r")]
+    assert len(table) == 2 and all("| 0.5000 |" in line for line in table)
+
+
+def test_a_public_repo_needs_a_license(env: HubServer, tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run1", "r1")
+    with pytest.raises(HubPublishError, match=r"publish\.license") as info:
+        publish_run(run, REPO, run_id="r1", endpoint=env.endpoint, card_info=CARD, private=False)
+    assert "Retry with:" in str(info.value)
+    assert ("dataset", REPO) not in env.repos  # refused before any request
+
+    from huggingface_hub import HfApi
+
+    HfApi(endpoint=env.endpoint, token=TOKEN).create_repo(REPO, repo_type="dataset")
+    with pytest.raises(HubPublishError, match=r"is public and publish\.license is not set"):
+        publish(run, "r1", env)  # private=True, but the repo is public already
+    assert env.files(REPO) == {}
