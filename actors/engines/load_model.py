@@ -154,6 +154,13 @@ class LoadModelConfig(LoadCurveConfig):
     answer_every: int = Field(
         4, ge=0, description="every n-th stopped step answers $\\boxed{42}$ instead; 0: never"
     )
+    answers: list[str] = Field(
+        default_factory=lambda: ["42"],
+        min_length=1,
+        description="the answers an answering completion gives, one drawn per completion "
+        "(so a problem whose reference is one of several answers gets correct and incorrect "
+        "nodes: preference pairs)",
+    )
     slow_marker: str | None = Field(
         None, description="a prompt containing this text is slow (a deliberately slow problem)"
     )
@@ -206,6 +213,15 @@ class LoadModelEngine:
         cached = await self.batcher.run(words, completion.text.split(), steps)
         return replace(completion, cached_tokens=cached)
 
+    def _answer(self, prompt: str, sampling: Sampling) -> str:
+        """The answer sentence of an answering completion: `answers`' only one, or one
+        drawn by the request's hash."""
+        answers = self.config.answers
+        if len(answers) == 1:
+            return ANSWER_TEXT.replace("42", answers[0])
+        pick = int(_unit(self.config.seed, sampling.seed, prompt, "answer") * len(answers))
+        return ANSWER_TEXT.replace("42", answers[pick])
+
     def respond(self, prompt: str, sampling: Sampling) -> Completion:
         """The completion for a request, computed at once (no waiting): deterministic.
 
@@ -219,7 +235,7 @@ class LoadModelEngine:
         draw = _unit(config.seed, sampling.seed, prompt)
         every = config.answer_every
         answer = not stop or (every > 0 and int(draw * 2**32) % every == 0)
-        tail = ANSWER_TEXT.split() if answer else []
+        tail = self._answer(prompt, sampling).split() if answer else []
         # The last generated token is the stop string or the end-of-sequence token.
         length = config.output_tokens
         if config.output_tokens_max is not None:

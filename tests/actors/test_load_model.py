@@ -159,6 +159,13 @@ def test_answers_stop_answer_and_judge() -> None:
     assert asyncio.run(engine.tokenize("a b  c\nd")) == [0, 1, 2, 3]
 
 
+def test_several_answers_are_drawn_per_completion() -> None:
+    engine = LoadModelEngine(LoadModelConfig(output_tokens=12, answers=["42", "41"]))
+    answers = {_respond(engine, seed=s, stop=()).text.split("boxed{")[1][:2] for s in range(40)}
+    assert answers == {"42", "41"}
+    assert _respond(engine, seed=7, stop=()) == _respond(engine, seed=7, stop=())
+
+
 def test_engine_answers_as_it_responds_and_slows_marked_prompts() -> None:
     engine = build_engine(
         LoadModelConfig(
