@@ -5,6 +5,8 @@
     bgmcts report   out/run=local                    totals of a run folder, from its Parquet
     bgmcts check    out/run=local                    every training row checked as a trainer
                                                      reads it; last line dirty_rows=<int>
+    bgmcts compact  --run-dir out/run=local          a run's parts merged into a few shards
+                                                     per record type (runs do it themselves)
     bgmcts nightly  --config configs/nightly.yaml    the next slice of the source, dated output
     bgmcts evaluate --config configs/eval-sim.yaml   methods x budgets x seeds -> report folder
     bgmcts train-prm out/run=local --output DIR      a one-pass PRM checkpoint from the run's
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from jobs import (
     check,
+    compact,
     embedded_model,
     evaluate,
     export_gguf,
@@ -81,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("nightly", nightly, "nightly slice of the source"),
         ("evaluate", evaluate, "methods x budgets x seeds, with a report"),
         ("check", check, "check a run's training rows as a trainer reads them (exit 1: dirty)"),
+        ("compact", compact, "merge a run folder's parts into a few shards per record type"),
         ("train-prm", train_prm, "train a one-pass PRM checkpoint on runs' prm rows"),
         ("export-gguf", export_gguf, "a fine-tuned llama checkpoint as a GGUF for llama.cpp"),
         ("embedded-model", embedded_model, "the embedded SmolLM2 as a model folder for vLLM"),

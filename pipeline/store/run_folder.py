@@ -4,6 +4,10 @@
     run=<id>/<record type>/part-<batch>.parquet   one part per record type per batch
     run=<id>/_committed/<batch>                one marker per committed batch (JSON:
                                                lease generation, parts, problem ids)
+    run=<id>/<record type>/part-compact-<c>-<n>.parquet, _committed/compact-<c>-<n>
+                                               a compaction's shards: batches too
+    run=<id>/_compacted/<c>.json               a compaction record: its shards and the
+                                               batches they replace
     run=<id>/_lease, _lease.json | _lease/     the writer lease (`pipeline.store.lease`)
     run=<id>/report.md, report.json, *.png     the run report (`pipeline.report`)
 
@@ -25,6 +29,12 @@ the next holder searched the same problem): the newer holder's rows win, the sta
 holder's late batch is ignored, whatever order the two arrived in.  A problem never
 finished keeps every row (each failed attempt's error row).  Markers written before
 generations existed are empty: generation 0, read as before.
+
+Compaction (`pipeline.store.compaction`) merges a finished run's batches into a few
+shard batches per record type holding only the rows that count, each shard of one
+generation.  A shard counts once a compaction record names it, and a batch a record
+replaces is hidden (`pipeline.store.compacted`), so the rule above runs on the batches
+readers see (`layout`): the old ones, or the shards and whatever was committed since.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.records import RECORD_TYPES, SCHEMAS
+from pipeline.store.compacted import COMPACTED, Compaction, Layout
 from pipeline.store.filesystem import Store, is_remote, open_store
 from pipeline.store.lease import FlockLease, Lease
 from pipeline.store.object_lease import ObjectLease
@@ -60,6 +71,16 @@ def batch_of(name: str) -> str:
 
 def part_name(batch: str) -> str:
     return f"part-{batch}.parquet"
+
+
+def drop_rows(table: Any, dropped: frozenset[str]) -> Any:
+    """`table` without the rows of the problem ids in `dropped` (rows that do not count)."""
+    if not dropped:
+        return table
+    pa = importlib.import_module("pyarrow")
+    pc = importlib.import_module("pyarrow.compute")
+    lost = pc.is_in(table.column("problem_id"), value_set=pa.array(sorted(dropped)))
+    return table.filter(pc.invert(lost))
 
 
 def _ids(table: Any, column: str = "problem_id") -> list[Any]:
@@ -146,6 +167,7 @@ class Counted:
 
     dropped: Mapping[str, frozenset[str]]  # counted batch -> ids whose rows in it are ignored
     names: Mapping[str, tuple[str, ...]]  # record type -> part names of counted batches
+    complete: frozenset[str] = frozenset()  # batches with every part: counted or superseded
 
     @classmethod
     def of(cls, batches: Mapping[str, Batch], present: Mapping[str, set[str]]) -> Counted:
@@ -177,7 +199,7 @@ class Counted:
             kind: tuple(sorted(n for n in found if batch_of(n) in dropped))
             for kind, found in present.items()
         }
-        return cls(dropped, names)
+        return cls(dropped, names, frozenset(complete))
 
 
 def check_run_id(run_id: str) -> str:
@@ -235,10 +257,38 @@ class RunFolder:
         all was not written by the sink (a hand-made sft/dpo folder): all of it counts."""
         return self.remote or self.store.exists(MARKERS)
 
+    def compactions(self) -> dict[str, Compaction]:
+        """Every compaction record (file name -> record; `pipeline.store.compacted`), read
+        once and remembered: a record never changes (it is created whole, or deleted)."""
+        names = {n for n in self.store.names(COMPACTED) if n.endswith(".json")}
+        known: dict[str, Compaction | None] = self._memo.setdefault("compactions", {})
+        new = sorted(names - set(known))
+        if new:
+            paths = {name: self.store.join(COMPACTED, name) for name in new}
+            bodies = self.store.read_many(list(paths.values()))
+            for name, path in paths.items():
+                known[name] = Compaction.parse(bodies[path])
+        return {name: r for name in sorted(names) if (r := known[name]) is not None}
+
+    def layout(self) -> Layout:
+        """Which committed batches readers see (`Layout`): compactions applied.
+
+        Markers are listed before records: a record is created after its shards' markers,
+        so a record seen with a shard's marker missing from the listing is either broken
+        (its compactor was overtaken, or a later compaction is deleting it) or created
+        since the markers were listed; the markers are listed once more to tell."""
+        layout = Layout.of(self.committed_batches(), self.compactions())
+        if layout.broken:
+            layout = Layout.of(self.committed_batches(), self.compactions())
+        return layout
+
     def batches(self) -> dict[str, Batch]:
-        """Every committed batch and what its marker says (markers are read once and
-        remembered: a marker never changes)."""
-        names = self.committed_batches()
+        """Every committed batch readers see (`layout`) and what its marker says (markers
+        are read once and remembered: a marker never changes)."""
+        return self._batches(self.layout())
+
+    def _batches(self, layout: Layout) -> dict[str, Batch]:
+        names = layout.visible
         known: dict[str, Batch] = self._memo.setdefault("batches", {})
         new = sorted(names - set(known))
         if new:
@@ -251,30 +301,44 @@ class RunFolder:
     def missing_parts(self) -> dict[str, list[str]]:
         """Part names a commit marker names that are not there, by record type (sorted).
 
-        The sink writes a batch's parts before its marker and nothing deletes a committed
-        part, so a missing one means the folder was damaged or copied in part.  Readers
-        then skip the whole batch (`Counted`), silently: a checker asks here first.  A
-        marker from before fencing names no parts, so it misses none."""
-        batches = self.batches()
-        kinds = sorted({kind for b in batches.values() for kind in b.parts or ()})
-        present = {kind: set(self.store.names(kind)) for kind in kinds}
-        missing: dict[str, list[str]] = {}
-        for batch, info in sorted(batches.items()):
-            for kind in info.parts or ():
-                if part_name(batch) not in present[kind]:
-                    missing.setdefault(kind, []).append(part_name(batch))
+        The sink writes a batch's parts before its marker, and only a compaction deletes
+        committed parts, of batches its record has replaced (hidden from readers), so a
+        missing one means the folder was damaged or copied in part.  Readers then skip the
+        whole batch (`Counted`), silently: a checker asks here first.  A marker from before
+        fencing names no parts, so it misses none.  A compaction that switched while the
+        folder was listed is seen by listing its records again (as `counted` does)."""
+        for _ in range(3):
+            layout = self.layout()
+            batches = self._batches(layout)
+            kinds = sorted({kind for b in batches.values() for kind in b.parts or ()})
+            present = {kind: set(self.store.names(kind)) for kind in kinds}
+            missing: dict[str, list[str]] = {}
+            for batch, info in sorted(batches.items()):
+                for kind in info.parts or ():
+                    if part_name(batch) not in present[kind]:
+                        missing.setdefault(kind, []).append(part_name(batch))
+            if not missing or set(self.compactions()) == layout.records:
+                break
         return missing
 
     def counted(self) -> Counted:
-        """What readers count now (`Counted`); recomputed only when a marker came or went."""
-        batches = self.batches()
-        key = frozenset(batches)
-        cached = self._memo.get("counted")
-        if cached is not None and cached[0] == key:
-            return cached[1]  # type: ignore[no-any-return]
-        kinds = set(RECORD_TYPES).union(*(b.parts or () for b in batches.values()))
-        present = {kind: set(self.store.names(kind)) for kind in sorted(kinds)}
-        counted = Counted.of(batches, present)
+        """What readers count now (`Counted`); recomputed only when a marker came or went.
+
+        A compaction deletes the batches it replaced after its record: when a batch seen
+        is missing a part, the records are listed again, and a new one means the listings
+        straddled that switch (they are taken again, so no reader counts half a run)."""
+        for _ in range(3):
+            layout = self.layout()
+            batches = self._batches(layout)
+            key = frozenset(batches)
+            cached = self._memo.get("counted")
+            if cached is not None and cached[0] == key:
+                return cached[1]  # type: ignore[no-any-return]
+            kinds = set(RECORD_TYPES).union(*(b.parts or () for b in batches.values()))
+            present = {kind: set(self.store.names(kind)) for kind in sorted(kinds)}
+            counted = Counted.of(batches, present)
+            if counted.complete == key or set(self.compactions()) == layout.records:
+                break
         self._memo["counted"] = (key, counted)
         return counted
 
@@ -312,11 +376,7 @@ class RunFolder:
         columns = kwargs.pop("columns", None)
         if columns is not None:
             kwargs["columns"] = list(dict.fromkeys([*columns, "problem_id"]))
-        table = _parquet().read_table(part, filesystem=self.store.fs, **kwargs)
-        pa = importlib.import_module("pyarrow")
-        pc = importlib.import_module("pyarrow.compute")
-        lost = pc.is_in(table.column("problem_id"), value_set=pa.array(sorted(dropped)))
-        table = table.filter(pc.invert(lost))
+        table = drop_rows(_parquet().read_table(part, filesystem=self.store.fs, **kwargs), dropped)
         return table if columns is None else table.select(columns)
 
     def read_part(self, part: Any, **kwargs: Any) -> Any:
@@ -439,9 +499,15 @@ class RunFolder:
         with tempfile.TemporaryDirectory(prefix="bgmcts-run-") as temp:
             local = Path(temp) / store.name
             (local / MARKERS).mkdir(parents=True)
-            batches = self.batches()
+            layout = self.layout()
+            batches = self._batches(layout)
             for batch in self.counted().dropped:
                 (local / MARKERS / batch).write_bytes(batches[batch].body())
+            # the records that make its shards count (`pipeline.store.compacted`)
+            records = self.compactions()
+            for name in layout.valid:
+                (local / COMPACTED).mkdir(exist_ok=True)
+                (local / COMPACTED / name).write_bytes(records[name].body())
             for name in store.names():
                 if name in RECORD_TYPES:
                     (local / name).mkdir()
@@ -477,6 +543,7 @@ __all__ = [
     "RunFolder",
     "batch_of",
     "check_run_id",
+    "drop_rows",
     "local_run_dir",
     "part_name",
     "source_error_keys",
