@@ -279,8 +279,28 @@ def _synthesize(
     # a Ctrl-C whose KeyboardInterrupt was dropped on the way: no report of a run that
     # was stopped (the rerun writes it)
     raise_if_interrupted()
+    if config.compact:
+        _compact(folder, lease)
     _finish_run(config, folder, summary, start)
     return summary
+
+
+def _compact(folder: RunFolder, lease: Lease) -> None:
+    """Merge the run's parts into shards (`pipeline.store.compaction`) under the run's own
+    lease, before the report reads them.  Every run that reached its end compacts, failed
+    searches or not: a rerun writes its batches next to the shards and compacts again, and
+    until then every reader pays for thousands of files.  A failure is a warning: the
+    folder reads as before (compaction is crash-safe) and `bgmcts compact` finishes it."""
+    from pipeline.store.compaction import compact_run
+
+    try:
+        compact_run(folder, lease)
+    except Exception as exc:
+        print(
+            f"warning: the run folder was not compacted ({redact_text(exc)}); every row is "
+            f"committed, `bgmcts compact --run-dir {folder.location}` compacts it",
+            file=sys.stderr,
+        )
 
 
 def _live_progress(
