@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from actors.config import (
     ScorerConfig,
@@ -63,6 +70,26 @@ class PublishConfig(StrictConfig):
         "HF_TOKEN", description="environment variable holding the Hub token (never stored)"
     )
     endpoint: str | None = Field(None, description="Hub endpoint URL; unset: huggingface.co")
+    license: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9][a-z0-9.+-]*$",
+        description="the dataset's license, as the Hub names it (apache-2.0, cc-by-4.0, mit, "
+        "other, ...), written into the card; required to publish to a public repo",
+    )
+    language: list[str] = Field(
+        default_factory=lambda: ["en"],
+        description="the rows' languages (ISO 639-1 codes) for the card; the problems' language",
+    )
+
+    @model_validator(mode="after")
+    def _public_needs_license(self) -> PublishConfig:
+        # Caught here so a dry run says it; a repo already public is checked when publishing.
+        if self.repo is not None and not self.private and self.license is None:
+            raise ValueError(
+                "publish.private is false and publish.license is not set: a public dataset "
+                "must say its license (e.g. license: apache-2.0)"
+            )
+        return self
 
 
 class NightlyConfig(StrictConfig):
