@@ -26,10 +26,12 @@ Failure injection for tests: set ``server.fail_commits = True`` (commit endpoint
 ``server.fail_lfs_batch = n`` (the next n LFS batch requests answer 503; the client retries
 them, warning with the URL) or ``server.commits_before_failure = n`` (n more commits succeed,
 then every commit answers 500 until it is set back to None).  ``server.commit_sizes`` lists
-the files (added or deleted) of every commit made. ``server.basic_auth = "user:password"``: a Hub behind a proxy that
-checks basic auth (an endpoint URL with userinfo, which the client sends as basic auth in place
-of its token) also takes those credentials.
-``server.requests`` records ``(method, path)`` of every request (never headers).
+the files (added or deleted) of every commit made.  ``server.upload_delay_s``: each LFS
+upload waits this long first (a slow link, so a client can be killed mid-upload).
+``server.basic_auth = "user:password"``: a Hub behind a proxy that checks basic auth (an
+endpoint URL with userinfo, which the client sends as basic auth in place of its token) also
+takes those credentials.  ``server.requests`` records ``(method, path)`` of every request
+(never headers), ``server.request_times`` when each came.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import hashlib
 import json
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -81,6 +84,15 @@ def _git_blob_oid(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client killed mid-request (a publish killed mid-upload) is not the server's
+        # fault: say nothing, as a real Hub would not tell the next client about it.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class HubServer:
     """Thread-backed local Hub. Use ``start()``/``stop()`` or as a context manager."""
 
@@ -91,15 +103,17 @@ class HubServer:
         self.repos: dict[tuple[str, str], Repo] = {}
         self.lock = threading.Lock()
         self.requests: list[tuple[str, str]] = []
+        self.request_times: list[float] = []  # time.monotonic() of each of `requests`
         self.fail_commits = False
         self.fail_preupload = False
         self.fail_all = False
         self.fail_lfs_batch = 0
         self.commits_before_failure: int | None = None
         self.commit_sizes: list[int] = []
+        self.upload_delay_s = 0.0
         self.basic_auth: str | None = None
         self._counter = 0
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.daemon_threads = True
         self._httpd.hub = self  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
@@ -225,6 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
         path, query = url.path, parse_qs(url.query)
         with self.hub.lock:
             self.hub.requests.append((method, path))
+            self.hub.request_times.append(time.monotonic())
         body = self._body() if method in ("POST", "PUT") else b""
         try:
             if self.hub.fail_all:
@@ -265,6 +280,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _HTTPError(401, "Invalid credentials in Authorization header")
             return self._json(200, {"type": "user", "name": "test-user", "orgs": []})
         if method == "PUT" and path.startswith("/lfs-upload/"):
+            time.sleep(self.hub.upload_delay_s)
             oid = path.rsplit("/", 1)[1]
             if hashlib.sha256(body).hexdigest() != oid:
                 raise _HTTPError(400, "sha256 mismatch")
