@@ -5,6 +5,12 @@
     2  bad config, source, run id or output location (`pipeline.errors.InputError`),
        the run folder is in use by another process, or another writer took its lease
        over while this one stalled (`pipeline.store.lease.LeaseLost`)
+  124  stopped at its wall-time cap (`max_wall_s`): what was searched is committed,
+       reported and published (if configured), the rest is not; rerun the same command
+       (the same `--date` for a night) to search the rest.  124 is what `timeout(1)`
+       exits with: a job it killed and a job that stopped itself read the same, "ran
+       out of time, rerun to resume".  Any non-zero status is a failure to KubeRay,
+       so a RayJob's `backoffLimit` retries the job (the retry resumes, under a fresh cap)
   130  interrupted (Ctrl-C, SIGINT): rerun the same command to resume.  A SIGINT at any
        moment of the command gives 130, even when the KeyboardInterrupt it raised was
        caught and dropped on the way (`pipeline.run.interrupt`)
@@ -24,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pipeline.config import RunConfig
 
-OK, FAILED, BAD_INPUT, INTERRUPTED = 0, 1, 2, 130
+OK, FAILED, BAD_INPUT, WALL_TIME, INTERRUPTED = 0, 1, 2, 124, 130
 
 
 def run_alone(
@@ -146,6 +152,7 @@ __all__ = [
     "FAILED",
     "INTERRUPTED",
     "OK",
+    "WALL_TIME",
     "add_run_options",
     "add_verbose",
     "guarded",

@@ -9,18 +9,36 @@ search finished but whose publish failed is, when rerun, only published: no engi
 and nothing is searched again.  `--dry-run` plans the night's slice as a run would take
 it now (the synth dry run of that slice: problems, tokens, what the nodes need) and
 writes nothing, the ledger included.
-Exit status: 0 all searched and published (if configured), 1 any failure
-(problem errors, a publish failure, or a crash), 2 bad config or arguments.
+
+With `max_wall_s` in the config the night is capped in wall time from the job's start: at
+the cap no new tree starts, trees in flight get `wall_grace_s` to finish (later ones are
+abandoned, uncommitted), and the night publishes what it committed, records itself
+"failed" with reason "wall time" and the number of problems it left, prints that number
+and the command that resumes them, and exits 124.  Rerunning the date searches exactly
+the problems left: the slice stays as it was and committed trees are skipped.
+
+Exit status (`jobs.exits`): 0 all searched and published (if configured), 1 any failure
+(problem errors, a publish failure, or a crash), 2 bad config or arguments, 124 stopped
+at the wall-time cap (rerun the date to finish it).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import sys
 from typing import TYPE_CHECKING, Any
 
-from jobs.exits import FAILED, OK, add_run_options, guarded_publishing, run_alone, run_config
+from jobs.exits import (
+    FAILED,
+    OK,
+    WALL_TIME,
+    add_run_options,
+    guarded_publishing,
+    run_alone,
+    run_config,
+)
 
 if TYPE_CHECKING:
     from pipeline.config import RunConfig
@@ -46,9 +64,12 @@ def _night(args: argparse.Namespace) -> int:
     from pipeline.publish.publish_run import publish_configured
     from pipeline.run.nightly import Ledger, night_config, plan_night, run_night, run_spent
     from pipeline.run.synthesis import synthesize
+    from pipeline.run.wall import WallCap
     from pipeline.store.filesystem import check_reachable, open_store
 
     config = run_config(args)
+    # the cap counts from the job's start, and spans every invocation of a topped-up night
+    wall_cap = WallCap.start(config)
     try:
         date = dt.date.fromisoformat(args.date) if args.date else dt.datetime.now(dt.UTC).date()
     except ValueError:
@@ -64,19 +85,25 @@ def _night(args: argparse.Namespace) -> int:
     if publish_only:
         return _publish_only(config, ledger, night)
     for old in ledger.unfinished(before=night.date):
+        why = f" ({old['reason']})" if old.get("reason") else ""
         print(
-            f"warning: night {old['date']} is {old.get('status')}; resume it with "
-            f"python -m jobs.nightly --config {args.config} --date {old['date']}",
+            f"warning: night {old['date']} is {old.get('status')}{why}; resume it with "
+            f"{_resume_command(args, old['date'])}",
             file=sys.stderr,
         )
     print(f"night {night.date}: problems {night.skip}..{night.skip + night.limit - 1}")
     tonight = night_config(config, night)
+    cut = False  # stopped at the wall-time cap
     try:
-        summary, night = run_night(config, ledger, night, synthesize)
+        search = functools.partial(synthesize, wall_cap=wall_cap)
+        summary, night = run_night(config, ledger, night, search)
         tonight = night_config(config, night)  # the slice as admitted (spend cap)
         summary.render()
         if summary.problems == 0:
             print("source exhausted: no problems left for this slice; nothing to do")
+        cut = summary.stopped > 0
+        if cut:  # before publishing: a refused push must not hide how the night ended
+            _say_cut(args, config, night, summary.stopped + summary.search_failures)
         if config.publish.repo is not None:
             if summary.rows.get("sft", 0) + summary.rows.get("dpo", 0):
                 published = publish_configured(tonight, summary.run_dir)
@@ -84,11 +111,27 @@ def _night(args: argparse.Namespace) -> int:
             else:
                 print("no sft or dpo rows in this night's run: nothing to publish")
     except HubPublishError:
-        ledger.mark(night.date, "failed", reason="publish")
+        # A night cut at its wall-time cap stays one to search: its rerun searches the rest
+        # and publishes the whole run (a "publish" night's rerun would only publish).
+        ledger.mark(night.date, "failed", reason="wall time" if cut else "publish")
         raise
     except Exception:  # the night stays unfinished; `guarded` prints the one line
         ledger.mark(night.date, "failed", reason="crash")
         raise
+    if cut:
+        # Failed, not done: the rerun of the date resumes the same slice, and later nights
+        # warn about it until then.
+        ledger.mark(
+            night.date,
+            "failed",
+            reason="wall time",
+            max_wall_s=config.max_wall_s,
+            left=summary.stopped + summary.search_failures,
+            searched=summary.searched,
+            errors=summary.errors,
+            spent=run_spent(config, night.run_id),
+        )
+        return WALL_TIME
     if summary.search_failures:
         # Failed searches (an engine outage, the circuit breaker) are retried by rerunning
         # the date: the night stays unfinished, and its slice unspent.
@@ -97,8 +140,32 @@ def _night(args: argparse.Namespace) -> int:
     # Source errors are final (bad rows stay bad), so the night is done either way;
     # the exit status still tells the scheduler that some rows failed.
     spent = run_spent(config, night.run_id)
-    ledger.mark(night.date, "done", searched=summary.searched, errors=summary.errors, spent=spent)
+    ledger.mark(
+        night.date,
+        "done",
+        reason=None,  # an earlier attempt's, now resolved
+        left=0,
+        searched=summary.searched,
+        errors=summary.errors,
+        spent=spent,
+    )
     return FAILED if summary.errors else OK
+
+
+def _resume_command(args: argparse.Namespace, date: str) -> str:
+    """The command that resumes night `date`: this job's, with its output root."""
+    root = f" --output-root {args.output_root}" if args.output_root else ""
+    return f"python -m jobs.nightly --config {args.config}{root} --date {date}"
+
+
+def _say_cut(args: argparse.Namespace, config: RunConfig, night: NightSlice, left: int) -> None:
+    """The line of a night stopped at its wall-time cap: what it left, and how to resume."""
+    print(
+        f"stopped: the wall-time cap (max_wall_s {config.max_wall_s:g} s) was reached; "
+        f"{left} problems of night {night.date}'s slice were left unsearched (committed trees "
+        f"are kept and published); resume them with {_resume_command(args, night.date)}",
+        file=sys.stderr,
+    )
 
 
 def _dry_run(config: RunConfig, date: dt.date) -> int:

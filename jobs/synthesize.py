@@ -9,7 +9,9 @@ searches are retried by the next run) or publishing failed (the local Parquet
 stays; the message says how to retry), 2 for a bad config, source, run id or
 output location (a relative one under `ray job submit`), an empty selection, a run
 folder in use, or a lease taken over by another writer while this run stalled: one line,
-no traceback unless --verbose.
+no traceback unless --verbose; 124 when the run stopped at its wall-time cap
+(`max_wall_s`): what it searched is committed, reported and published, and rerunning the
+same command searches the rest.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pipeline.config import RunConfig
 
-from jobs.exits import FAILED, OK, add_run_options, guarded_publishing, run_alone, run_config
+from jobs.exits import (
+    FAILED,
+    OK,
+    WALL_TIME,
+    add_run_options,
+    guarded_publishing,
+    run_alone,
+    run_config,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,9 +62,18 @@ def _run(args: argparse.Namespace) -> int:
             "problems were not started (rerun the same command to retry them)",
             file=sys.stderr,
         )
+    if summary.stopped:
+        print(
+            f"stopped: the wall-time cap (max_wall_s {config.max_wall_s:g} s) was reached; "
+            f"{summary.stopped} problems were left unsearched (committed trees are kept); "
+            "rerun the same command to search them",
+            file=sys.stderr,
+        )
     if config.publish.repo is not None:
         published = publish_configured(config, summary.run_dir)
         print(f"published to {published.repo_id}: {published.commit_url}")
+    if summary.stopped:
+        return WALL_TIME
     return FAILED if summary.errors else OK
 
 

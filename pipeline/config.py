@@ -219,6 +219,20 @@ class RunConfig(StrictConfig):
     engine_failure_limit: int = Field(
         20, ge=0, description="policy requests failed in a row that stop new problems; 0: off"
     )
+    max_wall_s: float | None = Field(
+        None,
+        gt=0,
+        description="wall-time cap in seconds from the job's start (a nightly job's: across "
+        "its top-ups): then no new tree starts, trees in flight get wall_grace_s to finish "
+        "(later ones are abandoned uncommitted), the run commits, reports and publishes what "
+        "it has and exits 124; rerunning resumes the rest; unset: no cap",
+    )
+    wall_grace_s: float = Field(
+        600.0,
+        ge=0,
+        description="with max_wall_s: seconds the trees in flight at the cap may still run "
+        "to be committed; 0: abandon them at the cap",
+    )
     allow_empty: bool = Field(
         False, description="an empty source selection is fine (else: exit 2 with a message)"
     )

@@ -13,7 +13,12 @@ whether it finished, so
   floor((cap - spent) / B) more, runs them to the end (no search is ever cut),
   then tops up with what early-stopped searches left unspent.  The slice recorded in
   the ledger is what the night admitted, so the next night continues right after it,
-  and the night's spend is recorded too.
+  and the night's spend is recorded too;
+* with `max_wall_s` (a wall-time cap from the job's start, top-ups included) a night
+  stops at a tree boundary (`pipeline.run.wall`): it commits and publishes what it has,
+  tops up no more, and is recorded "failed" with reason "wall time" and the problems it
+  `left`.  Its slice stays as it was, so rerunning the date searches exactly those (the
+  committed trees are skipped; an abandoned tree was never committed).
 
 The output root must be persistent (on a cluster: a bucket, or shared storage mounted
 on the head node) for the ledger to carry over from night to night.
@@ -263,7 +268,9 @@ def run_night(
 ) -> tuple[RunSummary, NightSlice]:
     """Run one night's slice, within its spend cap (`nightly.budget_per_night`) when set.
 
-    Returns the last invocation's summary and the slice as finally admitted.
+    Returns the last invocation's summary and the slice as finally admitted.  A night
+    stopped at its wall-time cap (`summary.stopped`) is not topped up: its slice stays as
+    admitted, for the rerun to finish.
     """
     spend_cap = config.nightly.budget_per_night
     summary = synthesize(night_config(config, night))
@@ -273,6 +280,8 @@ def run_night(
         spent = run_spent(config, night.run_id)
         # "envelope" is the ledger's key for the spend cap: every ledger written so far has it.
         ledger.mark(night.date, "running", spent=spent, envelope=spend_cap)
+        if summary.stopped:  # the wall-time cap: the rest of the slice is the rerun's
+            return summary, night
         # Top up only the last night: a later night already starts after this slice.
         last = ledger.nights[-1]["date"] == night.date
         room = config.nightly.problems_per_night - night.limit

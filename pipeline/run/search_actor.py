@@ -10,6 +10,9 @@ skipped problems) through to the driver.  Every call's search runs on the actor'
 event loop against the *shared* policy and scorer deployments, and returns that tree's
 records the moment it is graded, so the driver commits it while the other trees go on.
 A problem that fails becomes an `errors` record; it never fails the call.
+Under the run's wall-time cap (`pipeline.run.wall`) a problem that reaches the actor after
+the cap comes back unsearched (None: no record at all), and so does a tree still in flight
+when the cap's grace ends (cancelled); the next run searches both.
 
 Only a search that produced something counts as done: one whose every request
 failed, whose problem cannot fit the context, whose every step is empty, or which
@@ -50,6 +53,7 @@ from pipeline.config import RunConfig
 from pipeline.problems.decontamination import build_decontaminator
 from pipeline.records import error_row, records_for
 from pipeline.run.stream_rows import Problem, Records, map_problems
+from pipeline.run.wall import WallCap
 from pipeline.store.request_log import TreeLog
 from pipeline.store.run_folder import RunFolder
 from search import TokenCounts, derive_seed, run_search
@@ -58,13 +62,16 @@ log = logging.getLogger(__name__)
 
 
 class SearchActor:
-    def __init__(self, run: dict[str, Any], board: str | None = None) -> None:
+    def __init__(
+        self, run: dict[str, Any], board: str | None = None, wall: WallCap | None = None
+    ) -> None:
         import ray
         from ray import serve
 
         install_log_redaction()
         self.run = RunConfig.model_validate(run)
         self.run_id = self.run.resolved_run_id
+        self.wall = wall  # the run's wall-time cap (None: none)
         self.breaker = EngineBreaker(self.run.engine_failure_limit, on_open=self._breaker_opened)
         self.counters = Counters()
         cost = self.run.search.cost
@@ -134,8 +141,9 @@ class SearchActor:
     async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         return await map_problems(batch, self.solve_all)
 
-    async def solve_all(self, problems: list[Problem]) -> list[Records]:
-        """Search every problem at once on this actor's event loop; records in order."""
+    async def solve_all(self, problems: list[Problem]) -> list[Records | None]:
+        """Search every problem at once on this actor's event loop; records in order (None:
+        left unsearched at the wall-time cap)."""
         if self.reporter is not None:
             self.reporter.start()
         outputs = await asyncio.gather(*(self.solve(p) for p in problems))
@@ -218,15 +226,23 @@ class SearchActor:
         except Exception as exc:  # steering is an optimisation: never fail the trees
             log.warning("admission steering stopped, target stays %d: %s", self.gate.target, exc)
 
-    async def solve(self, problem: Problem) -> Records:
+    async def solve(self, problem: Problem) -> Records | None:
+        """The problem's records; None when the wall-time cap left it unsearched (not
+        started, or abandoned in flight): nothing of it is committed."""
         await self._admit(problem.problem)
         await self.gate.enter()
         try:
+            if self.wall is not None and self.wall.up():  # no new tree after the cap
+                return None
             self.counters.trees_started += 1
             self.gauges.peak_in_flight = self.gate.peak
-            records = await self._solve(problem.problem_id, problem.problem, problem.reference)
+            search = self._solve(problem.problem_id, problem.problem, problem.reference)
+            records = await (search if self.wall is None else self.wall.finish(search))
         finally:
             await self.gate.leave()
+        if records is None:  # still in flight when the cap's grace ended: given up
+            log.warning("problem %s: abandoned at the wall-time cap", problem.problem_id)
+            return None
         self.counters.trees_done += 1
         self.counters.tree_errors += bool(records.get("errors"))
         self.counters.correct += sum(bool(n["label"]) for n in records.get("nodes", []))

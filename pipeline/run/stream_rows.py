@@ -10,6 +10,8 @@ A problem's way from its source to the sink, and the one form it has at each ste
       -> `Problem`             all the search actor sees (`map_problems`)
       -> records               `{record type: [rows]}` from `pipeline.records`
       -> STREAM_SCHEMA row     the same row with `records` (JSON) filled in, to the driver
+                               (kind "stopped", no records: left unsearched at the run's
+                               wall-time cap, `pipeline.run.wall`)
       -> `StreamResult`        what the driver commits and counts (`results_of`)
 
 Records cross the stream as JSON text (one encode in the actor, one decode in the driver:
@@ -44,7 +46,7 @@ SOURCE_SCHEMA = pa.schema(
 # What the search stage reads, and (with `records` filled) what it returns.
 STREAM_SCHEMA = pa.schema(
     [
-        ("kind", pa.string()),  # "problem" | "tally"
+        ("kind", pa.string()),  # "problem" | "tally" | "stopped" (unsearched at the wall cap)
         ("problem_id", pa.string()),
         ("problem", pa.string()),
         ("reference", pa.string()),
@@ -65,9 +67,10 @@ class Problem:
 
 @dataclass(frozen=True, slots=True)
 class StreamResult:
-    """One row out of the search stage: a searched problem's records, or a tally."""
+    """One row out of the search stage: a searched problem's records, a tally, or a
+    problem left unsearched at the wall-time cap ("stopped": nothing to commit)."""
 
-    kind: Literal["problem", "tally"]
+    kind: Literal["problem", "tally", "stopped"]
     records: Records
     skipped: int
 
@@ -137,11 +140,13 @@ def stream_table(rows: Sequence[Mapping[str, Any]]) -> Any:
 
 # -- the search stage ----------------------------------------------------------------------
 async def map_problems(
-    batch: Mapping[str, Any], solve: Callable[[list[Problem]], Awaitable[list[Records]]]
+    batch: Mapping[str, Any],
+    solve: Callable[[list[Problem]], Awaitable[Sequence[Records | None]]],
 ) -> dict[str, list[Any]]:
     """Search a stream batch's problems with `solve`; a tally passes through untouched.
 
-    Returns the batch as STREAM_SCHEMA columns with `records` filled in.
+    Returns the batch as STREAM_SCHEMA columns with `records` filled in; a problem `solve`
+    left unsearched (None: the wall-time cap) becomes a "stopped" row without records.
     """
     n = len(batch["problem_id"])
     kinds = [str(k) for k in batch["kind"]]
@@ -157,7 +162,10 @@ async def map_problems(
     ]
     if problems:
         for i, output in zip(todo, await solve(problems), strict=True):
-            records[i] = encode_records(output)
+            if output is None:
+                kinds[i] = "stopped"
+            else:
+                records[i] = encode_records(output)
     return {
         "kind": kinds,
         "problem_id": [None if x is None else str(x) for x in batch["problem_id"]],
@@ -171,7 +179,9 @@ async def map_problems(
 def results_of(table: Any) -> Iterator[StreamResult]:
     """The driver's view of a block out of the search stage."""
     for row in table.select(["kind", "records", "skipped"]).to_pylist():
-        kind: Literal["problem", "tally"] = "tally" if row["kind"] == "tally" else "problem"
+        kind: Literal["problem", "tally", "stopped"] = (
+            row["kind"] if row["kind"] in ("tally", "stopped") else "problem"
+        )
         yield StreamResult(kind, decode_records(row["records"]), int(row["skipped"] or 0))
 
 

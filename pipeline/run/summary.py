@@ -35,6 +35,9 @@ class RunSummary:
     errors: int = 0
     search_failures: int = 0  # failed searches (retried by the next run), not_started included
     not_started: int = 0  # problems the engine circuit breaker kept from starting
+    # problems left unsearched at the wall-time cap (`max_wall_s`: not started, or abandoned
+    # in flight); nothing of them is committed, so the next run searches them
+    stopped: int = 0
     grade_timeouts: int = 0  # answer comparisons cut off by their limit (graded incorrect)
     answered_nodes: int = 0
     correct_nodes: int = 0
@@ -109,6 +112,11 @@ class RunSummary:
             table.add_row(
                 "not started (breaker)",
                 f"{self.not_started}: the engine failed repeatedly; rerun to retry them",
+            )
+        if self.stopped:
+            table.add_row(
+                "left at the wall-time cap",
+                f"{self.stopped}: not searched (max_wall_s); rerun to search them",
             )
         table.add_row("grading timeouts", str(self.grade_timeouts))
         table.add_row("answered nodes", str(self.answered_nodes))

@@ -13,6 +13,10 @@ The driver never holds the selection: it checks the source config and counts the
 selection (`sources.check_source`, streaming, stops after skip + limit records), then
 commits and counts what the stream hands it.
 
+With `max_wall_s` the run stops at its wall-time cap (`pipeline.run.wall`): no tree starts
+after it, trees still in flight after its grace are abandoned uncommitted, and the run
+commits, reports and returns what it has, counting the problems it left (`stopped`).
+
 The policy and scorer are Serve deployments started here and shared by every
 actor.  Actors restart on failure and their tasks are retried, so a dead
 actor's problems are redone; the sink's resume logic keeps rows unique.
@@ -42,6 +46,7 @@ from pipeline.run.live import LiveProgress
 from pipeline.run.plan import check_engines
 from pipeline.run.stream_rows import results_of
 from pipeline.run.summary import RunSummary
+from pipeline.run.wall import WallCap
 from pipeline.store import request_log
 from pipeline.store.filesystem import (
     check_reachable,
@@ -75,14 +80,19 @@ def synthesize(
     progress: ProgressTarget = "stderr",
     progress_every_s: float = 10.0,
     verbose: bool = False,
+    wall_cap: WallCap | None = None,
 ) -> RunSummary:
     """Run the whole synthesis job for `config`; returns the summary.
 
     `progress`: where the live display goes (`pipeline.run.live`; a terminal gets a panel
     redrawn in place, anything else a plain line every `progress_every_s` seconds);
-    None is silent.  `verbose` keeps Ray's own progress bars and INFO logs.
+    None is silent.  `verbose` keeps Ray's own progress bars and INFO logs.  `wall_cap`:
+    the cap of a job that began earlier (a nightly job's, across its invocations); by
+    default `max_wall_s` counts from this call.
     """
     start = time.perf_counter()
+    if wall_cap is None:
+        wall_cap = WallCap.start(config)
     install_log_redaction()
     run_id = config.resolved_run_id
     selection = check_source(config.source)  # config errors: one line, before any work
@@ -102,6 +112,7 @@ def synthesize(
                 progress=progress,
                 progress_every_s=progress_every_s,
                 verbose=verbose,
+                wall_cap=wall_cap,
             )
     except Exception as exc:
         reason = out_of_space(exc)
@@ -228,6 +239,7 @@ def _synthesize(
     progress: ProgressTarget,
     progress_every_s: float,
     verbose: bool,
+    wall_cap: WallCap | None,
 ) -> RunSummary:
     """The run under its lease: start Ray and the engines, search the selection and
     commit each tree as it lands, then sweep the request logs and write the report."""
@@ -267,7 +279,10 @@ def _synthesize(
             .remote()
         )
         problems = problem_stream(config.source, config.output_root, run_id)
-        dataset = search_stage(problems, config, SearchActor, board_name)
+        # the cap goes only where there is one: the benchmarks' stand-ins for the stage
+        # and the actor take the arguments of a run without one
+        capped = {} if wall_cap is None else {"wall_cap": wall_cap}
+        dataset = search_stage(problems, config, SearchActor, board_name, **capped)
         live = _live_progress(board, config, selection, progress, progress_every_s)
         try:
             _commit_stream(dataset, sink, summary, folder, logged, live)
@@ -345,6 +360,9 @@ def _commit_stream(
             # A Ctrl-C stops the run here, between two commits, even when the
             # KeyboardInterrupt it raised was caught and dropped (`pipeline.run.interrupt`)
             raise_if_interrupted()
+            if result.kind == "stopped":  # left at the wall-time cap: nothing to commit
+                summary.stopped += 1
+                continue
             if result.kind == "problem":
                 sink.write_batch(result.records)
                 summary.account(result.records)
@@ -410,7 +428,9 @@ def _record_board(summary: RunSummary, board: Any) -> None:
     summary.peak_in_flight_per_actor = int(snap.get("peak_in_flight") or 0) or None
 
 
-def search_stage(problems: Any, config: RunConfig, actor: type, board: str) -> Any:
+def search_stage(
+    problems: Any, config: RunConfig, actor: type, board: str, wall_cap: WallCap | None = None
+) -> Any:
     """The Ray Data stage that searches `problems` (`pipeline.run.stream.problem_stream`: one
     row per block): one finished tree per output block.
 
@@ -420,14 +440,19 @@ def search_stage(problems: Any, config: RunConfig, actor: type, board: str) -> A
     committed) as soon as that tree is done.  The actor's async __call__ runs every call
     on one event loop; `max_concurrent_calls_per_actor` is what lets the calls overlap
     (Ray Data's map actors take one call at a time by default: that is why one problem
-    per call once ran the trees one after another).
+    per call once ran the trees one after another).  `wall_cap`: the run's wall-time cap,
+    which each actor enforces on the trees it starts and runs (`pipeline.run.wall`).
     """
     import ray
 
     per_actor = config.trees_per_actor
     return problems.map_batches(
         actor,
-        fn_constructor_kwargs={"run": config.model_dump(mode="json"), "board": board},
+        fn_constructor_kwargs={
+            "run": config.model_dump(mode="json"),
+            "board": board,
+            **({} if wall_cap is None else {"wall": wall_cap}),
+        },
         compute=ray.data.ActorPoolStrategy(
             size=config.actors,
             max_tasks_in_flight_per_actor=per_actor,
@@ -448,6 +473,7 @@ def _summary_fields(summary: RunSummary) -> dict[str, Any]:
         "skipped": summary.skipped,
         "errors": summary.errors,
         "not_started": summary.not_started,
+        "stopped": summary.stopped,
         "grade_timeouts": summary.grade_timeouts,
         "answered_nodes": summary.answered_nodes,
         "correct_nodes": summary.correct_nodes,

@@ -6,15 +6,20 @@ search actors, Serve deployments, sink) and publishes to the local Hub server
 must see answered, correct nodes every night to check that each night publishes,
 and the embedded SmolLM2 rarely writes a boxed answer at a budget small enough
 for CI (the real model's pipeline path is covered by test_main_command_yields_training_data and
-test_resume_after_kill).
+test_resume_after_kill).  The same run also cuts a night at its wall-time cap (`max_wall_s`)
+and resumes it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
+import re
 import threading
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,8 @@ import yaml
 
 from pipeline.config import parse_run_config
 from pipeline.run.nightly import Ledger, night_config, plan_night
+from pipeline.run.wall import WallCap
+from pipeline.store.run_folder import RunFolder
 from tests.hub_server import HubServer
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -31,6 +38,25 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 TOKEN = "hf_nightly_FAKE_token_0123456789"
 REPO = "bgmcts/nightly"
+SLOW = "(this one is slow)"
+
+
+class CapAtTheSecondTree(WallCap):
+    """A wall-time cap that falls the moment its search actor starts a second tree.
+
+    The first tree started with no cap in sight, so it ran to its end; the second is in
+    flight at the cap (it has the grace); every later problem is refused.  An event, not a
+    time: a cut made by the clock would depend on how fast a loaded machine deploys and
+    searches.
+    """
+
+    def up(self) -> bool:
+        starts = getattr(self, "starts", 0) + 1
+        object.__setattr__(self, "starts", starts)  # `WallCap` is frozen; a copy per actor
+        if starts == 2:
+            object.__setattr__(self, "stop_at", time.time())
+            return False
+        return super().up()
 
 
 def _config(root: Path, problems: Path, per_night: int = 2) -> dict[str, object]:
@@ -101,7 +127,9 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     problems = tmp_path / "problems.jsonl"
     rows = [
-        {"id": f"p{i}", "question": f"What is {i} + {42 - i}?", "answer": "42"} for i in range(1, 5)
+        {"id": f"p{i}", "question": f"What is {i} + {42 - i}?{' ' + SLOW if i == 6 else ''}"}
+        | {"answer": "42"}
+        for i in range(1, 8)
     ]
     problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     config = _config(tmp_path / "out", problems)
@@ -129,7 +157,9 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
     assert "searched already; publishing" in capsys.readouterr().out  # and searches nothing
     assert trees("2026-11-21") == searched
     assert main(["--config", str(path), "--date", "2026-11-21"]) == 0  # rerun: resume
-    assert main(["--config", str(path), "--date", "2026-11-22"]) == 0  # source exhausted
+
+    _cut_at_the_wall_time_cap_then_resumed(tmp_path, config, hub, monkeypatch, capsys)
+
     assert trees("2026-11-20") == ["p1", "p2"]
     assert trees("2026-11-21") == ["p3", "p4"]  # the rerun wrote no row twice
     ledger = Ledger(tmp_path / "out").nights
@@ -137,14 +167,107 @@ def test_nightly_job_takes_the_next_slice_publishes_and_resumes(
         ("2026-11-20", "done", 0),
         ("2026-11-21", "done", 2),
         ("2026-11-22", "done", 4),
+        ("2026-11-23", "done", 7),
     ]
-    for n in ledger[:2]:  # the spend each night recorded is what its trees spent
+    for n in ledger[:3]:  # the spend each night recorded is what its trees spent
         c_used = pq.read_table(tmp_path / "out" / f"run=n-{n['date']}" / "trees").column("c_used")
         assert n["spent"] == sum(c_used.to_pylist()) <= 10_000
     published = {p for p in hub.files(REPO) if p.startswith("data/sft/")}
     assert any("run=n-2026-11-20" in p for p in published)
     assert any("run=n-2026-11-21" in p for p in published)
     assert TOKEN not in (tmp_path / "out" / "run=n-2026-11-20" / "run.json").read_text()
+
+
+def _cut_at_the_wall_time_cap_then_resumed(
+    tmp_path: Path,
+    config: dict[str, Any],
+    hub: HubServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Night 2026-11-22 (p5, p6, p7) hits its wall-time cap: p5 is committed, p6 (slow) is
+    in flight, runs past the grace and is abandoned, p7 never starts.  It publishes p5,
+    exits 124 and says so; the ledger records it failed at the wall time with its slice as
+    it was; the next night warns about it and finds the source exhausted; the rerun of
+    11-22 searches p6 and p7 only.
+
+    The only seam is a wrapper around the real search stage: it checks the cap the job
+    handed it (`max_wall_s` from the job's start) and hands the actor `CapAtTheSecondTree`
+    instead, with the config's grace.
+    """
+    from jobs.nightly import main
+    from pipeline.run import synthesis
+
+    engine = {**config["policy"]["engine"], "slow_marker": SLOW, "slow_factor": 1000}
+    capped = {
+        **config,
+        "nightly": {**config["nightly"], "problems_per_night": 3},
+        "max_wall_s": 3600,
+        "wall_grace_s": 2,  # p6 is abandoned 2 s after the cap, thousands before its end
+        # one tree at a time: the actor starts p5, p6, p7 in the slice's order (two at once
+        # reach the actor in either order)
+        "trees_per_actor": 1,
+        "policy": {"engine": engine},
+        "scorer": {**config["scorer"], "engine": engine},
+    }
+    path = tmp_path / "capped.yaml"
+    path.write_text(yaml.safe_dump(capped))
+    real = synthesis.search_stage
+    caps: list[WallCap] = []
+
+    def stage(*args: Any, wall_cap: WallCap | None = None) -> Any:
+        assert wall_cap is not None and wall_cap.grace_s == 2
+        caps.append(wall_cap)
+        return real(*args, wall_cap=CapAtTheSecondTree(math.inf, wall_cap.grace_s))
+
+    monkeypatch.setattr(synthesis, "search_stage", stage)
+    capsys.readouterr()
+    began = time.time()
+    assert main(["--config", str(path), "--date", "2026-11-22"]) == 124
+    monkeypatch.setattr(synthesis, "search_stage", real)
+    # the job's cap counts from its start
+    assert len(caps) == 1 and began + 3600 <= caps[0].stop_at <= time.time() + 3600
+    err = capsys.readouterr().err
+    resume = f"python -m jobs.nightly --config {path} --date 2026-11-22"
+    assert "2 problems of night 2026-11-22's slice were left unsearched" in err, err
+    assert f"resume them with {resume}" in err
+
+    run = RunFolder.open(tmp_path / "out", "n-2026-11-22")
+    assert sorted(run.searched_problem_ids()) == ["p5"]  # p6 abandoned, p7 never started
+    assert run.count("errors") == 0  # nothing of p6 or p7 is committed, not even an error
+    _every_tree_is_whole(run, budget=int(config["budget"]))
+    night = Ledger(tmp_path / "out").find("2026-11-22")
+    assert night is not None
+    assert (night["status"], night["reason"], night["left"]) == ("failed", "wall time", 2)
+    assert (night["skip"], night["limit"], night["max_wall_s"]) == (4, 3, 3600)
+    published = {p for p in hub.files(REPO) if p.startswith("data/sft/")}
+    assert any("run=n-2026-11-22" in p for p in published)  # what it had
+
+    # a later night names it with the command that resumes it, and takes the slice after it
+    plain = tmp_path / "nightly.yaml"
+    assert main(["--config", str(plain), "--date", "2026-11-23"]) == 0  # source exhausted
+    out, err = capsys.readouterr()
+    assert "night 2026-11-22 is failed (wall time); resume it with" in err
+    assert "source exhausted" in out
+
+    assert main(["--config", str(plain), "--date", "2026-11-22"]) == 0  # the rerun, no cap
+    table = capsys.readouterr().out
+    assert re.search(r"problems searched\W+2\b", table), table  # p6 and p7 only
+    assert re.search(r"already done \(skipped\)\W+1\b", table), table  # p5
+    trees = run.read("trees").column("problem_id").to_pylist()
+    assert Counter(trees) == Counter(["p5", "p6", "p7"])  # each once: none twice, none lost
+    _every_tree_is_whole(run, budget=int(config["budget"]))
+    night = Ledger(tmp_path / "out").find("2026-11-22")
+    assert night is not None
+    assert (night["status"], night["reason"], night["left"]) == ("done", None, 0)
+
+
+def _every_tree_is_whole(run: RunFolder, budget: int) -> None:
+    """Each committed tree has every node it counts in `tree_nodes`, and spent at most B."""
+    nodes = Counter(run.read("tree_nodes").column("problem_id").to_pylist())
+    for tree in run.read("trees").to_pylist():
+        assert nodes[tree["problem_id"]] == tree["n_nodes"] + 1, tree["problem_id"]  # + root
+        assert tree["c_used"] <= budget
 
 
 def test_the_dry_run_plans_the_nights_slice_and_writes_nothing(
