@@ -14,7 +14,9 @@ three rules are checked:
 * every manifest is what the API server of the KubeRay release they name accepts under
   kubectl's strict field validation (`tests.kuberay_schema`, the release's CRD schemas);
 * the clusters go away a minute after their job, and every pod mounts the model cache
-  that jobs/model-cache.yaml fills with the models the configs name.
+  that jobs/model-cache.yaml fills with the models the configs name;
+* every RayJob has a deadline (`activeDeadlineSeconds`) past the wall-time cap its config
+  sets (`max_wall_s` + `wall_grace_s`) by at least `DEADLINE_MARGIN_S`.
 
 Each rule is also shown to fail on a broken copy (the `test_*_catches_*` tests).
 """
@@ -46,6 +48,11 @@ NODEPS = "requirements-nodeps.txt"
 GPU = "nvidia.com/gpu"
 REMOTE = ("s3://", "gs://")
 SEARCH_NODE = '"{\\"search_node\\": 1000}"'  # rayStartParams.resources, as KubeRay takes it
+# What a RayJob's deadline allows past its run's own wall-time cap (which counts from the
+# job's start, so Ray and the engines starting are inside it): the cluster coming up before
+# the job starts (GPU nodes provisioned, a 10 GB image pulled: up to about 15 min), then
+# the report, the compaction and the publish of a night's Parquet after the cap (minutes).
+DEADLINE_MARGIN_S = 1800
 
 
 @dataclass(frozen=True)
@@ -364,6 +371,68 @@ def test_the_cluster_goes_away_minutes_after_its_job(path: str) -> None:
     spec = job_spec(_load(path))
     assert spec["shutdownAfterJobFinishes"] is True
     assert 0 <= spec["ttlSecondsAfterFinished"] <= 300
+
+
+def deadline_problems(config: RunConfig, spec: dict[str, Any]) -> list[str]:
+    """The RayJob stops itself (`max_wall_s`, then `wall_grace_s`) before KubeRay stops it
+    (`activeDeadlineSeconds`), with `DEADLINE_MARGIN_S` for the cluster to start and the
+    run to publish: a job killed by its deadline publishes nothing."""
+    deadline = spec.get("activeDeadlineSeconds")
+    if config.max_wall_s is None:
+        return ["the config sets no max_wall_s: the run cannot stop itself before the deadline"]
+    if deadline is None:
+        return ["no activeDeadlineSeconds: a run that hangs holds its GPUs until someone notices"]
+    least = config.max_wall_s + config.wall_grace_s + DEADLINE_MARGIN_S
+    if deadline < least:
+        return [
+            f"activeDeadlineSeconds {deadline} < max_wall_s {config.max_wall_s:g} + "
+            f"wall_grace_s {config.wall_grace_s:g} + margin {DEADLINE_MARGIN_S} = {least:g}"
+        ]
+    return []
+
+
+@pytest.mark.parametrize("path", MANIFESTS)
+def test_a_hung_job_is_stopped_after_its_run_could_stop_itself(path: str) -> None:
+    spec = job_spec(_load(path))
+    assert deadline_problems(run_config(spec), spec) == []
+    assert kuberay_schema.problems(_load(path)) == []  # where the release takes the field
+
+
+def test_the_nightly_deadline_reads_the_nightly_config() -> None:
+    nightly = load_run_config(REPO / "configs/nightly.yaml")
+    assert nightly.max_wall_s is not None
+    cron = job_spec(_load("jobs/raycronjob.yaml"))
+    assert entrypoint_options(cron)["config"] == "configs/nightly.yaml"
+    assert cron["activeDeadlineSeconds"] > nightly.max_wall_s + DEADLINE_MARGIN_S
+    rerun = job_spec(_load("jobs/rayjob-nightly-rerun.yaml"))
+    assert rerun["activeDeadlineSeconds"] == cron["activeDeadlineSeconds"]
+
+
+def test_deadline_rule_catches_a_deadline_the_cap_runs_past() -> None:
+    spec, config = _rayjob()
+    assert config.max_wall_s is not None
+    spec["activeDeadlineSeconds"] = int(config.max_wall_s)  # no room for the grace or publish
+    [problem] = deadline_problems(config, spec)
+    assert problem.startswith(f"activeDeadlineSeconds {int(config.max_wall_s)} < max_wall_s")
+    del spec["activeDeadlineSeconds"]
+    assert deadline_problems(config, spec)[0].startswith("no activeDeadlineSeconds")
+    uncapped = config.model_copy(update={"max_wall_s": None})
+    assert deadline_problems(uncapped, spec)[0].startswith("the config sets no max_wall_s")
+
+
+def test_schema_rule_catches_a_deadline_in_the_wrong_place() -> None:
+    """The RayCronJob takes the RayJob's fields in spec.jobTemplate, not in spec."""
+    manifest = copy.deepcopy(_load("jobs/raycronjob.yaml"))
+    template = manifest["spec"]["jobTemplate"]
+    manifest["spec"]["activeDeadlineSeconds"] = template.pop("activeDeadlineSeconds")
+    assert kuberay_schema.problems(manifest) == [
+        "spec: Additional properties are not allowed ('activeDeadlineSeconds' was unexpected)"
+    ]
+    template["activeDeadlineSeconds"] = "16800"
+    del manifest["spec"]["activeDeadlineSeconds"]
+    assert kuberay_schema.problems(manifest) == [
+        "spec.jobTemplate.activeDeadlineSeconds: '16800' is not of type 'integer'"
+    ]
 
 
 def model_cache_problems(cluster: list[Group]) -> list[str]:
