@@ -54,7 +54,9 @@ __all__ = [
     "PublishResult",
     "RunUpload",
     "card_configs",
+    "commit_in_chunks",
     "commit_run",
+    "hub_errors",
     "retry_command",
 ]
 
@@ -164,7 +166,7 @@ def commit_run(
     if not private and not upload.card_info.license:
         raise fail(_NO_LICENSE.format(repo=repo_id, why="would be created public"))
     progress = _Progress()
-    with _hub_errors(f"Publishing run {run_id} to {repo_id} failed", secrets, fail):
+    with hub_errors(f"Publishing run {run_id} to {repo_id} failed", secrets, fail):
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         public = not api.repo_info(repo_id, repo_type="dataset").private
         if public and not upload.card_info.license:
@@ -175,14 +177,14 @@ def commit_run(
         stale = _stale(existing, run_id, upload)
         room = max_files - 2 - len(upload.report)  # the card and runs.json go in the last one
         if len(pending) + len(stale) > room:  # too many for one commit: data, deletes, card
-            for chunk in _chunks(sorted(pending), max_files):
-                adds = [CommitOperationAdd(p, str(pending[p])) for p in chunk]
-                _commit(api, repo_id, adds, f"Publish run {run_id}: data", progress)
-                progress.uploaded += chunk
-            for chunk in _chunks(stale, max_files):
-                deletes = [CommitOperationDelete(p) for p in chunk]
-                _commit(api, repo_id, deletes, f"Publish run {run_id}: old files", progress)
-                progress.deleted += chunk
+            adds = [CommitOperationAdd(p, str(pending[p])) for p in sorted(pending)]
+            message = f"Publish run {run_id}: data"
+            progress.commits += commit_in_chunks(api, repo_id, adds, message, max_files)
+            progress.uploaded += sorted(pending)
+            deletes = [CommitOperationDelete(p) for p in stale]
+            message = f"Publish run {run_id}: old files"
+            progress.commits += commit_in_chunks(api, repo_id, deletes, message, max_files)
+            progress.deleted += stale
             pending, stale = {}, []
         _card_commit(api, repo_id, upload, pending, stale, secrets, progress, fail)
         progress.uploaded += sorted(pending)
@@ -299,13 +301,24 @@ def _commit(
     logger.info("%s: %d files (%s)", message, len(operations), redact_text(info.commit_url))
 
 
-def _chunks(items: Sequence[str], size: int) -> Iterator[list[str]]:
-    for start in range(0, len(items), size):
-        yield list(items[start : start + size])
+def commit_in_chunks(
+    api: HfApi,
+    repo_id: str,
+    operations: Sequence[_Operation],
+    message: str,
+    max_files: int = MAX_FILES_PER_COMMIT,
+) -> list[Any]:
+    """`operations` in order, in commits of at most `max_files` files each (steps 1 and 2
+    of the module docstring); the CommitInfo of each commit made.  The caller orders them:
+    a file listed last goes up in the last commit."""
+    progress = _Progress()
+    for start in range(0, len(operations), max_files):
+        _commit(api, repo_id, operations[start : start + max_files], message, progress)
+    return progress.commits
 
 
 @contextlib.contextmanager
-def _hub_errors(
+def hub_errors(
     what: str, secrets: Sequence[str], fail: Callable[[str], HubPublishError]
 ) -> Iterator[None]:
     """Any error but our own `HubPublishError` becomes one naming `what` and the cause."""

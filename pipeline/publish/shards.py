@@ -34,6 +34,7 @@ other table with a ``split`` column of "train" appended, so its columns match ne
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ __all__ = [
     "ROW_GROUP_ROWS",
     "SPLIT_COLUMN",
     "ConfigShards",
+    "is_shard_name",
     "shard_config",
 ]
 
@@ -60,6 +62,10 @@ ROW_GROUP_ROWS = 1_000
 # The column that names a row's split (pipeline.records.splits); `errors` rows have none.
 SPLIT_COLUMN = "split"
 _DIGEST_CHARS = 12
+# A shard's file name (`ConfigShards.repo_paths`); the earlier layouts' names never match.
+_SHARD_NAME = re.compile(
+    rf"(?:{'|'.join(SPLITS)})-[0-9a-f]{{{_DIGEST_CHARS}}}-\d{{5,}}-of-\d{{5,}}\.parquet"
+)
 _SAMPLE_STR_MAX = 400  # characters of a string shown in the card's sample rows
 # The column appended to a table written before the split existed.
 _SPLIT_FIELD = pa.field(
@@ -87,6 +93,11 @@ class ConfigShards:
                 name = f"{split}-{digest}-{i:05d}-of-{len(shards):05d}.parquet"
                 out[f"{folder}/{name}"] = shard
         return out
+
+
+def is_shard_name(file_name: str) -> bool:
+    """Whether `file_name` (no folder) is a shard's name, ``<split>-<digest>-<i>-of-<n>``."""
+    return _SHARD_NAME.fullmatch(file_name) is not None
 
 
 def shard_config(
