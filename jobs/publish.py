@@ -115,6 +115,7 @@ def _reshard(args: argparse.Namespace) -> int:
         token=token,
         token_env=args.token_env,
         runs=None if args.run_id is None else [args.run_id],
+        progress=lambda line: print(line, flush=True),
     )
     print(result.summary())
     return FAILED if result.left else OK

@@ -23,8 +23,10 @@ are read as they are.  Runs published before the split (files without the prefix
 listed in their config's ``train`` split one run folder each,
 ``data/<config>/run=<run_id>/*.parquet``, after the ``train-*`` glob (``datasets`` takes the
 columns from the first file, so it reads their missing ``split`` as null), until they are
-re-published.  ``sft`` (else the first training config present) is marked
-``default: true``, so ``datasets.load_dataset(repo_id)`` returns its train and test splits.
+re-published.  Both earlier layouts become shards without their run folders with
+``python -m jobs.publish --reshard`` (`pipeline.publish.reshard`).  ``sft`` (else the first
+training config present) is marked ``default: true``, so ``datasets.load_dataset(repo_id)``
+returns its train and test splits.
 """
 
 from __future__ import annotations

@@ -122,9 +122,11 @@ def reshard_repo(
     token_env: str = "HF_TOKEN",
     max_files_per_commit: int = MAX_FILES_PER_COMMIT,
     runs: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ReshardResult:
     """Rewrite every run of `repo_id` held in an earlier layout (only `runs`, when given)
-    as shards, then the card's ``configs:`` (see the module docstring).
+    as shards, then the card's ``configs:`` (see the module docstring).  Each run's line
+    (files before -> after, commits) is logged and, given `progress`, passed to it.
 
     Raises ValueError for a run in `runs` that the repo has no data of, and
     `HubPublishError` (its message ending with the command that resumes) on a Hub failure.
@@ -153,7 +155,10 @@ def reshard_repo(
     left: dict[str, str] = {}
     with hub_errors(f"Resharding {repo_id} failed", secrets, fail):
         for run_id in todo:
-            made, why = _reshard_run(api, repo_id, run_id, max_files_per_commit, fail)
+            made, why, line = _reshard_run(api, repo_id, run_id, max_files_per_commit, fail)
+            (logger.info if why is None else logger.warning)(line)
+            if progress is not None:
+                progress(line)
             commits += made
             if why is None:
                 resharded.append(run_id)
@@ -206,9 +211,9 @@ def _is_shard(path: str) -> bool:
 
 def _reshard_run(
     api: HfApi, repo_id: str, run_id: str, max_files: int, fail: _Fail
-) -> tuple[int, str | None]:
-    """Run `run_id` as shards, its old files deleted: (commits made, None), or (0, why)
-    when it is left as it is."""
+) -> tuple[int, str | None, str]:
+    """Run `run_id` as shards, its old files deleted: (commits made, None, progress line),
+    or (0, why, progress line) when it is left as it is."""
     head, files = _head(api, repo_id, fail)
     paths = _data_files(files).get(run_id, [])
     old = [p for p in paths if not _is_shard(p)]
@@ -225,8 +230,7 @@ def _reshard_run(
                 f"it also holds {len(others)} shards that are not its old files' rows (an "
                 "interrupted publish?): publish it again from its run folder"
             )
-            logger.warning("reshard of %s: run %s left as it is: %s", repo_id, run_id, why)
-            return 0, why
+            return 0, why, f"left run {run_id} of {repo_id} as it is: {why}"
         adds = [
             CommitOperationAdd(p, str(local))
             for p, local in keep.items()
@@ -247,15 +251,11 @@ def _reshard_run(
                     deletes.append(CommitOperationDelete(marker))
             made = commit_in_chunks(api, repo_id, adds, f"{message}: shards", max_files)
             made += commit_in_chunks(api, repo_id, deletes, f"{message}: old files", max_files)
-    logger.info(
-        "resharded run %s of %s: %d files -> %d shards (%d commits)",
-        run_id,
-        repo_id,
-        len(paths),
-        len(keep),
-        len(made),
+    line = (
+        f"resharded run {run_id} of {repo_id}: {len(paths)} files -> {len(keep)} shards "
+        f"({len(made)} commits)"
     )
-    return len(made), None
+    return len(made), None, line
 
 
 def _read_marker(api: HfApi, repo_id: str, marker: str, head: str) -> set[str] | None:
