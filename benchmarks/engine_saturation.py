@@ -104,7 +104,9 @@ def _install_batch_barrier() -> None:
 
     import pipeline.run.synthesis
 
-    def barrier_stage(problems: Any, config: RunConfig, actor: type, board: str) -> Any:
+    def barrier_stage(
+        problems: Any, config: RunConfig, actor: type, board: str, wall_cap: Any = None
+    ) -> Any:  # the benchmark sets no max_wall_s: no cap to hand the actors
         # the stream has one row per block; batch_size bundles trees_per_actor of them
         return problems.map_batches(
             actor,

@@ -39,6 +39,7 @@ from pipeline.config import RunConfig, parse_run_config
 from pipeline.run.search_actor import SearchActor
 from pipeline.run.summary import RunSummary
 from pipeline.run.synthesis import synthesize
+from pipeline.run.wall import WallCap
 from search.protocols import Generation, GenerationRequest, Score, ScoreRequest
 from search.scorer_kinds import GENPRM
 
@@ -83,8 +84,10 @@ class RecordingSearchActor(SearchActor):
 
     log_dir = ""  # set before the pipeline starts; pickled with the class
 
-    def __init__(self, run: dict[str, Any], board: str | None = None) -> None:
-        super().__init__(run, board)
+    def __init__(
+        self, run: dict[str, Any], board: str | None = None, wall: WallCap | None = None
+    ) -> None:
+        super().__init__(run, board, wall)
         # plain tuples: a class defined in this script cannot be unpickled by name elsewhere
         self.calls: list[tuple[Any, ...]] = []
         self.policy = _Recorder(self.policy, self.calls)  # type: ignore[assignment]

@@ -279,10 +279,7 @@ def _synthesize(
             .remote()
         )
         problems = problem_stream(config.source, config.output_root, run_id)
-        # the cap goes only where there is one: the benchmarks' stand-ins for the stage
-        # and the actor take the arguments of a run without one
-        capped = {} if wall_cap is None else {"wall_cap": wall_cap}
-        dataset = search_stage(problems, config, SearchActor, board_name, **capped)
+        dataset = search_stage(problems, config, SearchActor, board_name, wall_cap=wall_cap)
         live = _live_progress(board, config, selection, progress, progress_every_s)
         try:
             _commit_stream(dataset, sink, summary, folder, logged, live)
@@ -451,7 +448,7 @@ def search_stage(
         fn_constructor_kwargs={
             "run": config.model_dump(mode="json"),
             "board": board,
-            **({} if wall_cap is None else {"wall": wall_cap}),
+            "wall": wall_cap,
         },
         compute=ray.data.ActorPoolStrategy(
             size=config.actors,
