@@ -160,10 +160,10 @@ def reshard_repo(
             if progress is not None:
                 progress(line)
             commits += made
-            if why is None:
-                resharded.append(run_id)
-            else:
+            if why is not None:
                 left[run_id] = why
+            elif made:  # none: a publish of the run came first
+                resharded.append(run_id)
         card_updated = _card_configs_commit(api, repo_id, fail)
         commits += card_updated
         _, after = _head(api, repo_id, fail)
@@ -218,6 +218,8 @@ def _reshard_run(
     paths = _data_files(files).get(run_id, [])
     old = [p for p in paths if not _is_shard(p)]
     shards_there = {p for p in paths if _is_shard(p)}
+    if not old:  # a publish of the run came first, since the repo was listed
+        return 0, None, f"run {run_id} of {repo_id} is already shards: nothing to do"
     marker = marker_path(run_id)
     named = _read_marker(api, repo_id, marker, head) if marker in files else None
     with tempfile.TemporaryDirectory(prefix="bgmcts-reshard-") as tmp:
