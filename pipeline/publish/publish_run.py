@@ -86,7 +86,7 @@ def card_info(config: dict[str, Any], summary: RunSummary, report: Sequence[Path
         license=publish.get("license"),
         language=tuple(publish.get("language") or ("en",)),
         source_dataset=source_dataset(config.get("source") or {}),
-        models=[m for m in (model("policy"), model("scorer")) if m],
+        models=list(dict.fromkeys(m for m in (model("policy"), model("scorer")) if m)),
         budget={"B": config.get("budget"), "algorithm": search.get("algorithm")},
         answered_precision=summary.precision,
         report_markdown=next(
