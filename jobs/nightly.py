@@ -107,7 +107,7 @@ def _night(args: argparse.Namespace) -> int:
         if config.publish.repo is not None:
             if summary.rows.get("sft", 0) + summary.rows.get("dpo", 0):
                 published = publish_configured(tonight, summary.run_dir)
-                print(f"published to {published.repo_id}: {published.commit_url}")
+                print(published.summary())
             else:
                 print("no sft or dpo rows in this night's run: nothing to publish")
     except HubPublishError:
@@ -202,7 +202,7 @@ def _publish_only(config: RunConfig, ledger: Ledger, night: NightSlice) -> int:
     except HubPublishError:
         ledger.mark(night.date, "failed", reason="publish")
         raise
-    print(f"published to {published.repo_id}: {published.commit_url}")
+    print(published.summary())
     ledger.mark(night.date, "done", reason=None, spent=run_spent(config, night.run_id))
     return OK
 

@@ -72,11 +72,8 @@ def _publish(args: argparse.Namespace) -> int:
         license=args.license,
     )
     counts = ", ".join(f"{k} {v} rows" for k, v in result.counts.items())
-    print(f"published run {result.run_id} to {result.repo_id} ({counts}): {result.commit_url}")
-    print(
-        f"{result.commits} commits, {len(result.uploaded)} files uploaded, "
-        f"{len(result.skipped)} already there, {len(result.deleted)} deleted"
-    )
+    print(f"run {result.run_id}: {counts}")
+    print(result.summary())
     return OK
 
 

@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     if config.publish.repo is not None:
         published = publish_configured(config, summary.run_dir)
-        print(f"published to {published.repo_id}: {published.commit_url}")
+        print(published.summary())
     if summary.stopped:
         return WALL_TIME
     return FAILED if summary.errors else OK

@@ -88,6 +88,16 @@ class PublishResult:
     split_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # config -> split -> rows
     commits: int = 0  # commits this publish made (0: the repo already held all of it)
     skipped: list[str] = field(default_factory=list)  # shards already in the repo
+    seconds: float = 0.0  # from the shards' writing to the card's commit
+
+    def summary(self) -> str:
+        """The line a job prints: where, how many commits and files, how long."""
+        return (
+            f"published to {self.repo_id} in {self.seconds:.1f} s ({self.commits} "
+            f"commit{'' if self.commits == 1 else 's'}, "
+            f"{len(self.uploaded)} files uploaded, {len(self.skipped)} already there, "
+            f"{len(self.deleted)} deleted): {self.commit_url}"
+        )
 
 
 @dataclass(frozen=True)

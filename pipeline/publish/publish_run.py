@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,6 +199,7 @@ def publish_run(
 
     _check_ids(run_id, repo_id, fail)
     token = _read_token(token_env, fail)
+    start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bgmcts-publish-") as workdir:
         data = _data_uploads(run_dir, run_id, Path(workdir), fail)
         upload = RunUpload(
@@ -217,6 +219,7 @@ def publish_run(
             fail=fail,
             max_files=max_files_per_commit,
         )
+    result = dataclasses.replace(result, seconds=time.monotonic() - start)
     logger.info(
         "published run %s to %s (%s) in %d commits: %s",
         run_id,

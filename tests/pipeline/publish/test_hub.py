@@ -611,7 +611,8 @@ async def test_publish_job_standalone_and_bad_arguments(
     argv = ["--run-dir", str(run_dir), "--repo", REPO, "--endpoint", env.endpoint]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "published run alone" in out and TOKEN not in out
+    assert "run alone: sft" in out and TOKEN not in out
+    assert re.search(r"published to \S+ in [\d.]+ s \(1 commit, \d+ files uploaded", out), out
     sft = every_row(load_all("sft", tmp_path / "c"))
     assert canon(sft) == canon(as_published(rows_of(run_dir, "sft")))
     assert main(["--run-dir", str(tmp_path / "nope"), "--repo", REPO]) == 2
