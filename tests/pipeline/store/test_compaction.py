@@ -157,7 +157,12 @@ def _raw_rows(folder: RunFolder) -> dict[str, int]:
     }
 
 
-@pytest.mark.parametrize("where", ["local", "bucket"])
+# The bucket cases run against the moto server (tens of seconds on 2 cores): the
+# integration tier's, so the fast tier stays fast.
+ON_A_BUCKET = pytest.mark.integration
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("bucket", marks=ON_A_BUCKET)])
 def test_every_reader_counts_the_same_rows_after_compaction(
     where: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -257,7 +262,7 @@ def _crash_at(step: str, monkeypatch: pytest.MonkeyPatch) -> None:
         ("local", "record"),
         ("local", "markers"),
         ("local", "parts"),
-        ("bucket", "markers"),
+        pytest.param("bucket", "markers", marks=ON_A_BUCKET),
     ],
 )
 def test_a_crash_at_any_step_leaves_one_layout_and_a_rerun_finishes(
