@@ -77,6 +77,10 @@ class HubPublishError(RuntimeError):
     """Publishing failed; the message names the cause and the command that retries."""
 
 
+# Makes the error a step raises: its message ends with the command that retries.
+_Fail = Callable[[str], HubPublishError]
+
+
 @dataclass(frozen=True)
 class PublishResult:
     repo_id: str
@@ -230,17 +234,15 @@ def _card_commit(
     fail: Callable[[str], HubPublishError],
 ) -> None:
     """The last commit: the card and runs.json built on the repo's head (with `adds` and
-    `deletes`, when they fit in the same commit), retried on a newer head when another
+    `deletes`, when they fit in the same commit), rebuilt on a newer head when another
     commit came first."""
     run_id = upload.run_id
-    for _ in range(_CARD_ATTEMPTS):
-        head = api.repo_info(repo_id, repo_type="dataset").sha
-        if head is None:
-            raise fail(f"{repo_id}: the Hub did not say which commit its main branch is at")
-        files = set(api.list_repo_files(repo_id, repo_type="dataset", revision=head))
+
+    def operations(head: str, files: set[str]) -> list[_Operation]:
         after = sorted((files - set(deletes)) | set(adds) | set(upload.report))
+        entries = read_repo_file(api, repo_id, RUN_INDEX, head)
         index = merge_index(
-            _read_index(api, repo_id, head),
+            parse_index(entries),
             index_entry(
                 run_id,
                 upload.counts,
@@ -260,35 +262,75 @@ def _card_commit(
             runs=parse_index(index),
             secrets=secrets,
         )
-        operations: list[_Operation] = [CommitOperationDelete(p) for p in deletes]
-        operations += [CommitOperationAdd(p, str(f)) for p, f in {**adds, **upload.report}.items()]
-        operations += [
-            CommitOperationAdd(RUN_INDEX, index),
-            CommitOperationAdd(CARD, card.encode()),
-        ]
+        ops: list[_Operation] = [CommitOperationDelete(p) for p in deletes]
+        ops += [CommitOperationAdd(p, str(f)) for p, f in {**adds, **upload.report}.items()]
+        return [*ops, CommitOperationAdd(RUN_INDEX, index), CommitOperationAdd(CARD, card.encode())]
+
+    info = commit_on_head(
+        api, repo_id, operations, f"Publish run {run_id}", fail, what=f"publish of run {run_id}"
+    )
+    if info is not None:
+        progress.commits.append(info)
+
+
+def repo_head(
+    api: HfApi, repo_id: str, fail: Callable[[str], HubPublishError]
+) -> tuple[str, set[str]]:
+    """The repo's head commit and its files at that commit."""
+    head = api.repo_info(repo_id, repo_type="dataset").sha
+    if head is None:
+        raise fail(f"{repo_id}: the Hub did not say which commit its main branch is at")
+    return head, set(api.list_repo_files(repo_id, repo_type="dataset", revision=head))
+
+
+def read_repo_file(api: HfApi, repo_id: str, path: str, revision: str) -> bytes | None:
+    """One small file of the repo at `revision` (None when it has none)."""
+    with tempfile.TemporaryDirectory(prefix="bgmcts-hub-") as tmp:
         try:
-            _commit(api, repo_id, operations, f"Publish run {run_id}", progress, parent=head)
-            return
+            local = api.hf_hub_download(
+                repo_id, path, repo_type="dataset", revision=revision, cache_dir=tmp
+            )
+        except EntryNotFoundError:
+            return None
+        return Path(local).read_bytes()
+
+
+def commit_on_head(
+    api: HfApi,
+    repo_id: str,
+    build: Callable[[str, set[str]], Sequence[_Operation] | None],
+    message: str,
+    fail: Callable[[str], HubPublishError],
+    *,
+    what: str,
+) -> Any:
+    """Commit `build(head, files)` with the head it read as ``parent_commit``; when another
+    commit came first the Hub refuses it (412) and it is built again on the new head.
+    `build` returning None: nothing to commit (returns None)."""
+    for _ in range(_CARD_ATTEMPTS):
+        head, files = repo_head(api, repo_id, fail)
+        operations = build(head, files)
+        if operations is None:
+            return None
+        try:
+            info = api.create_commit(
+                repo_id,
+                list(operations),
+                commit_message=message,
+                repo_type="dataset",
+                parent_commit=head,
+            )
         except HfHubHTTPError as err:
             if err.response is None or err.response.status_code != 412:
                 raise
-            logger.info("publish of run %s: the repo moved on; rebuilding its card", run_id)
+            logger.info("%s: the repo moved on; building its last commit again", what)
+            continue
+        logger.info("%s: %d files (%s)", message, len(operations), redact_text(info.commit_url))
+        return info
     raise fail(
-        f"Publishing run {run_id} to {repo_id}: {_CARD_ATTEMPTS} other commits came between "
-        "reading the repo and writing its card; try again when the other publishes are done."
+        f"{what} of {repo_id}: {_CARD_ATTEMPTS} other commits came between reading the repo "
+        "and writing its card; try again when the other publishes are done."
     )
-
-
-def _read_index(api: HfApi, repo_id: str, revision: str) -> list[dict[str, Any]]:
-    """The repo's runs.json entries at `revision` (none when it has none)."""
-    with tempfile.TemporaryDirectory(prefix="bgmcts-index-") as tmp:
-        try:
-            path = api.hf_hub_download(
-                repo_id, RUN_INDEX, repo_type="dataset", revision=revision, cache_dir=tmp
-            )
-        except EntryNotFoundError:
-            return []
-        return parse_index(Path(path).read_bytes())
 
 
 def _commit(
@@ -297,16 +339,8 @@ def _commit(
     operations: Sequence[_Operation],
     message: str,
     progress: _Progress,
-    *,
-    parent: str | None = None,
 ) -> None:
-    info = api.create_commit(
-        repo_id,
-        list(operations),
-        commit_message=message,
-        repo_type="dataset",
-        parent_commit=parent,
-    )
+    info = api.create_commit(repo_id, list(operations), commit_message=message, repo_type="dataset")
     progress.commits.append(info)
     logger.info("%s: %d files (%s)", message, len(operations), redact_text(info.commit_url))
 

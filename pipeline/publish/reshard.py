@@ -50,14 +50,16 @@ from huggingface_hub import (
     HfApi,
 )
 from huggingface_hub import constants as hf_constants
-from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
 
 from common.redact import redact_text
 from pipeline.publish.hub import (
     MAX_FILES_PER_COMMIT,
     HubPublishError,
     commit_in_chunks,
+    commit_on_head,
     hub_errors,
+    read_repo_file,
+    repo_head,
 )
 from pipeline.publish.layout import CARD, CONFIGS, card_configs, data_folder, run_of
 from pipeline.publish.shards import is_shard_name, shard_config
@@ -66,9 +68,6 @@ __all__ = ["ReshardResult", "reshard_command", "reshard_repo"]
 
 logger = logging.getLogger(__name__)
 
-# Another commit came between reading the head and the card commit this many times in a
-# row: a real fault, not a race.
-_CARD_ATTEMPTS = 10
 _Fail = Callable[[str], HubPublishError]
 
 
@@ -140,7 +139,7 @@ def reshard_repo(
 
     secrets = [token]
     with hub_errors(f"Resharding {repo_id} failed", secrets, fail):
-        _, files = _head(api, repo_id, fail)
+        _, files = repo_head(api, repo_id, fail)
     by_run = _data_files(files)
     if runs is not None and (unknown := sorted(set(runs) - set(by_run))):
         raise ValueError(f"{repo_id} holds no data of run(s) {', '.join(unknown)}")
@@ -166,7 +165,7 @@ def reshard_repo(
                 resharded.append(run_id)
         card_updated = _card_configs_commit(api, repo_id, fail)
         commits += card_updated
-        _, after = _head(api, repo_id, fail)
+        _, after = repo_head(api, repo_id, fail)
     files_after = sum(map(len, _data_files(after).values()))
     if not commits:
         logger.info("%s is already in the shard layout: nothing to do", repo_id)
@@ -179,14 +178,6 @@ def reshard_repo(
         card_updated=card_updated,
         left=left,
     )
-
-
-def _head(api: HfApi, repo_id: str, fail: _Fail) -> tuple[str, set[str]]:
-    """The repo's head commit and its files."""
-    head = api.repo_info(repo_id, repo_type="dataset").sha
-    if head is None:
-        raise fail(f"{repo_id}: the Hub did not say which commit its main branch is at")
-    return head, set(api.list_repo_files(repo_id, repo_type="dataset", revision=head))
 
 
 def _data_files(files: set[str]) -> dict[str, list[str]]:
@@ -214,7 +205,7 @@ def _reshard_run(
 ) -> tuple[int, str | None, str]:
     """Run `run_id` as shards, its old files deleted: (commits made, None, progress line),
     or (0, why, progress line) when it is left as it is."""
-    head, files = _head(api, repo_id, fail)
+    head, files = repo_head(api, repo_id, fail)
     paths = _data_files(files).get(run_id, [])
     old = [p for p in paths if not _is_shard(p)]
     shards_there = {p for p in paths if _is_shard(p)}
@@ -262,14 +253,8 @@ def _reshard_run(
 
 def _read_marker(api: HfApi, repo_id: str, marker: str, head: str) -> set[str] | None:
     """The shards a run's marker names (None when it has none)."""
-    with tempfile.TemporaryDirectory(prefix="bgmcts-reshard-") as tmp:
-        try:
-            path = api.hf_hub_download(
-                repo_id, marker, repo_type="dataset", revision=head, cache_dir=tmp
-            )
-        except EntryNotFoundError:
-            return None
-        return set(json.loads(Path(path).read_text())["shards"])
+    body = read_repo_file(api, repo_id, marker, head)
+    return None if body is None else set(json.loads(body)["shards"])
 
 
 def _shards_of(
@@ -311,50 +296,23 @@ def _shards_of(
 def _card_configs_commit(api: HfApi, repo_id: str, fail: _Fail) -> bool:
     """Set the card's ``configs:`` to the repo's files, on the head it read (rebuilt when
     another commit came first); False when they already were."""
-    for _ in range(_CARD_ATTEMPTS):
-        head, files = _head(api, repo_id, fail)
+
+    def operations(head: str, files: set[str]) -> list[CommitOperationAdd] | None:
         configs = card_configs(files)
-        text = _read_card(api, repo_id, head) if CARD in files else None
+        text = read_repo_file(api, repo_id, CARD, head) if CARD in files else None
         if text is None:
             if not configs:
-                return False
+                return None
             name = repo_id.split("/")[-1]
-            card = DatasetCard(
-                f"---\n{DatasetCardData(pretty_name=name, configs=configs).to_yaml()}\n---\n\n"
-                f"# {name}\n"
-            )
+            header = DatasetCardData(pretty_name=name, configs=configs).to_yaml()
+            card = DatasetCard(f"---\n{header}\n---\n\n# {name}\n")
         else:
-            card = DatasetCard(text)
+            card = DatasetCard(text.decode("utf-8"))
             if card.data.get("configs") == configs:
-                return False
+                return None
             card.data["configs"] = configs
-        operations = [CommitOperationAdd(CARD, str(card).encode())]
-        try:
-            api.create_commit(
-                repo_id,
-                list(operations),
-                commit_message="Reshard: the card's configs",
-                repo_type="dataset",
-                parent_commit=head,
-            )
-            logger.info("reshard of %s: the card's configs rewritten", repo_id)
-            return True
-        except HfHubHTTPError as err:
-            if err.response is None or err.response.status_code != 412:
-                raise
-            logger.info("reshard of %s: the repo moved on; rebuilding its card", repo_id)
-    raise fail(
-        f"Resharding {repo_id}: {_CARD_ATTEMPTS} other commits came between reading the repo "
-        "and writing its card; try again when the other publishes are done."
-    )
+        return [CommitOperationAdd(CARD, str(card).encode())]
 
-
-def _read_card(api: HfApi, repo_id: str, revision: str) -> str | None:
-    with tempfile.TemporaryDirectory(prefix="bgmcts-card-") as tmp:
-        try:
-            path = api.hf_hub_download(
-                repo_id, CARD, repo_type="dataset", revision=revision, cache_dir=tmp
-            )
-        except EntryNotFoundError:
-            return None
-        return Path(path).read_text(encoding="utf-8")
+    message = "Reshard: the card's configs"
+    info = commit_on_head(api, repo_id, operations, message, fail, what=f"reshard of {repo_id}")
+    return info is not None
