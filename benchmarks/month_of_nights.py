@@ -63,6 +63,7 @@ class Night:
     index: int
     date: str
     published_s: float | None = None
+    commit: str = ""  # the repo's head once the night was measured
     requests_before: int = 0
     commits: int = 0
     max_commit_files: int = 0
@@ -189,14 +190,15 @@ _LOAD = """
 import json, sys, time
 import datasets
 start = time.perf_counter()
-data = datasets.load_dataset(sys.argv[1], "sft")
+data = datasets.load_dataset(sys.argv[1], "sft", revision=sys.argv[2])
 seconds = time.perf_counter() - start
 print(json.dumps({"seconds": seconds, "rows": sum(len(d) for d in data.values())}))
 """
 
 
-def _load_sft(endpoint: str, home: Path) -> tuple[float, int]:
-    """`load_dataset(repo, "sft")`, every split, from a fresh cache in a fresh process."""
+def _load_sft(endpoint: str, home: Path, revision: str = "main") -> tuple[float, int]:
+    """`load_dataset(repo, "sft")`, every split, as the repo was at `revision`, from a
+    fresh cache in a fresh process."""
     env = {
         **os.environ,
         "HF_ENDPOINT": endpoint,
@@ -207,7 +209,7 @@ def _load_sft(endpoint: str, home: Path) -> tuple[float, int]:
         "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     }
     done = subprocess.run(
-        [sys.executable, "-c", _LOAD, HUB_REPO],
+        [sys.executable, "-c", _LOAD, HUB_REPO, revision],
         env=env,
         capture_output=True,
         text=True,
@@ -382,7 +384,9 @@ def _measure(night: Night, hub: Any, commits_before: int, work: Path) -> None:
     night.max_commit_files = max(sizes, default=0)
     night.repo_files = len(files)
     night.max_folder_entries = _folder_entries(files)
-    night.load_s, night.sft_rows_loaded = _load_sft(hub.endpoint, work / f"hf-home-{night.index}")
+    night.commit = hub.repos[("dataset", HUB_REPO)].commits[-1][0]
+    home = work / "hf-home" / str(night.index)
+    night.load_s, night.sft_rows_loaded = _load_sft(hub.endpoint, home, night.commit)
     print(
         f"night {night.index:2d} {night.date}: commits {night.commits} (max files "
         f"{night.max_commit_files}), publish {night.published_s} s, repo files "
@@ -424,7 +428,19 @@ def _report(nights: list[Night], hub: Any, out: Path, wall_s: float) -> None:
     print(f"rows_lost={lost}")
     print(f"rows_doubled={doubled}")
     print(f"problems_searched_twice={twice}")
-    ratio = nights[-1].load_s / nights[0].load_s if nights[0].load_s else float("nan")
+    # The ratio from loads made side by side at the end, each from a fresh cache: the repo
+    # as it was after the first night (its commit) and as it is now, alternating, medians.
+    first, last = [], []
+    for repeat in range(3):
+        root = out.parent / "hf-home" / f"ratio-{repeat}"
+        first.append(_load_sft(hub.endpoint, root / "first", nights[0].commit)[0])
+        last.append(_load_sft(hub.endpoint, root / "last", nights[-1].commit)[0])
+    first_s, last_s = sorted(first)[1], sorted(last)[1]
+    print(
+        f"load_dataset sft, side by side: after night 1 {first_s:.2f} s (median of 3), "
+        f"after night {len(nights)} {last_s:.2f} s"
+    )
+    ratio = last_s / first_s
     print(f"load_seconds_ratio={ratio:.2f}")
 
 
