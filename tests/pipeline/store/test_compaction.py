@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,6 @@ from pipeline.store.filesystem import Store
 from pipeline.store.run_folder import MARKERS, RunFolder, local_run_dir
 from pipeline.store.sink import ParquetSink, commit_batch
 from search.answers import AnswerExtraction
-from tests.s3_server import S3Server
 
 BUCKET = "bgmcts-compaction"
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "smollm2_trees.jsonl"
@@ -42,18 +40,6 @@ FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "smollm2_trees.json
 
 class Crash(BaseException):
     """A kill mid-compaction: nothing of the compactor's own cleanup runs after it."""
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with S3Server() as s3:
-        yield s3
-
-
-@pytest.fixture
-def s3(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    with server.empty_bucket(BUCKET, monkeypatch.setenv):
-        yield server
 
 
 @functools.cache

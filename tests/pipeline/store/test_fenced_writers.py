@@ -19,7 +19,6 @@ import json
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,19 +46,6 @@ from tests.tiny_run import COLUMNS, run_config, start_synthesize_job
 BUCKET = "bgmcts-fenced"
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "smollm2_trees.jsonl"
 PROBLEMS = [f"p{i}" for i in range(8)]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with S3Server() as s3:
-        yield s3
-
-
-@pytest.fixture
-def s3(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    """The module's S3 server with a fresh, empty bucket; the AWS env points at it."""
-    with server.empty_bucket(BUCKET, monkeypatch.setenv):
-        yield server
 
 
 def _records(problem_id: str, run_id: str) -> dict[str, list[dict[str, Any]]]:

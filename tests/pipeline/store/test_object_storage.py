@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,19 +38,6 @@ from tests.s3_server import S3Server
 from tests.tiny_run import REPO, run_config, start_synthesize_job
 
 BUCKET = "bgmcts-runs"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with S3Server() as s3:
-        yield s3
-
-
-@pytest.fixture
-def s3(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    """The module's S3 server with a fresh, empty bucket; the AWS env points at it."""
-    with server.empty_bucket(BUCKET, monkeypatch.setenv):
-        yield server
 
 
 def _error(problem_id: str, stage: str = "search") -> dict[str, object]:
