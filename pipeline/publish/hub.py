@@ -44,7 +44,7 @@ from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
 from common.redact import redact_text, scrub
 from pipeline.publish.card import CardInfo, render_card
 from pipeline.publish.layout import CARD, CONFIGS, RUN_INDEX, card_configs, run_of, run_prefixes
-from pipeline.publish.run_index import index_entry, merge_index, parse_index
+from pipeline.publish.run_index import dump_index, index_entry, merge_index, parse_index
 
 __all__ = [
     "CONFIGS",
@@ -241,7 +241,7 @@ def _card_commit(
     def operations(head: str, files: set[str]) -> list[_Operation]:
         after = sorted((files - set(deletes)) | set(adds) | set(upload.report))
         entries = read_repo_file(api, repo_id, RUN_INDEX, head)
-        index = merge_index(
+        runs = merge_index(
             parse_index(entries),
             index_entry(
                 run_id,
@@ -259,12 +259,16 @@ def _card_commit(
             counts=upload.counts,
             samples=upload.samples,
             repo_files=after,
-            runs=parse_index(index),
+            runs=runs,
             secrets=secrets,
         )
         ops: list[_Operation] = [CommitOperationDelete(p) for p in deletes]
         ops += [CommitOperationAdd(p, str(f)) for p, f in {**adds, **upload.report}.items()]
-        return [*ops, CommitOperationAdd(RUN_INDEX, index), CommitOperationAdd(CARD, card.encode())]
+        return [
+            *ops,
+            CommitOperationAdd(RUN_INDEX, dump_index(runs)),
+            CommitOperationAdd(CARD, card.encode()),
+        ]
 
     info = commit_on_head(
         api, repo_id, operations, f"Publish run {run_id}", fail, what=f"publish of run {run_id}"

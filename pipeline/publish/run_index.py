@@ -19,7 +19,14 @@ from typing import Any
 
 from pipeline.records import TRAINING_TYPES
 
-__all__ = ["index_entry", "merge_index", "parse_index", "size_category", "training_rows"]
+__all__ = [
+    "dump_index",
+    "index_entry",
+    "merge_index",
+    "parse_index",
+    "size_category",
+    "training_rows",
+]
 
 _VERSION = 1
 # The Hub's size_categories buckets (huggingface.co/docs/hub/datasets-cards), by rows.
@@ -78,14 +85,18 @@ def parse_index(body: bytes | None) -> list[dict[str, Any]]:
 
 def merge_index(
     entries: Iterable[Mapping[str, Any]], entry: Mapping[str, Any], runs_present: Iterable[str]
-) -> bytes:
-    """``runs.json`` after a publish: `entry` replaces its run's, and runs whose data is
-    no longer in the repo are dropped; sorted by run id."""
+) -> list[dict[str, Any]]:
+    """The entries after a publish: `entry` replaces its run's, and runs whose data is no
+    longer in the repo are dropped; sorted by run id."""
     present = set(runs_present)
     kept = {e["run_id"]: dict(e) for e in entries if e["run_id"] in present}
     kept[str(entry["run_id"])] = dict(entry)
-    runs = [kept[run] for run in sorted(kept)]
-    return (json.dumps({"version": _VERSION, "runs": runs}, indent=1) + "\n").encode()
+    return [kept[run] for run in sorted(kept)]
+
+
+def dump_index(entries: Sequence[Mapping[str, Any]]) -> bytes:
+    """The body of ``runs.json`` holding `entries`."""
+    return (json.dumps({"version": _VERSION, "runs": list(entries)}, indent=1) + "\n").encode()
 
 
 def training_rows(entries: Iterable[Mapping[str, Any]]) -> int:
