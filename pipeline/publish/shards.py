@@ -8,10 +8,10 @@ folder).  So a publish merges the counted rows of each config into shards per sp
 
 * **500 MB of in-memory Arrow per shard at most** (`MAX_SHARD_BYTES`): the size
   `datasets.Dataset.push_to_hub` shards at by default, so a shard is what the Hub's own
-  tooling writes and what its dataset viewer and `load_dataset` expect.  Text compresses
-  about 3 to 5 times in Parquet, so a shard on the Hub is 100 to 170 MB.  A night of 500
-  problems is then one shard per config and split (the 500-problem load-model night's
-  largest table, tree_nodes, is 6 MB on disk).
+  tooling writes and what its dataset viewer and `load_dataset` expect (the Parquet file is
+  smaller: text compresses).  A night of 500 problems is then one shard per config and
+  split (on the load model such a night's largest table, trees, took under 10 MB on disk
+  as 500 parts).
 * **1,000,000 rows per shard at most** (`MAX_SHARD_ROWS`): small rows (tree_nodes of a short
   step) would otherwise pack tens of millions into one file, which a reader must fetch
   whole for a single row group's worth of rows.
