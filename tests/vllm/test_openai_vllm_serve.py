@@ -24,6 +24,7 @@ import pytest_asyncio
 from actors.engines.base import Completion, Sampling
 from actors.engines.openai_compat import OpenAIConfig, OpenAIEngine
 from search.protocols import FinishReason
+from tests.deadlines import SERVER_START_S
 from tests.vllm.finishes import first_with_finish
 from tests.vllm.server import TAKEN, server_on_a_free_port
 
@@ -86,7 +87,7 @@ def _start_server(
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + SERVER_START_S
     while True:
         if process.poll() is not None:
             text = log.read_text()

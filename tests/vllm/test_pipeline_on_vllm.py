@@ -36,6 +36,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from tests.deadlines import VLLM_JOB_DEADLINE_S
 from tests.tiny_run import REPO, start_synthesize_job
 
 pytestmark = [
@@ -69,7 +70,7 @@ def run_dir(config: Path) -> Path:
 
 def finish(config: Path, log: Path) -> None:
     job = start_synthesize_job(config, stderr=log.open("wb"))
-    assert job.wait(timeout=900) == 0, log.read_text()[-4000:]
+    assert job.wait(timeout=VLLM_JOB_DEADLINE_S) == 0, log.read_text()[-4000:]
 
 
 @pytest.fixture(scope="module")
@@ -91,10 +92,10 @@ def killed_genprm_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, l
     trees = run_dir(config) / "trees"
     job = start_synthesize_job(config, stderr=(root / "killed.log").open("wb"))
     try:
-        deadline = time.monotonic() + 900
+        deadline = time.monotonic() + VLLM_JOB_DEADLINE_S
         while not any(trees.glob("part-*.parquet")):
             assert job.poll() is None, (root / "killed.log").read_text()[-4000:]
-            assert time.monotonic() < deadline, "no tree committed within 900 s"
+            assert time.monotonic() < deadline, f"no tree committed within {VLLM_JOB_DEADLINE_S} s"
             time.sleep(0.5)
     finally:
         os.killpg(job.pid, signal.SIGKILL)

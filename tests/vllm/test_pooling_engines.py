@@ -28,6 +28,7 @@ import pytest_asyncio
 
 from actors.engines.openai_pooling import OpenAIPoolingConfig, OpenAIPoolingEngine
 from actors.engines.step_layout import layout
+from tests.deadlines import SERVER_START_S
 from tests.openai_server import FakeServer
 from tests.vllm.server import TAKEN, server_on_a_free_port
 from tests.vllm.tiny_prm import SEPARATOR
@@ -106,7 +107,7 @@ def _launch(
     ]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             text = log.read_text()
@@ -124,7 +125,7 @@ def _launch(
 
 
 def wait_for(url: str, log_hint: str = "") -> None:
-    deadline = time.monotonic() + 600  # a start took over 5 minutes on a busy 2-core machine
+    deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
