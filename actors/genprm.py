@@ -36,7 +36,7 @@ would break the prefix right after the parent's step and prefill the critique ag
 that does not fit the engine's context is trimmed for that call, oldest
 critiques first (each keeps its judgement, its analysis becomes "..."), then
 the oldest steps' text; the stored conversation keeps everything.  After an
-answered node (`after_answer: restart`, the released code's rule) the
+answered node (`prm_after_answer: restart`, the released code's rule) the
 conversation starts again from the system prompt and the problem, with the
 continued text as the first step; `continue` (default) goes on in one
 conversation.
@@ -48,8 +48,9 @@ import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from actors.config import GenPRMSettings
 from actors.engines.base import Completion, Engine, Sampling, TopLogprobs
 from actors.errors import EngineError
 from actors.prompts import (
@@ -157,39 +158,25 @@ class GenPRMScorer:
     def __init__(
         self,
         engine: Engine,
+        settings: GenPRMSettings | None = None,
         *,
-        samples: int = 1,
-        max_analysis_tokens: int = 512,
-        temperature: float = 0.6,
+        system_prompt: str = PRM_SYSTEM,
         top_logprobs: int = 20,
         seed: int = 0,
         step_boundary: str = "\nStep",
         response_prefix: str = "Step 1:",
         name: str | None = None,
-        top_p: float | None = 0.95,
-        top_k: int | None = 20,
-        analysis_turn: Literal["user", "assistant"] = "user",
-        after_answer: Literal["continue", "restart"] = "continue",
-        system_prompt: str = PRM_SYSTEM,
     ) -> None:
-        if samples < 1:
-            raise ValueError(f"samples must be >= 1, got {samples}")
-        if max_analysis_tokens < 1:
-            raise ValueError(f"max_analysis_tokens must be >= 1, got {max_analysis_tokens}")
+        # the sampling and the conversation's rules are the config's `scorer.genprm`, with
+        # its defaults and its checks: nothing here repeats them
+        self.settings = settings or GenPRMSettings()
         self.engine = engine
-        self.samples = samples
-        self.max_analysis_tokens = max_analysis_tokens
-        self.temperature = temperature
+        self.system_prompt = system_prompt
         self.top_logprobs = top_logprobs
         self.seed = seed
         self.step_boundary = step_boundary
         self.response_prefix = response_prefix
         self.name = name or f"genprm:{engine.name}"
-        self.top_p = top_p
-        self.top_k = top_k
-        self.analysis_turn = analysis_turn
-        self.after_answer = after_answer
-        self.system_prompt = system_prompt
         self.calls = 0
         self.steps_scored = 0
         self.trimmed_prompts = 0  # calls whose prompt had to be trimmed to fit the context
@@ -198,7 +185,7 @@ class GenPRMScorer:
     async def score(self, request: ScoreRequest) -> Score:
         conversation = _as_conversation(request.parent_context)
         segments: Sequence[str]
-        if self.after_answer == "restart" and request.parent_answered:
+        if self.settings.prm_after_answer == "restart" and request.parent_answered:
             # The released rule: a fresh conversation whose first step is the continuation
             # (the continuation prompt stays with it, as in any later segment).
             conversation, segments, first_index = (), request.path[-1:], 1
@@ -246,7 +233,7 @@ class GenPRMScorer:
         results = await asyncio.gather(
             *(
                 self._sample(conversation, index, derive_seed(*key, i), tokens)
-                for i in range(self.samples)
+                for i in range(self.settings.samples)
             ),
             return_exceptions=True,
         )
@@ -266,16 +253,16 @@ class GenPRMScorer:
         self, conversation: Conversation, index: int, seed: int, tokens: _Tokens
     ) -> _Sample:
         opening = PRM_ANALYSIS_PREFIX.format(index=index)
-        prompt = await self._fit(conversation, opening, self.max_analysis_tokens)
+        prompt = await self._fit(conversation, opening, self.settings.max_analysis_tokens)
         analysis = await self._complete(
             prompt,
             Sampling(
-                max_tokens=self.max_analysis_tokens,
+                max_tokens=self.settings.max_analysis_tokens,
                 stop=(PRM_ANALYSIS_END,),
-                temperature=self.temperature,
+                temperature=self.settings.temperature,
                 seed=seed,
-                top_p=self.top_p,
-                top_k=self.top_k,
+                top_p=self.settings.top_p,
+                top_k=self.settings.top_k,
             ),
             tokens=tokens,
             what="analysis",
@@ -300,7 +287,7 @@ class GenPRMScorer:
 
     async def _render(self, conversation: Conversation, opened: str) -> str:
         """The prompt: `conversation` with `opened` (analysis so far) as the text to continue."""
-        if self.analysis_turn == "assistant":
+        if self.settings.analysis_turn == "assistant":
             messages = [*conversation, {"role": "assistant", "content": opened}]
             return await self.engine.render_chat(messages, continue_final=True)
         # GenPRM's format: `opened` continues the last user turn.  Render the chat with a

@@ -66,18 +66,7 @@ def _genprm(config: ScorerConfig, engine: Any) -> Scorer:
     # imported when a replica builds its scorer, not by every module that names a kind
     from actors.genprm import GenPRMScorer
 
-    settings = config.genprm
-    return GenPRMScorer(
-        engine,
-        samples=settings.samples,
-        max_analysis_tokens=settings.max_analysis_tokens,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        top_k=settings.top_k,
-        analysis_turn=settings.analysis_turn,
-        after_answer=settings.prm_after_answer,
-        system_prompt=config.prompts.prm_system,
-    )
+    return GenPRMScorer(engine, config.genprm, system_prompt=config.prompts.prm_system)
 
 
 def _one_pass(config: ScorerConfig, engine: Any) -> Scorer:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from actors.admission import AdmissionController, TreeShape, search_tree_shape, trees_in_flight
+from actors.config import GenPRMSettings
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.load_model import LoadModelConfig, LoadModelEngine
 from actors.genprm import GenPRMScorer
@@ -262,7 +263,7 @@ async def _run(
 ) -> dict[str, Any]:
     policy_engine, scorer_engine = _engines(time_scale, setting.shared, curve)
     policy = EnginePolicy(policy_engine)
-    scorer = GenPRMScorer(scorer_engine, max_analysis_tokens=ANALYSIS[1])
+    scorer = GenPRMScorer(scorer_engine, GenPRMSettings(max_analysis_tokens=ANALYSIS[1]))
     config = parse_search_config(
         {
             "algorithm": "bg_mcts",

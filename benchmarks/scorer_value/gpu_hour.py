@@ -33,6 +33,7 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import Any
 
+from actors.config import GenPRMSettings
 from actors.engines.batching import ContinuousBatcher, EngineCurve, PrefixCache
 from actors.engines.load_model import LoadModelEngine
 from actors.engines.load_model_prm import LoadModelPRMConfig, LoadModelPRMEngine
@@ -122,7 +123,9 @@ def _engines(
     if scorer == GENPRM:
         return (
             policy,
-            GenPRMScorer(engine(GENPRM, ANALYSIS, 2), max_analysis_tokens=ANALYSIS[1]),
+            GenPRMScorer(
+                engine(GENPRM, ANALYSIS, 2), GenPRMSettings(max_analysis_tokens=ANALYSIS[1])
+            ),
             batcher,
         )
     prm_config = LoadModelPRMConfig(

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import pytest
 import pytest_asyncio
 
-from actors.config import ScorerConfig, ServiceConfig
+from actors.config import GenPRMSettings, ScorerConfig, ServiceConfig
 from actors.engines.base import Completion, Sampling, TopLogprobs
 from actors.engines.llamacpp import LlamaCppConfig, LlamaCppEngine
 from actors.genprm import GenPRMScorer, judgement_score, split_steps
@@ -131,7 +131,7 @@ def test_split_steps_keeps_labels_and_continuations() -> None:
 @on_module_loop
 async def test_genprm_reuses_the_parent_critique(engine: LlamaCppEngine) -> None:
     recording = Recording(engine)
-    scorer = GenPRMScorer(recording, max_analysis_tokens=ANALYSIS_TOKENS)
+    scorer = GenPRMScorer(recording, GenPRMSettings(max_analysis_tokens=ANALYSIS_TOKENS))
     first = await scorer.score(_request((" 12 times 3 means adding 12 three times.",)))
     assert first.error is None and 0.0 <= first.value <= 1.0
     assert scorer.calls == 2  # analysis + judgement
@@ -161,7 +161,7 @@ async def test_genprm_reuses_the_parent_critique(engine: LlamaCppEngine) -> None
 
 @on_module_loop
 async def test_genprm_rebuilds_a_missing_context(engine: LlamaCppEngine) -> None:
-    scorer = GenPRMScorer(engine, max_analysis_tokens=16)
+    scorer = GenPRMScorer(engine, GenPRMSettings(max_analysis_tokens=16))
     path = (" 12 times 3 is 36.", "\nStep 2: The answer is \\boxed{36}.")
     score = await scorer.score(_request(path, None))
     assert score.error is None and 0.0 <= score.value <= 1.0
@@ -171,7 +171,7 @@ async def test_genprm_rebuilds_a_missing_context(engine: LlamaCppEngine) -> None
 
 @on_module_loop
 async def test_genprm_full_generation_scores_every_prefix(engine: LlamaCppEngine) -> None:
-    scorer = GenPRMScorer(engine, max_analysis_tokens=ANALYSIS_TOKENS)
+    scorer = GenPRMScorer(engine, GenPRMSettings(max_analysis_tokens=ANALYSIS_TOKENS))
     text = " 12 * 3 = 36.\nStep 2: Check: 36 / 3 = 12.\nStep 3: So the answer is \\boxed{36}."
     score = await scorer.score(_request((text,), full=True))
     assert score.error is None and 0.0 <= score.value <= 1.0
@@ -187,7 +187,7 @@ async def test_genprm_full_generation_scores_every_prefix(engine: LlamaCppEngine
 
 @on_module_loop
 async def test_genprm_averages_samples(engine: LlamaCppEngine) -> None:
-    scorer = GenPRMScorer(engine, samples=2, max_analysis_tokens=16)
+    scorer = GenPRMScorer(engine, GenPRMSettings(samples=2, max_analysis_tokens=16))
     score = await scorer.score(_request((" 12 times 3 is 36.",)))
     assert score.error is None and 0.0 <= score.value <= 1.0
     assert scorer.calls == 4  # two analyses + two judgements for one step
@@ -195,7 +195,7 @@ async def test_genprm_averages_samples(engine: LlamaCppEngine) -> None:
 
 @on_module_loop
 async def test_genprm_engine_failure_is_a_score_error(engine: LlamaCppEngine) -> None:
-    scorer = GenPRMScorer(Recording(engine, fail=True), max_analysis_tokens=16)
+    scorer = GenPRMScorer(Recording(engine, fail=True), GenPRMSettings(max_analysis_tokens=16))
     score = await scorer.score(_request((" 12 times 3 is 36.",)))
     assert score.error is not None and "injected failure" in score.error
     assert score.value == 0.0 and score.context is None
@@ -203,7 +203,7 @@ async def test_genprm_engine_failure_is_a_score_error(engine: LlamaCppEngine) ->
 
 @on_module_loop
 async def test_genprm_context_overflow_is_a_score_error(engine: LlamaCppEngine) -> None:
-    scorer = GenPRMScorer(engine, max_analysis_tokens=16)
+    scorer = GenPRMScorer(engine, GenPRMSettings(max_analysis_tokens=16))
     huge = " 12 times 3 is 36." * 400  # about 3,600 tokens > the 2,048-token context
     score = await scorer.score(_request((huge,)))
     assert score.error is not None and "overflows the PRM context" in score.error
@@ -213,7 +213,7 @@ async def test_genprm_context_overflow_is_a_score_error(engine: LlamaCppEngine) 
 @on_module_loop
 async def test_search_end_to_end_with_genprm(engine: LlamaCppEngine) -> None:
     policy = EnginePolicy(engine)
-    scorer = GenPRMScorer(engine, max_analysis_tokens=32)
+    scorer = GenPRMScorer(engine, GenPRMSettings(max_analysis_tokens=32))
     config = parse_search_config({"algorithm": "bg_mcts", "step_max_tokens": 64})
     result = await run_search(PROBLEM, config, policy, scorer, 300, seed=1)
     assert 0 < result.c_used <= 300
@@ -236,7 +236,9 @@ async def test_genprm_analysis_continues_the_user_turn(engine: LlamaCppEngine) -
     """GenPRM's training format: the opening follows the step text, no assistant header."""
     step = " 12 times 3 is 36."
     recording = Recording(engine)
-    score = await GenPRMScorer(recording, max_analysis_tokens=16).score(_request((step,)))
+    score = await GenPRMScorer(recording, GenPRMSettings(max_analysis_tokens=16)).score(
+        _request((step,))
+    )
     assert score.error is None
     opening = PRM_ANALYSIS_PREFIX.format(index=1)
     analysis_prompt, judgement_prompt = recording.prompts
@@ -248,7 +250,9 @@ async def test_genprm_analysis_continues_the_user_turn(engine: LlamaCppEngine) -
     assert _roles(score) == ["system", "user", "assistant"]
 
     recording = Recording(engine)
-    scorer = GenPRMScorer(recording, max_analysis_tokens=16, analysis_turn="assistant")
+    scorer = GenPRMScorer(
+        recording, GenPRMSettings(max_analysis_tokens=16, analysis_turn="assistant")
+    )
     assert (await scorer.score(_request((step,)))).error is None
     assert recording.prompts[0].endswith("<|im_start|>assistant\n" + opening)
 
@@ -275,7 +279,9 @@ async def test_a_childs_prompt_extends_its_parents_judgement_prompt(
 
 async def _child_extends_parent(engine: LlamaCppEngine, turn: Literal["user", "assistant"]) -> None:
     recording = Recording(engine)
-    scorer = GenPRMScorer(recording, max_analysis_tokens=ANALYSIS_TOKENS, analysis_turn=turn)
+    scorer = GenPRMScorer(
+        recording, GenPRMSettings(max_analysis_tokens=ANALYSIS_TOKENS, analysis_turn=turn)
+    )
     steps = (" 12 times 3 means adding 12 three times.", "\nStep 2: 12 + 12 + 12 = 36.")
     parent = await scorer.score(_request(steps[:1]))
     assert parent.error is None
@@ -307,7 +313,7 @@ async def _child_extends_parent(engine: LlamaCppEngine, turn: Literal["user", "a
 @on_module_loop
 async def test_genprm_sampling_parameters_reach_the_engine(engine: LlamaCppEngine) -> None:
     recording = Recording(engine)
-    scorer = GenPRMScorer(recording, max_analysis_tokens=24, temperature=0.6)
+    scorer = GenPRMScorer(recording, GenPRMSettings(max_analysis_tokens=24, temperature=0.6))
     assert (await scorer.score(_request((" 12 times 3 is 36.",)))).error is None
     analysis, judgement = recording.options
     assert (analysis.temperature, analysis.top_p, analysis.top_k) == (0.6, 0.95, 20)
@@ -315,7 +321,7 @@ async def test_genprm_sampling_parameters_reach_the_engine(engine: LlamaCppEngin
     assert judgement.max_tokens == 1 and judgement.temperature == 0.0
     assert judgement.top_p is None and judgement.top_k is None and judgement.top_logprobs == 20
     recording = Recording(engine)
-    plain = GenPRMScorer(recording, max_analysis_tokens=8, top_p=None, top_k=None)
+    plain = GenPRMScorer(recording, GenPRMSettings(max_analysis_tokens=8, top_p=None, top_k=None))
     assert (await plain.score(_request((" 12 times 3 is 36.",)))).error is None
     assert recording.options[0].top_p is None and recording.options[0].top_k is None
 
@@ -338,7 +344,7 @@ async def test_genprm_trims_oldest_critiques_instead_of_failing(engine: LlamaCpp
     )
     path = (" 12 times 3 is 36.", "\nStep 2: 36 is the answer.", "\nStep 3: \\boxed{36}.")
     recording = Recording(engine)
-    scorer = GenPRMScorer(recording, max_analysis_tokens=16)
+    scorer = GenPRMScorer(recording, GenPRMSettings(max_analysis_tokens=16))
     untrimmed = len(await engine.tokenize(await scorer._render(context, "x")))
     recording.context_length = untrimmed  # the whole history no longer fits with 16 new tokens
     score = await scorer.score(_request(path, context))
@@ -353,16 +359,18 @@ async def test_genprm_trims_oldest_critiques_instead_of_failing(engine: LlamaCpp
 
 @on_module_loop
 async def test_genprm_restarts_after_an_answer_when_asked(engine: LlamaCppEngine) -> None:
-    first = await GenPRMScorer(engine, max_analysis_tokens=8).score(
+    first = await GenPRMScorer(engine, GenPRMSettings(max_analysis_tokens=8)).score(
         _request((" 12 times 3 is \\boxed{36}.",))
     )
     wait = "\nBut wait, let me think about the problem again.\nStep 2: 3 times 12 is 36."
     path = (" 12 times 3 is \\boxed{36}.", wait)
-    restart = GenPRMScorer(engine, max_analysis_tokens=8, after_answer="restart")
+    restart = GenPRMScorer(
+        engine, GenPRMSettings(max_analysis_tokens=8, prm_after_answer="restart")
+    )
     score = await restart.score(_request(path, first.context, after_answer=True))
     assert score.error is None and _roles(score) == ["system", "user", "assistant"]
     assert score.context[1]["content"] == f"Question: {PROBLEM}\n\n{wait.strip()}"
-    keep = GenPRMScorer(engine, max_analysis_tokens=8)  # `continue`, the default
+    keep = GenPRMScorer(engine, GenPRMSettings(max_analysis_tokens=8))  # `continue`, the default
     score = await keep.score(_request(path, first.context, after_answer=True))
     assert _roles(score) == ["system", "user", "assistant", "user", "assistant"]
 
@@ -401,7 +409,9 @@ async def test_configured_prompts_reach_the_model(engine: LlamaCppEngine) -> Non
     prompt = await policy.render(PROBLEM, "Step 1:")
     assert f"Answer in one line: {PROBLEM}" in prompt and "Example problem" not in prompt
     recording = Recording(engine)
-    scorer = GenPRMScorer(recording, max_analysis_tokens=8, system_prompt="Judge each step.")
+    scorer = GenPRMScorer(
+        recording, GenPRMSettings(max_analysis_tokens=8), system_prompt="Judge each step."
+    )
     score = await scorer.score(_request((" 12 times 3 is 36.",)))
     assert (
         score.context[0]["content"] == "Judge each step."

@@ -13,12 +13,13 @@ from typing import Any, ClassVar, get_args
 
 import pytest
 
-from actors.config import ScorerConfig, ServiceConfig
+from actors.config import GenPRMSettings, ScorerConfig, ServiceConfig
 from actors.engines.base import StepValues
 from actors.engines.factory import build_engine
 from actors.engines.load_model import LoadModelConfig
 from actors.genprm import GenPRMScorer
 from actors.one_pass import OnePassScorer
+from actors.prompts import PromptConfig
 from actors.scorer_kinds import SCORER_KINDS, build_scorer
 from actors.serve import _CountingEngine
 from pipeline.config import ConfigError, parse_run_config
@@ -101,9 +102,18 @@ async def test_the_replica_builds_the_scorer_of_its_kind_and_counts_its_tokens()
     assert stats["engine_output_tokens"] == 0
     load = engine.load()  # admission reads the hit rate from these counters
     assert (load.prompt_tokens, load.cached_prompt_tokens) == (17, 4)
-    generating = ScorerConfig(engine=LoadModelConfig())
+    # GenPRM samples as `scorer.genprm` says, the whole settings object (no copies of its
+    # defaults elsewhere to drift), with the config's own system turn
+    generating = ScorerConfig(
+        engine=LoadModelConfig(),
+        genprm=GenPRMSettings(samples=2, top_k=None, prm_after_answer="restart"),
+        prompts=PromptConfig(prm_system="Judge each step."),
+    )
     genprm = build_scorer(generating, _CountingEngine(build_engine(generating.engine)))
     assert isinstance(genprm, GenPRMScorer)
+    assert genprm.settings == generating.genprm
+    assert genprm.system_prompt == "Judge each step."
+    assert GenPRMScorer(genprm.engine).settings == GenPRMSettings()
 
 
 async def test_a_step_call_that_raises_still_leaves_the_engine_idle() -> None:
