@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
@@ -32,7 +33,10 @@ from actors.engines.base import (
     Sampling,
     TopLogprobs,
 )
+from actors.engines.gguf_file import GGUFError, read_gguf
+from actors.engines.memory import check_fits, size
 from actors.engines.prefix_gate import PrefixGate
+from actors.json_file import first_line
 from actors.models import resolve_model_path
 from search.protocols import FinishReason
 
@@ -97,10 +101,47 @@ class LlamaCppConfig(EngineConfigBase):
     )
 
     def check_model(self) -> str | None:
-        """The GGUF file must exist here: llama.cpp is the CPU engine, run where the config
-        is (a wrong path is a typo to fix before the run, not a file on other nodes)."""
-        resolve_model_path(self.model)
+        """The GGUF file must be here and whole: llama.cpp is the CPU engine, run where the
+        config is (a wrong path is a typo to fix before the run, not a file on other
+        nodes).  See `check_gguf`."""
+        self.check_gguf()
         return None
+
+    def check_gguf(self) -> Path:
+        """The model's GGUF, read whole (`actors.engines.gguf_file`), and the fields that
+        size what llama.cpp allocates from it: `context_length` within the context the
+        model was trained on, and the KV cache (`context_length` x `parallel` tokens) and
+        prompt cache (`cache_ram_mib`) within this machine's memory.  Raises an
+        EngineError naming the field; returns the GGUF's path."""
+        path = resolve_model_path(self.model)
+        try:
+            gguf = read_gguf(path)
+        except GGUFError as exc:
+            raise EngineError(f"engine.model: {exc}", field="engine.model") from None
+        trained = gguf.trained_context
+        if trained is not None and self.context_length > trained:
+            raise EngineError(
+                f"engine.context_length: {self.context_length:,} tokens is beyond the "
+                f"{trained:,} that {path.name} was trained on ({gguf.architecture}."
+                "context_length in the GGUF); lower it",
+                field="engine.context_length",
+            )
+        per_token = gguf.kv_bytes_per_token()
+        if per_token is not None:
+            tokens = self.context_length * self.parallel
+            check_fits(
+                "engine.context_length",
+                tokens * per_token + gguf.size,
+                f"{self.context_length:,} tokens x parallel {self.parallel:,} of llama.cpp's KV "
+                f"cache ({per_token:,} bytes a token) and the model's {size(gguf.size)}",
+            )
+        if self.cache_ram_mib > 0:
+            check_fits(
+                "engine.cache_ram_mib",
+                self.cache_ram_mib * 2**20,
+                f"llama.cpp's prompt cache of {self.cache_ram_mib:,} MiB",
+            )
+        return path
 
     def build(self) -> LlamaCppEngine:
         return LlamaCppEngine(self)
@@ -121,7 +162,9 @@ class LlamaCppEngine:
             raise EngineError("the llama.cpp engine needs: pip install xllamacpp") from exc
         import httpx
 
-        path = resolve_model_path(config.model)
+        # checked again where the engine loads: a file changed since the run's own check
+        # fails with its cause, not with llama.cpp's "Failed to init server"
+        path = config.check_gguf()
         params = xllamacpp.CommonParams()
         params.model.path = str(path)
         # llama.cpp splits the context over slots
@@ -134,7 +177,14 @@ class LlamaCppEngine:
         self.name = path.stem
         self.context_length = config.context_length
         self.parallel = config.parallel
-        self._server = xllamacpp.Server(params)
+        try:
+            self._server = xllamacpp.Server(params)
+        except RuntimeError as exc:  # llama.cpp says only "Failed to init server"
+            raise EngineError(
+                f"engine.model: llama.cpp could not load {path} ({first_line(exc)}; its "
+                "reasons are in the replica's log)",
+                field="engine.model",
+            ) from None
         self._client = httpx.AsyncClient(
             base_url=self._server.listening_address, timeout=REQUEST_TIMEOUT_S
         )

@@ -90,11 +90,11 @@ def check_work_dir(
             _check_checkpoint(folder)
     for path in ggufs:
         if path.exists():
-            from pipeline.training.gguf_export import gguf_fault
+            from actors.engines.gguf_file import gguf_fault
 
             fault = gguf_fault(path)
             if fault is not None:
-                raise StageError(f"{path} is {fault}; delete it to export again")
+                raise StageError(f"{fault}; delete it to export again")
 
 
 def _check_checkpoint(folder: Path) -> None:

@@ -178,22 +178,6 @@ def export(
     return len(tensors)
 
 
-def gguf_fault(path: Path) -> str | None:
-    """What keeps `path` from being one whole GGUF file (cut short, not GGUF), or None."""
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(path)
-    except (OSError, ValueError, KeyError, IndexError) as exc:
-        # gguf's reader fails on a file cut short while it lays its tensors out
-        return f"not a whole GGUF file ({type(exc).__name__})"
-    size = path.stat().st_size
-    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
-    if end > size:
-        return f"cut short: {size:,} bytes, its tensors need {end:,}"
-    return None
-
-
 def _check_output(output: Path, overwrite: bool) -> None:
     """The output file may be written: not a folder, not there unless --overwrite, its
     folder made now (one that cannot be is bad input before the export, not after)."""

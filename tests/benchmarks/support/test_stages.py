@@ -65,7 +65,7 @@ def test_an_export_cut_short_is_one_line(
     writer.write_tensors_to_file()
     writer.close()
     path.write_bytes(path.read_bytes()[:-100])
-    assert f"{path} is not a whole GGUF file" in _refused(tmp_path, capsys)
+    assert f"{path} is cut short: " in _refused(tmp_path, capsys)
 
 
 def test_a_trained_prm_with_weights_cut_short_is_one_line(
