@@ -44,10 +44,10 @@ import importlib
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pipeline.records import RECORD_TYPES, SCHEMAS
 from pipeline.store.compacted import COMPACTED, Compaction, Layout
@@ -58,6 +58,8 @@ from pipeline.store.object_lease import ObjectLease
 RUN_PREFIX = "run="
 MARKERS = "_committed"
 MANIFEST = "run.json"
+
+_Parsed = TypeVar("_Parsed")  # what a file of a folder read once parses to
 
 
 def _parquet() -> Any:
@@ -261,13 +263,7 @@ class RunFolder:
         """Every compaction record (file name -> record; `pipeline.store.compacted`), read
         once and remembered: a record never changes (it is created whole, or deleted)."""
         names = {n for n in self.store.names(COMPACTED) if n.endswith(".json")}
-        known: dict[str, Compaction | None] = self._memo.setdefault("compactions", {})
-        new = sorted(names - set(known))
-        if new:
-            paths = {name: self.store.join(COMPACTED, name) for name in new}
-            bodies = self.store.read_many(list(paths.values()))
-            for name, path in paths.items():
-                known[name] = Compaction.parse(bodies[path])
+        known = self._read_once(COMPACTED, names, Compaction.parse)
         return {name: r for name in sorted(names) if (r := known[name]) is not None}
 
     def layout(self) -> Layout:
@@ -289,14 +285,23 @@ class RunFolder:
 
     def _batches(self, layout: Layout) -> dict[str, Batch]:
         names = layout.visible
-        known: dict[str, Batch] = self._memo.setdefault("batches", {})
-        new = sorted(names - set(known))
-        if new:
-            paths = {batch: self.store.join(MARKERS, batch) for batch in new}
-            bodies = self.store.read_many(list(paths.values()))
-            for batch, path in paths.items():
-                known[batch] = Batch.parse(bodies[path])
+        known = self._read_once(MARKERS, names, Batch.parse)
         return {batch: known[batch] for batch in names}
+
+    def _read_once(
+        self, folder: str, names: Iterable[str], parse: Callable[[bytes], _Parsed]
+    ) -> dict[str, _Parsed]:
+        """`parse` of each of the files `names` in `folder`, by name; a file read before
+        is not read again (markers and compaction records never change once written), and
+        the new ones are read in one `read_many`."""
+        known: dict[str, _Parsed] = self._memo.setdefault(folder, {})
+        new = sorted(set(names) - known.keys())
+        if new:
+            paths = {name: self.store.join(folder, name) for name in new}
+            bodies = self.store.read_many(list(paths.values()))
+            for name, path in paths.items():
+                known[name] = parse(bodies[path])
+        return known
 
     def missing_parts(self) -> dict[str, list[str]]:
         """Part names a commit marker names that are not there, by record type (sorted).

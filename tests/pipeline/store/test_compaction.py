@@ -358,3 +358,37 @@ def test_the_command_compacts_once_and_refuses_a_folder_in_use(
         assert cli.main(["compact", "--run-dir", run_dir]) == BAD_INPUT
     assert "is in use by" in capsys.readouterr().err
     assert cli.main(["compact", "--run-dir", str(tmp_path / "nowhere" / "run=x")]) == BAD_INPUT
+
+
+def test_markers_and_compaction_records_are_read_once_per_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `RunFolder` reads a commit marker or a compaction record once (neither changes
+    once written), and later reads only the new ones: what the real store's `read_many`
+    is asked for, recorded on its way through."""
+    root = tmp_path / "out"
+    written = RunFolder.open(root, "r")
+    ParquetSink(written)
+    for problem in ("p1", "p2", "p3"):
+        _write(written, _failed(problem, "engine down"), 1)
+    compact_run(RunFolder.open(root, "r"))
+    folder = RunFolder.open(root, "r")
+    asked: list[str] = []
+    read_many = Store.read_many
+
+    def recording(store: Store, paths: list[str]) -> dict[str, bytes]:
+        asked.extend(paths)
+        return read_many(store, paths)
+
+    monkeypatch.setattr(Store, "read_many", recording)
+    first = folder.batches()
+    assert folder.compactions() and first
+    read = len(asked)
+    assert folder.batches() == first and len(asked) == read  # nothing read again
+    _write(folder, _failed("p9", "late"), 1)
+    later = folder.batches()
+    assert set(first) < set(later)
+    assert len(asked) == read + 1 and asked[-1].endswith(next(iter(set(later) - set(first))))
+    assert len(asked) == len(set(asked))
+    assert any(p.split("/")[-2] == COMPACTED for p in asked)
+    assert any(p.split("/")[-2] == MARKERS for p in asked)
