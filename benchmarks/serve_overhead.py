@@ -65,13 +65,7 @@ async def _main(args: argparse.Namespace) -> None:
 
     engine_config = LlamaCppConfig(context_length=2048, parallel=16, threads=args.threads)
     levels = (1, 4, 16)
-    direct_engine = LlamaCppEngine(
-        LlamaCppConfig(
-            context_length=engine_config.context_length,
-            threads=engine_config.threads,
-            parallel=engine_config.parallel,
-        )
-    )
+    direct_engine = LlamaCppEngine(engine_config)
     direct = {c: await _measure(EnginePolicy(direct_engine), args, c) for c in levels}
     await direct_engine.close()
     del direct_engine

