@@ -98,7 +98,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 from urllib.parse import urlsplit
 
 from pydantic import Field
@@ -116,6 +116,16 @@ from actors.errors import EngineError
 from common.redact import redact_text
 from search.protocols import FinishReason
 
+# The config field naming where an engine's API key is read from, the same in every engine
+# that calls an OpenAI-style server (`api_key`).
+ApiKeyEnv = Annotated[
+    str | None,
+    Field(
+        description="environment variable holding the API key (required unless the URL is "
+        "loopback); None: no key"
+    ),
+]
+
 
 class OpenAIConfig(EngineConfigBase):
     """Any OpenAI-compatible endpoint; the key is read from `api_key_env`, never stored."""
@@ -125,11 +135,7 @@ class OpenAIConfig(EngineConfigBase):
     kind: Literal["openai"] = Field("openai", description="an OpenAI-compatible HTTP endpoint")
     base_url: str = Field(description="the API's base URL, e.g. http://localhost:8000/v1")
     model: str = Field(description="model name sent with every request")
-    api_key_env: str | None = Field(
-        "OPENAI_API_KEY",
-        description="environment variable holding the API key (required unless the URL is "
-        "loopback); None: no key",
-    )
+    api_key_env: ApiKeyEnv = "OPENAI_API_KEY"
     context_length: int = Field(
         8192,
         ge=256,

@@ -44,7 +44,7 @@ from pydantic import Field
 
 from actors.engines.base import EngineConfigBase, EngineError, StepValues, short_name
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
-from actors.engines.openai_compat import api_key, keyed_repr, server_root
+from actors.engines.openai_compat import ApiKeyEnv, api_key, keyed_repr, server_root
 from actors.engines.step_layout import StepLayout
 from common.redact import redact_text
 
@@ -64,11 +64,7 @@ class OpenAIPoolingConfig(EngineConfigBase):
         "vLLM serves /pooling and /tokenize at its root)"
     )
     model: str = Field(description="the served model name sent with every request")
-    api_key_env: str | None = Field(
-        "OPENAI_API_KEY",
-        description="environment variable holding the API key (required unless the URL is "
-        "loopback); None: no key",
-    )
+    api_key_env: ApiKeyEnv = "OPENAI_API_KEY"
     context_length: int = Field(
         8192, ge=256, description="tokens of one scored path (the server's --max-model-len)"
     )
