@@ -62,7 +62,7 @@ def _night(args: argparse.Namespace) -> int:
     from pipeline.errors import InputError
     from pipeline.publish.hub import HubPublishError
     from pipeline.publish.publish_run import publish_configured
-    from pipeline.run.nightly import Ledger, night_config, plan_night, run_night, run_spent
+    from pipeline.run.nightly import night_config, plan_night, run_night, run_spent
     from pipeline.run.synthesis import synthesize
     from pipeline.run.wall import WallCap
     from pipeline.store.filesystem import check_reachable, open_store
@@ -78,20 +78,13 @@ def _night(args: argparse.Namespace) -> int:
     # credentials is one line before anything is read
     check_reachable(open_store(config.output_root), config.output_root)
     if args.dry_run:
-        return _dry_run(config, date)
-    # read before the night is claimed again (claiming marks it running)
-    publish_only = _publish_pending(Ledger(config.output_root, read_only=True).find(str(date)))
+        return _dry_run(args, config, date)
     ledger, night = plan_night(config, date)
-    if publish_only:
+    # as read before the night was claimed again (claiming marks it running)
+    if _publish_pending(config, ledger.reading.find(night.date)):
         return _publish_only(config, ledger, night)
-    for old in ledger.unfinished(before=night.date):
-        why = f" ({old['reason']})" if old.get("reason") else ""
-        print(
-            f"warning: night {old['date']} is {old.get('status')}{why}; resume it with "
-            f"{_resume_command(args, old['date'])}",
-            file=sys.stderr,
-        )
-    print(f"night {night.date}: problems {night.skip}..{night.skip + night.limit - 1}")
+    _warn_unfinished(args, ledger, night)
+    print(f"night {night.date}: {night.describe()}")
     tonight = night_config(config, night)
     cut = False  # stopped at the wall-time cap
     try:
@@ -168,23 +161,41 @@ def _say_cut(args: argparse.Namespace, config: RunConfig, night: NightSlice, lef
     )
 
 
-def _dry_run(config: RunConfig, date: dt.date) -> int:
+def _warn_unfinished(args: argparse.Namespace, ledger: Ledger, night: NightSlice) -> None:
+    """Name the earlier nights that never finished, each with the command that resumes it."""
+    for old in ledger.unfinished(before=night.date):
+        why = f" ({old['reason']})" if old.get("reason") else ""
+        print(
+            f"warning: night {old['date']} is {old.get('status')}{why}; resume it with "
+            f"{_resume_command(args, old['date'])}",
+            file=sys.stderr,
+        )
+
+
+def _dry_run(args: argparse.Namespace, config: RunConfig, date: dt.date) -> int:
     from pipeline.run.nightly import night_config, plan_night
     from pipeline.run.plan import plan_run, render_plan
 
+    # the same reading of the ledger as a run's (`read_ledger`), written nowhere
     ledger, night = plan_night(config, date, dry_run=True)
     known = ledger.find(night.date)
     how = f"recorded, {known.get('status')}" if known else "new: the slice after the last one"
-    print(f"night {night.date}: problems {night.skip}..{night.skip + night.limit - 1} ({how})")
-    if _publish_pending(known):
+    print(f"night {night.date}: {night.describe()} ({how})")
+    if _publish_pending(config, known):
         print("its search is done and its publish failed: a run would publish it only")
+    _warn_unfinished(args, ledger, night)
     render_plan(plan_run(night_config(config, night)))
     return OK
 
 
-def _publish_pending(night: dict[str, Any] | None) -> bool:
-    """The night's search finished and only its publish failed."""
-    return bool(night and night.get("status") == "failed" and night.get("reason") == "publish")
+def _publish_pending(config: RunConfig, night: dict[str, Any] | None) -> bool:
+    """The night's search finished and only its publish failed (and its run is there to
+    publish: a night whose run folder is gone is searched again)."""
+    from pipeline.store.run_folder import RunFolder
+
+    if not (night and night.get("status") == "failed" and night.get("reason") == "publish"):
+        return False
+    return RunFolder.open(config.output_root, night["run_id"]).store.is_dir()
 
 
 def _publish_only(config: RunConfig, ledger: Ledger, night: NightSlice) -> int:

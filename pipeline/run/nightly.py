@@ -3,7 +3,12 @@
 A ledger under the output root records which slice (skip, limit) each date got and
 whether it finished, so
 
-* a new date takes the slice after the last one handed out;
+* a new date takes the slice after the last one handed out (or, first, a gap that a
+  night left when the source ended inside its slice while a later night had already
+  claimed the slice after it);
+* a night whose source ends inside its slice (or before it) records the slice as ending
+  where the source does, so the problems past the end are never counted as searched: a
+  later night takes them once the source has grown to hold them;
 * rerunning a date (after a crash) gets the same slice and run id, and the
   sink's resume skips what was already written;
 * unfinished earlier nights are reported with the command that resumes them;
@@ -33,12 +38,21 @@ cron while the previous one still runs) never erase each other's entries.  A top
 extends a night only by creating the *next* slice file as an extension of it, so it fails
 (and the night simply stops) when another night has already taken the slice after it.
 Nothing is read-modify-written across nights, so a slice can be neither lost nor handed
-out twice.  The one-file ledger of earlier versions (`nightly-ledger.json`, local roots
-only) is carried over into slice files the first time it is read.
+out twice; the one exception is a night left "running" whose run folder is gone and whose
+process is too: the next night records it failed (`night_ledger.GONE`), so it is named
+with the command that resumes it, and rerunning its date searches its slice again.
+
+Every planner, the dry run's included, starts from one reading of the ledger,
+`night_ledger.read_ledger`, which checks every file against its schema before anything
+is written: a bad file is one line naming it and the field (`LedgerError`, exit 2) and
+is left as it is.  The one-file ledger of earlier versions (`nightly-ledger.json`, local
+roots only) is part of that reading: a real run carries it over into slice files, a dry
+run only reads it, so both plan the same slice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -48,17 +62,22 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pipeline.config import RunConfig
+from pipeline.run.night_ledger import (
+    CARRIED_OVER,
+    FOLDER,
+    LedgerError,
+    LedgerReading,
+    SlotFile,
+    Status,
+    claimer,
+    free_slice,
+    read_ledger,
+)
 from pipeline.run.summary import RunSummary
 from pipeline.store.filesystem import open_store
-
-FOLDER = "nightly-ledger"
-# The ledger of earlier versions: one file listing every night, rewritten whole on each
-# save (so two overlapping nights could erase each other's entries); local roots only.
-LEGACY_LEDGER = "nightly-ledger.json"
-Status = Literal["running", "done", "failed"]
 
 
 @dataclass(frozen=True)
@@ -68,92 +87,113 @@ class NightSlice:
     skip: int
     limit: int
 
+    def describe(self) -> str:
+        """The slice in words: its problems' positions in the source."""
+        if self.limit <= 0:
+            return f"no problems (an empty slice at problem {self.skip})"
+        return f"problems {self.skip}..{self.skip + self.limit - 1}"
+
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+def _slice(night: dict[str, Any]) -> NightSlice:
+    return NightSlice(night["date"], night["run_id"], night["skip"], night["limit"])
+
+
 class Ledger:
-    """The nightly ledger under an output root: one file (or object) per slice."""
+    """The nightly ledger under an output root: one file (or object) per slice.
+
+    It starts from `read_ledger`, the one reading (and check) of the files that the dry
+    run plans from too; it writes only through `plan`, `mark`, `extend`, `end_at` and
+    `settle`, so a ledger that fails the check is never written.
+    """
 
     def __init__(self, output_root: Path | str, *, read_only: bool = False) -> None:
         """`read_only`: for a dry run, which must leave the ledger as it found it (an
-        earlier version's one-file ledger is then not carried over, and not read)."""
-        root = open_store(output_root)
-        self.store = root.child(FOLDER)
-        self.slots: list[dict[str, Any]] = []
+        earlier version's one-file ledger is then read, not carried over)."""
+        self.root = open_store(output_root)
+        self.store = self.root.child(FOLDER)
+        self.read_only = read_only
+        self.reading = read_ledger(self.root)
+        if not read_only:
+            self._carry_over()
+        self.slots: list[SlotFile] = []
         self.nights: list[dict[str, Any]] = []
-        if not root.remote and not read_only:
-            self._carry_over(root.local_path)
-        self._load()
+        self._use(self.reading)
 
-    def _slot_names(self) -> list[str]:
-        return [name for name in self.store.names() if name.endswith(".json")]
+    def _use(self, reading: LedgerReading) -> None:
+        self.slots = reading.slots
+        # copies: `reading` stays the ledger as first read (what a rerun of a date finds)
+        self.nights = [dict(night) for night in reading.nights]
 
-    def _carry_over(self, root: Path) -> None:
+    def _load(self) -> None:
+        self._use(read_ledger(self.root))
+
+    def _carry_over(self) -> None:
         """Turn an earlier version's one-file ledger into slice files, once.
 
         The slice files are written into a staging folder that is renamed into place: a
         rename is atomic, and fails when another process carried the ledger over first.
         """
-        legacy = root / LEGACY_LEDGER
-        if not legacy.is_file() or self._slot_names():
+        legacy = self.reading.legacy or self.reading.legacy_stale
+        if legacy is None:
             return
-        try:
-            nights = list(json.loads(legacy.read_text())["nights"])
-        except FileNotFoundError:  # another process carried it over just now
-            return
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"{legacy}: unreadable nightly ledger ({exc})") from None
-        staging = Path(tempfile.mkdtemp(prefix=f".{FOLDER}.", dir=root))
-        staging.chmod(0o755)  # as a plain mkdir would make it (mkdtemp makes it private)
-        for seq, night in enumerate(nights, start=1):
-            (staging / f"{seq:08d}.json").write_text(json.dumps(night, indent=2) + "\n")
-        try:
-            os.rename(staging, self.store.local_path)  # replaces only a missing or empty folder
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-            if not self._slot_names():
-                raise ValueError(
-                    f"{self.store.uri}: cannot carry over {legacy} (the folder is in the way)"
-                ) from None
-            return
-        # Kept for the record under a name no version reads as a ledger.
-        legacy.replace(legacy.with_name(f"{LEGACY_LEDGER}.carried-over"))
-
-    def _load(self) -> None:
-        self.slots = []
-        for name in self._slot_names():
+        if self.reading.legacy is not None:
+            root = self.root.local_path
+            staging = Path(tempfile.mkdtemp(prefix=f".{FOLDER}.", dir=root))
+            staging.chmod(0o755)  # as a plain mkdir would make it (mkdtemp makes it private)
+            for slot in self.reading.slots:
+                (staging / f"{slot.seq:08d}.json").write_text(
+                    json.dumps(slot.body, indent=2) + "\n"
+                )
             try:
-                slot = json.loads(self.store.read_text(name))
-                slot["seq"] = int(name.removesuffix(".json"))
-            except (json.JSONDecodeError, ValueError, TypeError) as exc:
-                raise ValueError(
-                    f"{self.store.uri}/{name}: unreadable nightly ledger ({exc})"
-                ) from None
-            self.slots.append(slot)
-        self.slots.sort(key=lambda slot: slot["seq"])
-        nights: dict[str, dict[str, Any]] = {}
-        for slot in self.slots:
-            if slot.get("extends"):  # an extension is contiguous with its night by design
-                nights[slot["date"]]["limit"] += slot["limit"]
-                nights[slot["date"]]["last_seq"] = slot["seq"]
-            else:
-                nights[slot["date"]] = {**slot, "last_seq": slot["seq"]}
-        self.nights = list(nights.values())
+                os.rename(staging, self.store.local_path)  # replaces only a missing or empty folder
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)
+                if not self.store.names():
+                    raise LedgerError(
+                        f"{self.store.uri}: cannot carry over {legacy} (the folder is in the way)"
+                    ) from None
+            self.reading = read_ledger(self.root)  # the slot files now (another's, if it won)
+        # Kept for the record under a name no version reads as a ledger.
+        with contextlib.suppress(FileNotFoundError):  # another process set it aside first
+            legacy.replace(legacy.with_name(CARRIED_OVER))
+        self.reading.legacy = self.reading.legacy_stale = None
+
+    def _slot_file(self, seq: int) -> SlotFile:
+        return next(slot for slot in self.slots if slot.seq == seq)
+
+    def _write_slot(self, seq: int, body: dict[str, Any]) -> None:
+        if self.read_only:
+            raise RuntimeError(f"{self.store.uri}: the ledger was opened read-only")
+        self.store.write_text(json.dumps(body, indent=2) + "\n", f"{seq:08d}.json")
 
     def _write(self, night: dict[str, Any]) -> None:
         """Rewrite the night's own base slot (never another night's): status and facts.
 
         The base slot keeps its own limit; extensions add theirs when read.
         """
-        base = next(s for s in self.slots if s["seq"] == night["seq"])
+        base = self._slot_file(night["seq"])
         body = {k: v for k, v in night.items() if k not in ("seq", "last_seq", "limit")}
-        body["limit"] = base["limit"]
-        self.store.write_text(json.dumps(body, indent=2) + "\n", f"{night['seq']:08d}.json")
+        body["limit"] = base.body["limit"]
+        self._write_slot(night["seq"], body)
 
     def find(self, date: str) -> dict[str, Any] | None:
         return next((n for n in self.nights if n["date"] == date), None)
+
+    def settle(self, *, keep: str | None = None) -> list[str]:
+        """Record the nights whose run is gone (`GONE`) as failed, but `keep`'s (a night
+        being claimed again); the dates recorded."""
+        settled = []
+        for date in self.reading.gone:
+            night = self.find(date)
+            if date == keep or night is None:
+                continue
+            self._write(night | {"updated_at": _now()})
+            settled.append(date)
+        return settled
 
     def preview(
         self, date: str, run_id: str, base_skip: int, per_night: int, first_limit: int | None = None
@@ -161,32 +201,33 @@ class Ledger:
         """The slice `plan` would hand `date` now, writing nothing (a dry run's)."""
         night = self.find(date)
         if night is not None:
-            return NightSlice(night["date"], night["run_id"], night["skip"], night["limit"])
-        skip = max((n["skip"] + n["limit"] for n in self.nights), default=base_skip)
-        limit = per_night if first_limit is None else min(per_night, first_limit)
+            return _slice(night)
+        size = per_night if first_limit is None else min(per_night, first_limit)
+        skip, limit = free_slice(self.nights, base_skip, size)
         return NightSlice(date, run_id, skip, limit)
 
     def plan(
         self, date: str, run_id: str, base_skip: int, per_night: int, first_limit: int | None = None
     ) -> NightSlice:
-        """The slice of `date` (new: after the last one; `first_limit` caps a new slice)."""
+        """The slice of `date` (new: the first problems no night holds, after the last
+        slice; `first_limit` caps a new slice), claimed: written as running, by this
+        process."""
         for _ in range(20):  # each lost race means another night took a slice: re-read
             night = self.find(date)
             if night is not None:
-                night.update(status="running", updated_at=_now())
+                night.update(status="running", updated_at=_now(), **claimer())
                 self._write(night)
-                return NightSlice(night["date"], night["run_id"], night["skip"], night["limit"])
+                return _slice(night)
             new = self.preview(date, run_id, base_skip, per_night, first_limit)
-            skip, limit = new.skip, new.limit
-            seq = (self.slots[-1]["seq"] if self.slots else 0) + 1
-            body = {"date": date, "run_id": run_id, "skip": skip, "limit": limit}
-            body |= {"status": "running", "updated_at": _now()}
+            seq = (self.slots[-1].seq if self.slots else 0) + 1
+            body = {"date": date, "run_id": run_id, "skip": new.skip, "limit": new.limit}
+            body |= {"status": "running", "updated_at": _now(), **claimer()}
             created = self.store.create_exclusive(
                 json.dumps(body, indent=2).encode(), f"{seq:08d}.json"
             )
             self._load()
             if created:
-                return NightSlice(date, run_id, skip, limit)
+                return new
         raise RuntimeError(f"{self.store.uri}: could not claim a nightly slice (20 races lost)")
 
     def mark(self, date: str, status: Status, **facts: Any) -> None:
@@ -200,7 +241,8 @@ class Ledger:
         self._write(night)
 
     def extend(self, date: str, limit: int) -> bool:
-        """Grow the night's slice to `limit`; False when a later night took the slice after it."""
+        """Grow the night's slice to `limit`; False when a later night took the slice after
+        it (or any problem of the growth is in another night's slice)."""
         self._load()
         night = self.find(date)
         if night is None:
@@ -208,12 +250,49 @@ class Ledger:
         more = limit - night["limit"]
         if more <= 0:
             return True
-        seq = night["last_seq"] + 1
         skip = night["skip"] + night["limit"]
+        if any(
+            n["date"] != date
+            and n["limit"]
+            and n["skip"] < skip + more
+            and skip < n["skip"] + n["limit"]
+            for n in self.nights
+        ):
+            return False  # a night filling a gap grows only into the gap
+        seq = night["last_seq"] + 1
         body = {"date": date, "extends": True, "skip": skip, "limit": more}
         created = self.store.create_exclusive(json.dumps(body).encode(), f"{seq:08d}.json")
         self._load()
         return created
+
+    def end_at(self, date: str, problems: int) -> NightSlice:
+        """The source ended inside the night's slice, after `problems` of them: record the
+        slice as ending there, so that no problem past the end is ever counted as searched
+        (a later night takes them, once the source has grown to hold them)."""
+        night = self.find(date)
+        if night is None:
+            raise KeyError(date)
+        if problems >= night["limit"]:
+            return _slice(night)
+        # the night's own slots, in order: each keeps what lies before the end
+        held = 0
+        for slot in self.slots:
+            if slot.body["date"] != date:
+                continue
+            keep = max(0, min(slot.body["limit"], problems - held))
+            skip = night["skip"] + held
+            held += keep
+            if (slot.body["skip"], slot.body["limit"]) == (skip, keep):
+                continue
+            if slot.extends:
+                self._write_slot(slot.seq, {**slot.body, "skip": skip, "limit": keep})
+            else:  # the base slot with the night's own facts, as this process holds them
+                body = {k: v for k, v in night.items() if k not in ("seq", "last_seq")}
+                self._write_slot(slot.seq, body | {"limit": keep, "updated_at": _now()})
+        self._load()
+        ended = self.find(date)
+        assert ended is not None
+        return _slice(ended)
 
     def unfinished(self, before: str) -> list[dict[str, Any]]:
         return [n for n in self.nights if n["date"] < before and n.get("status") != "done"]
@@ -237,10 +316,14 @@ def plan_night(
     config: RunConfig, date: dt.date, *, dry_run: bool = False
 ) -> tuple[Ledger, NightSlice]:
     """The ledger and the slice of `date`, claimed in the ledger (a dry run: the slice a
-    real run would get now, the ledger left untouched)."""
+    real run would get now, the ledger left untouched).  Both plan from one reading of the
+    ledger (`read_ledger`); the real run first records the nights whose run is gone as
+    failed."""
     ledger = Ledger(config.output_root, read_only=dry_run)
     day = date.isoformat()
     spend_cap = config.nightly.budget_per_night
+    if not dry_run:  # the dry run reads them as failed too, and writes nothing
+        ledger.settle(keep=day)
     claim = ledger.preview if dry_run else ledger.plan
     night = claim(
         day,
@@ -274,6 +357,9 @@ def run_night(
     """
     spend_cap = config.nightly.budget_per_night
     summary = synthesize(night_config(config, night))
+    exhausted = summary.problems < night.limit  # the source ended inside the slice
+    if exhausted:
+        night = ledger.end_at(night.date, summary.problems)
     if spend_cap is None:
         return summary, night
     while True:
@@ -286,9 +372,12 @@ def run_night(
         last = ledger.nights[-1]["date"] == night.date
         room = config.nightly.problems_per_night - night.limit
         more = min(room, admissible(spend_cap, spent, config.budget)) if last else 0
-        if more <= 0 or summary.problems < night.limit:  # nothing left, or source exhausted
+        if more <= 0 or exhausted:
             return summary, night
         if not ledger.extend(night.date, night.limit + more):  # a later night came first
             return summary, night
         night = NightSlice(night.date, night.run_id, night.skip, night.limit + more)
         summary = synthesize(night_config(config, night))
+        exhausted = summary.problems < night.limit
+        if exhausted:
+            night = ledger.end_at(night.date, summary.problems)

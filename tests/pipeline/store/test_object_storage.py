@@ -26,7 +26,8 @@ import yaml
 
 from pipeline.errors import OutputLocationError
 from pipeline.records import error_row
-from pipeline.run.nightly import Ledger
+from pipeline.run.night_ledger import LedgerError
+from pipeline.run.nightly import Ledger, NightSlice
 from pipeline.store.filesystem import check_reachable, open_store
 from pipeline.store.lease import RunFolderBusy
 from pipeline.store.object_lease import LEASE_FOLDER, ObjectLease
@@ -162,6 +163,40 @@ def test_nightly_ledger_on_a_bucket_never_hands_a_slice_out_twice(s3: S3Server) 
     assert sorted(n["date"] for n in Ledger(root).unfinished("2026-12-31")) == sorted(
         d for d in final if d != last
     )
+
+
+def test_nightly_ledger_on_a_bucket_is_checked_whole_and_ends_at_the_source(
+    s3: S3Server,
+) -> None:
+    """The ledger's one reading on a bucket: a bad object is one line naming its URI and
+    is left as it was; a night whose source ended inside its slice ends there; a running
+    night whose run prefix holds nothing, claimed by nobody named, is failed."""
+    root = f"s3://{BUCKET}/nightly"
+    client = s3.client()
+    ledger = Ledger(root)
+    first = ledger.plan("2026-11-20", "n-2026-11-20", base_skip=0, per_night=5)
+    assert ledger.end_at(first.date, 3) == NightSlice(first.date, first.run_id, 0, 3)
+    assert Ledger(root).preview("2026-11-21", "n-2026-11-21", 0, 5).skip == 3
+    # a night left running by hand: no host, no pid, nothing under run=n-2026-11-21/
+    body = {"date": "2026-11-21", "run_id": "n-2026-11-21", "skip": 3, "limit": 5}
+    key = "nightly/nightly-ledger/00000002.json"
+    client.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(body | {"status": "running"}))
+    ledger = Ledger(root)
+    assert ledger.settle() == ["2026-11-21"]
+    assert Ledger(root).find("2026-11-21")["status"] == "failed"  # type: ignore[index]
+
+    bad = json.dumps(body | {"limit": "5"}).encode()
+    client.put_object(Bucket=BUCKET, Key=key, Body=bad)
+    with pytest.raises(LedgerError) as error:
+        Ledger(root).plan("2026-11-22", "n-2026-11-22", base_skip=0, per_night=5)
+    assert str(error.value).startswith(
+        f"{root}/nightly-ledger/00000002.json: bad nightly ledger: limit"
+    )
+    assert client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == bad
+    assert s3.keys(BUCKET, "nightly/nightly-ledger/") == [
+        "nightly/nightly-ledger/00000001.json",
+        key,
+    ]
 
 
 def test_missing_bucket_and_denied_credentials_are_one_line(s3: S3Server, tmp_path: Path) -> None:
