@@ -255,9 +255,9 @@ class TransformersPRMEngine(OnePassEngine):
     (`prompt_tokens_cached`); `load()` and `capacity().prefix_hit_rate` report the same.
     A child's path is mostly its parent's (68% of its tokens on the real SmolLM2 trees of
     the test fixtures), so keeping pasts more than halves the work: scoring those 157
-    paths parents first computes 41 tokens a path instead of 88 and takes a third of the
-    time (24-28 s against 71-110 s on one thread of a heavily loaded 2-core box;
-    `benchmarks/one_pass_engine.py --trees-only`).
+    paths parents first computes 35 tokens a path instead of 88, and when it was 41 it took
+    a third of the time (24-28 s against 71-110 s on one thread of a heavily loaded 2-core
+    box; docs/benchmarks.md, "The one-pass PRM engine on CPU").
 
     The price is memory: SmolLM2-135M keeps 2 x 30 layers x 3 heads x 64 floats a token,
     46 KB in float32, so the default bound of 32,768 tokens is at most 1.5 GB.  It holds
