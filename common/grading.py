@@ -6,12 +6,21 @@ holding the GIL, so a comparison in a worker *thread* cannot be stopped and
 freezes every other coroutine of the process (the event loop included).  So:
 
 * `too_costly` rejects, in microseconds and before sympy sees it, text that
-  is built to explode: towers of powers (a power inside an exponent), huge
-  integer literals or exponents, and answers far longer than any real one;
+  is built to explode: towers of powers (a power inside an exponent, at any
+  depth of braces), huge integer literals, exponents or products of exponents,
+  factorials of large or computed numbers, and answers far longer than any real one;
 * everything else runs in a small *process* pool (`pebble.ProcessPool`):
   a comparison that outlives its limit has its worker process killed and
   replaced, and the caller gets `Verdict.TIMEOUT` on time.  The event loop
   only awaits a future, so it keeps running meanwhile.
+
+The promise: `compare` and `compare_all` return within ``timeout_s +
+POOL_START_ALLOWANCE_S`` of the call, whatever the answers and whatever the
+pool is doing: a cold pool starts in a thread of its own (its start takes
+seconds on a busy machine: the fork server imports math-verify), and a comparison
+still waiting for the pool, or queued behind busy workers, at that deadline is
+cancelled and is a `Verdict.TIMEOUT`.  `warm_up` starts the pool early, so
+that a process that will grade (a search actor) does not spend its first limit on it.
 
 A timed-out or rejected comparison counts as no match; `counting()` collects
 how many there were (the `trees` rows report it as `grade_timeouts`).
@@ -29,6 +38,7 @@ import multiprocessing
 import re
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,18 +46,22 @@ from typing import Any
 MAX_ANSWER_CHARS = 1_000
 MAX_LITERAL_DIGITS = 300
 MAX_EXPONENT_DIGITS = 4  # 2^{1000} is a fine answer; 9^{99999} is an attack on sympy
+MAX_FACTORIAL_DIGITS = 3  # 999! has 2,565 digits; sympy computes (99999)! for seconds
 _POOL_WORKERS = 2
-# How long a comparison may wait for a worker to start before its own limit runs.
-_START_MARGIN_S = 5.0
-# What a batch (`compare_all`) allows past its limit, once the pool is up: replacing the
-# workers killed at the limit.
-_BATCH_MARGIN_S = 1.0
+# What a call may take past its limit: a cold pool's start, or a wait for a busy worker.
+# `compare` and `compare_all` return within `timeout_s + POOL_START_ALLOWANCE_S`.
+POOL_START_ALLOWANCE_S = 1.5
+# Kept back from the allowance for what follows the deadline: cancelling the comparison
+# (its worker is killed in pebble's own thread) and waking the caller on a busy loop.
+_RETURN_RESERVE_S = 0.25
 
 
 class Verdict(enum.StrEnum):
     MATCH = "match"
     NO_MATCH = "no_match"
-    TIMEOUT = "timeout"  # the comparison outlived its limit; its worker was replaced
+    # the comparison outlived its limit, or its worker ran out of memory or stack or
+    # died on it: the worker was replaced
+    TIMEOUT = "timeout"
     REJECTED = "rejected"  # too costly to try (see `too_costly`)
 
     @property
@@ -78,34 +92,118 @@ def counting() -> Iterator[GradeStats]:
         _STATS.reset(token)
 
 
-# A power's exponent, braced or bare: "^{...}" (one brace level) or "^9", "**9".
-_EXPONENT = re.compile(r"(?:\^|\*\*)\s*(\{(?:[^{}]|\{[^{}]*\})*\}|\(?[-+]?[\w.]+\)?)")
+# ------------------------------------------------------------------ the cheap filter
 _DIGITS = re.compile(r"\d+")
+_POWER = re.compile(r"\^|\*\*")
+_PRODUCT = re.compile(r"\\cdot|\\times|\*|\)\s*\(|\d\s+\d")
+_TOKEN = re.compile(r"[-+]?\s*(?:\\[a-zA-Z]+|[\w.]+)")  # a bare operand: 9, x, \pi
+_OPEN = {"(": ")", "{": "}", "[": "]"}
+_CLOSE = {v: k for k, v in _OPEN.items()}
+
+
+def _pairs(text: str) -> dict[int, int]:
+    """Index of every bracket -> index of its partner (both ways), in one pass."""
+    partner: dict[int, int] = {}
+    stack: list[int] = []
+    for i, ch in enumerate(text):
+        if ch in _OPEN:
+            stack.append(i)
+        elif ch in _CLOSE and stack:
+            # a closer closes the innermost opener of any kind: the filter only needs
+            # the extent of groups, not well-formed LaTeX
+            j = stack.pop()
+            partner[i], partner[j] = j, i
+    return partner
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\n":
+        i += 1
+    return i
+
+
+def _operand_after(text: str, i: int, partner: dict[int, int]) -> tuple[int, int]:
+    """[start, end) of the operand that starts at `i` (an exponent): a bracketed group
+    (``\\left`` included) or a bare token."""
+    i = _skip_space(text, i)
+    if text.startswith("\\left", i):
+        i = _skip_space(text, i + len("\\left"))
+    if i < len(text) and text[i] in _OPEN and i in partner:
+        return i, partner[i] + 1
+    match = _TOKEN.match(text, i)
+    return (i, match.end()) if match else (i, i)
+
+
+def _operand_before(text: str, i: int, partner: dict[int, int]) -> tuple[int, int]:
+    """[start, end) of the operand that ends just before `i` (a power's base, what a
+    factorial applies to): a bracketed group (``\\right`` included) or a bare token."""
+    j = i
+    while j > 0 and text[j - 1] in " \t\n":
+        j -= 1
+    end = j
+    if j > 0 and text[j - 1] in _CLOSE and j - 1 in partner:
+        start = partner[j - 1]
+        if text.endswith("\\left", 0, start):
+            start -= len("\\left")
+        return start, end
+    while j > 0 and (text[j - 1].isalnum() or text[j - 1] in "._"):
+        j -= 1
+    return j, end
+
+
+def _size_digits(exponent: str) -> int:
+    """How many decimal digits the exponent's value may have: its longest number, or,
+    when its numbers are multiplied, all their digits together."""
+    digits = [len(d) for d in _DIGITS.findall(exponent)]
+    if not digits:
+        return 0
+    return sum(digits) if _PRODUCT.search(exponent) else max(digits)
 
 
 def too_costly(text: str) -> str | None:
-    """Why `text` is not worth handing to sympy, or None when it is."""
+    """Why `text` is not worth handing to sympy, or None when it is.
+
+    Linear in the text (one pass pairs the brackets): it runs on every answer.
+    """
     if len(text) > MAX_ANSWER_CHARS:
         return f"answer is {len(text)} characters (limit {MAX_ANSWER_CHARS})"
-    if "^" in text or "**" in text:
-        # A power right after an exponent ("9^9^9", "2**3**4") is a tower too.
-        if re.search(r"(?:\^|\*\*)\s*(?:\d+|\{[^{}]*\})\s*(?:\^|\*\*)", text) or re.search(
-            r"(?:\^|\*\*)\s*\([^()]*(?:\^|\*\*)", text
-        ):
-            return "tower of powers"
-        for match in _EXPONENT.finditer(text):
-            exponent = match.group(1)
-            if "^" in exponent or "**" in exponent or "\\exp" in exponent:
-                return "tower of powers"
-            if any(len(d) > MAX_EXPONENT_DIGITS for d in _DIGITS.findall(exponent)):
-                return f"exponent {exponent[:40]} is too large"
     if any(len(d) > MAX_LITERAL_DIGITS for d in _DIGITS.findall(text)):
         return f"a number literal has more than {MAX_LITERAL_DIGITS} digits"
-    if "!" in text and re.search(r"\d{4,}\s*!", text):
-        return "factorial of a large number"
+    partner = _pairs(text)
+    for power in _POWER.finditer(text):
+        start, end = _operand_after(text, power.end(), partner)
+        exponent = text[start:end]
+        if _POWER.search(exponent) or "\\exp" in exponent or re.search(r"\d\s*!", exponent):
+            return "tower of powers"
+        if _POWER.match(text, _skip_space(text, end)):  # 9^9^9, 9^{9}^{9}: a tower too
+            return "tower of powers"
+        size = _size_digits(exponent)
+        if size > MAX_EXPONENT_DIGITS:
+            return f"exponent {exponent[:40]} is too large"
+        if size > 2 and text[: power.start()].rstrip().endswith("matrix}"):
+            return f"power {exponent[:40]} of a matrix is too large"
+        # a power of a group with powers inside, (9999^{9999})^{9999}: the exponents multiply
+        base = text[slice(*_operand_before(text, power.start(), partner))]
+        if base[:1] in _OPEN or base.startswith("\\left"):
+            inner = sum(
+                _size_digits(text[slice(*_operand_after(text, p.end(), partner))])
+                for p in _POWER.finditer(base)
+            )
+            if inner and size + inner > MAX_EXPONENT_DIGITS:
+                return (
+                    f"power of a power, {text[power.start() - len(base) : end][:40]}, is too large"
+                )
+    for bang in re.finditer(r"(?<!\\)!+", text):  # "\!" is a LaTeX space, not a factorial
+        start, end = _operand_before(text, bang.start(), partner)
+        operand = text[start:end]
+        if _POWER.search(operand) or "!" in operand or _POWER.search(text[:start].rstrip()[-2:]):
+            return f"factorial of a computed number, {operand[:40]}"
+        if any(len(d) > MAX_FACTORIAL_DIGITS for d in _DIGITS.findall(operand)):
+            return f"factorial of a large number, {operand[:40]}"
     return None
 
 
+# ------------------------------------------------------------------ the pool
 def _latex(answer: str) -> str:
     """Math mode for a bare answer ("\\frac{1}{2}" -> "$\\frac{1}{2}$")."""
     bare = answer.replace("\\$", "")  # an escaped dollar ("\\$18.90") is not math mode
@@ -132,52 +230,96 @@ def _quiet() -> None:
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
-_pool: Any = None
-_pool_lock = threading.Lock()
+def _noop() -> None:
+    """Runs in a pool worker: proves the pool is up."""
 
 
-def _get_pool() -> Any:
-    global _pool
-    with _pool_lock:
-        if _pool is None or not _pool.active:
+class _PoolStart:
+    """One pool, started in a thread of its own: pebble starts its workers inside the
+    first `schedule` call, and with the fork server importing math-verify that takes
+    seconds, which on the event loop's thread would stall every coroutine and let a
+    comparison overrun its limit.  `ready` holds the pool once a worker has run."""
+
+    def __init__(self) -> None:
+        self.ready: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        # running from the start: a waiter that gives up (its deadline) cancels its own
+        # asyncio wrapper, and that must not cancel the start for everyone else
+        self.ready.set_running_or_notify_cancel()
+        threading.Thread(target=self._start, name="grading-pool-start", daemon=True).start()
+
+    def _start(self) -> None:
+        try:
             # forkserver, not fork: forking a process that runs other threads (llama.cpp,
             # Ray's gRPC) stalled the workers for a minute here.  The fork server starts
             # once, clean, with math-verify preloaded, and forks warm workers from itself.
             # (Like spawn it imports the __main__ module: a script that grades must use an
             # `if __name__ == "__main__":` guard, as Ray's workers and `python -m` do.)
-            # Imported here: importing the records (e.g. to read or publish a run) needs no pool.
+            # Imported here: importing the records (e.g. to read or publish a run) needs no
+            # pool.
             import pebble  # type: ignore[import-untyped, unused-ignore]
 
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(["common.grading", "math_verify"])
-            _pool = pebble.ProcessPool(
+            pool = pebble.ProcessPool(
                 max_workers=_POOL_WORKERS, initializer=_quiet, context=context
             )
-        return _pool
+            pool.schedule(_noop).result()
+        except BaseException as error:  # handed to every waiter
+            self.ready.set_exception(error)
+        else:
+            self.ready.set_result(pool)
+
+    def usable(self) -> bool:
+        if not self.ready.done():
+            return True  # still starting
+        return self.ready.exception() is None and self.ready.result().active
 
 
-def _noop() -> None:
-    """Runs in a pool worker: proves the pool is up."""
+_start: _PoolStart | None = None
+_start_lock = threading.Lock()
 
 
-async def _ready() -> None:
-    """Wait until the pool's workers run (a cold start takes seconds: the fork server
-    imports math-verify)."""
-    pool = _get_pool()
-    if getattr(pool, "_bgmcts_ready", False):
-        return
-    await asyncio.wait_for(asyncio.wrap_future(pool.schedule(_noop)), 120)
-    pool._bgmcts_ready = True
+def _pool_start() -> _PoolStart:
+    global _start
+    with _start_lock:
+        if _start is None or not _start.usable():
+            _start = _PoolStart()
+        return _start
+
+
+def warm_up() -> None:
+    """Start the comparison pool in the background, if it is not up yet (returns at once).
+
+    A process that will grade calls it early, so that its first comparisons do not
+    spend their limit on the pool's start."""
+    _pool_start()
+
+
+def _stop(ready: concurrent.futures.Future[Any]) -> None:
+    if ready.exception() is None:
+        pool = ready.result()
+        pool.stop()
+        pool.join(timeout=5)
 
 
 def shutdown_pool() -> None:
     """Stop the comparison workers (tests; a process exit stops them anyway)."""
-    global _pool
-    with _pool_lock:
-        if _pool is not None:
-            _pool.stop()
-            _pool.join(timeout=5)
-            _pool = None
+    global _start
+    with _start_lock:
+        start, _start = _start, None
+    if start is not None:
+        if start.ready.done():
+            _stop(start.ready)
+        else:  # still starting: stopped as soon as it is up
+            start.ready.add_done_callback(_stop)
+
+
+# ------------------------------------------------------------------ comparisons
+def _deadline(timeout_s: float) -> float:
+    """The event-loop time by which a call with this limit has returned."""
+    return (
+        asyncio.get_running_loop().time() + timeout_s + POOL_START_ALLOWANCE_S - _RETURN_RESERVE_S
+    )
 
 
 async def compare(answer: str | None, reference: str, timeout_s: float = 5.0) -> Verdict:
@@ -185,17 +327,26 @@ async def compare(answer: str | None, reference: str, timeout_s: float = 5.0) ->
 
     Equal strings match at once; text too costly for sympy is rejected at once;
     otherwise math-verify runs in a worker process that is killed (and replaced)
-    when it outlives `timeout_s`.  A parse error is no match.
+    when it outlives `timeout_s`.  A parse error is no match.  The call returns
+    within ``timeout_s + POOL_START_ALLOWANCE_S``, a cold pool's start included.
     """
+    return await _counted(answer, reference, timeout_s, _deadline(timeout_s))
+
+
+async def _counted(
+    answer: str | None, reference: str, timeout_s: float, deadline: float
+) -> Verdict:
     stats = _STATS.get()
-    verdict = await _compare(answer, reference, timeout_s)
+    verdict = await _compare(answer, reference, timeout_s, deadline)
     if stats is not None:
         stats.comparisons += 1
         stats.timeouts += verdict.bounded
     return verdict
 
 
-async def _compare(answer: str | None, reference: str, timeout_s: float) -> Verdict:
+async def _compare(
+    answer: str | None, reference: str, timeout_s: float, deadline: float
+) -> Verdict:
     if answer is None:
         return Verdict.NO_MATCH
     if answer.strip() == reference.strip():
@@ -204,19 +355,28 @@ async def _compare(answer: str | None, reference: str, timeout_s: float) -> Verd
         return Verdict.REJECTED
     if timeout_s <= 0:
         return Verdict.TIMEOUT
-    future = _get_pool().schedule(_verify, args=(answer, reference), timeout=timeout_s)
+    future: Any = None
     try:
-        # The pool's own timer kills the worker; wait_for is a backstop (a worker that
-        # has not started yet still answers within the limit plus a margin).
-        matched = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s + _START_MARGIN_S)
-    except (TimeoutError, concurrent.futures.TimeoutError):
-        future.cancel()
+        async with asyncio.timeout_at(deadline):
+            pool = await asyncio.wrap_future(_pool_start().ready)
+            # pebble's own timer kills the worker `timeout_s` after it starts the
+            # comparison; the deadline also bounds the wait for a free worker
+            future = pool.schedule(_verify, args=(answer, reference), timeout=timeout_s)
+            matched = await asyncio.wrap_future(future)
+    except TimeoutError:  # ours (the deadline) or pebble's (the worker was killed)
         return Verdict.TIMEOUT
-    except asyncio.CancelledError:
-        future.cancel()
-        raise
-    except Exception:  # math-verify failed on odd input, or its worker died: not a match
-        return Verdict.NO_MATCH
+    except (MemoryError, RecursionError):  # the worker's, raised in it: the input's size
+        return Verdict.TIMEOUT
+    except Exception as error:
+        from pebble import ProcessExpired  # type: ignore[import-untyped, unused-ignore]
+
+        # a worker killed by the system (out of memory) on this input: bounded, not maths
+        if isinstance(error, ProcessExpired | BrokenProcessPool):
+            return Verdict.TIMEOUT
+        return Verdict.NO_MATCH  # math-verify failed on odd input: not a match
+    finally:
+        if future is not None:
+            future.cancel()  # a no-op once done; kills the worker of one still running
     return Verdict.MATCH if matched else Verdict.NO_MATCH
 
 
@@ -225,28 +385,17 @@ async def compare_all(
 ) -> list[Verdict]:
     """`compare` of every pair at once, all decided within one time limit.
 
-    The pool is started first (a cold start is not the comparisons' time); then
-    every comparison is handed to it together, and whatever has not finished
-    `timeout_s` (plus `_BATCH_MARGIN_S` for replacing killed workers) later is
-    cancelled and counts as `Verdict.TIMEOUT` (`grade_timeouts` in the trees
-    rows).  So a batch of slow comparisons costs one limit, not one limit each:
-    the pool has only `_POOL_WORKERS` workers, and queued comparisons would
-    otherwise wait their turn.
+    Every comparison is handed to the pool together, under one deadline:
+    ``timeout_s + POOL_START_ALLOWANCE_S`` from the call, a cold pool's start
+    included.  Whatever has not finished by then is cancelled and counts as
+    `Verdict.TIMEOUT` (`grade_timeouts` in the trees rows).  So a batch of slow
+    comparisons costs one limit, not one limit each: the pool has only
+    `_POOL_WORKERS` workers, and queued comparisons would otherwise wait their turn.
     """
     if not pairs:
         return []
-    await _ready()
-    tasks = [asyncio.ensure_future(compare(a, b, timeout_s)) for a, b in pairs]
-    done, pending = await asyncio.wait(tasks, timeout=timeout_s + _BATCH_MARGIN_S)
-    for task in pending:
-        task.cancel()
-    stats = _STATS.get()
-    if pending:
-        await asyncio.gather(*pending, return_exceptions=True)
-        if stats is not None:  # cancelled before `compare` could count them
-            stats.comparisons += len(pending)
-            stats.timeouts += len(pending)
-    return [t.result() if t in done else Verdict.TIMEOUT for t in tasks]
+    deadline = _deadline(timeout_s)
+    return list(await asyncio.gather(*(_counted(a, b, timeout_s, deadline) for a, b in pairs)))
 
 
 async def answers_match(answer: str | None, reference: str, timeout_s: float = 5.0) -> bool:
@@ -255,6 +404,7 @@ async def answers_match(answer: str | None, reference: str, timeout_s: float = 5
 
 
 __all__ = [
+    "POOL_START_ALLOWANCE_S",
     "GradeStats",
     "Verdict",
     "answers_match",
@@ -263,4 +413,5 @@ __all__ = [
     "counting",
     "shutdown_pool",
     "too_costly",
+    "warm_up",
 ]

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from common.grading import Verdict, compare_all
+from common.grading import Verdict, compare_all, warm_up
 from common.redact import redact_text
 from pipeline.evaluation.config import (
     EvalConfig,
@@ -217,6 +217,7 @@ async def _run_services_tasks(
 ) -> list[dict[str, Any]]:
     from actors.affinity import tree_affinity
 
+    warm_up()  # the grading pool starts while the first searches run, not in their limit
     gate = asyncio.Semaphore(env.concurrency)
     failures: list[dict[str, Any]] = []
     done = 0

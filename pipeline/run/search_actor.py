@@ -48,6 +48,7 @@ from actors.search_outcome import (
     failure_reason,
 )
 from actors.serve import POLICY_APP, SCORER_APP, ServePolicy, ServeScorer
+from common.grading import warm_up
 from common.redact import install_log_redaction, redact_text
 from pipeline.config import RunConfig
 from pipeline.problems.decontamination import build_decontaminator
@@ -69,6 +70,9 @@ class SearchActor:
         from ray import serve
 
         install_log_redaction()
+        # The grading pool starts in the background while the first trees are searched:
+        # its start (seconds) would otherwise count against the first tree's grading limit.
+        warm_up()
         self.run = RunConfig.model_validate(run)
         self.run_id = self.run.resolved_run_id
         self.wall = wall  # the run's wall-time cap (None: none)
