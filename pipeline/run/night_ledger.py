@@ -101,7 +101,7 @@ class NightSlot(_Schema):
     searched: Count | None = None
     errors: Count | None = None
     host: str | None = None  # who claimed the night: to tell a live claim from a gone one
-    pid: int | None = Field(None, ge=1)
+    pid: int | None = Field(None, ge=1, le=2**31 - 1)  # what os.kill takes
 
 
 class ExtensionSlot(_Schema):
@@ -181,6 +181,8 @@ def _bad(where: str, problem: str) -> LedgerError:
 
 
 def _read_slots(folder: Store) -> list[SlotFile]:
+    if not folder.remote and folder.local_path.exists() and not folder.local_path.is_dir():
+        raise LedgerError(f"{folder.uri}: bad nightly ledger: not a folder (nothing was written)")
     names = [name for name in folder.names() if name.endswith(".json")]
     seqs: dict[str, int] = {}
     for name in names:
@@ -242,8 +244,16 @@ def _carried_over(nights: list[SlotFile], slots: list[SlotFile]) -> bool:
 
 
 def _json(data: bytes, where: str) -> Any:
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        # json.loads keeps the last of a repeated key: which one a writer meant is unknown
+        keys = [key for key, _ in pairs]
+        twice = next((key for key in keys if keys.count(key) > 1), None)
+        if twice is not None:
+            raise _bad(where, f"{twice}: given twice in one object")
+        return dict(pairs)
+
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"), object_pairs_hook=unique)
     except UnicodeDecodeError as exc:
         raise LedgerError(f"{where}: unreadable nightly ledger (not UTF-8: {exc.reason})") from None
     except json.JSONDecodeError as exc:
@@ -340,7 +350,7 @@ def _claimer_alive(night: dict[str, Any], now: dt.datetime) -> bool:
     updated = dt.datetime.fromisoformat(night.get("updated_at") or "1970-01-01T00:00:00")
     if updated.tzinfo is None:
         updated = updated.replace(tzinfo=dt.UTC)
-    return now - updated < CLAIM_GRACE
+    return abs(now - updated) < CLAIM_GRACE  # a claim "from the future" is no live one
 
 
 def claimer() -> dict[str, Any]:

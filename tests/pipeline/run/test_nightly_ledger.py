@@ -161,6 +161,21 @@ BAD_LEDGERS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("truncated", {"nightly-ledger/00000001.json": json.dumps(GOOD).encode()[:20]}, ("not JSON",)),
     ("not UTF-8", {"nightly-ledger/00000001.json": b'{"date": "\xff"}'}, ("UTF-8",)),
     (
+        "a key given twice",
+        {
+            "nightly-ledger/00000001.json": json.dumps(GOOD)
+            .replace('"limit": 2', '"limit": 2, "limit": 9')
+            .encode()
+        },
+        ("limit", "twice"),
+    ),
+    (
+        "pid past any process",
+        dict([_slot(1, **{**GOOD, "status": "running", "host": "h", "pid": 10**20})]),
+        ("pid",),
+    ),
+    ("the ledger folder a file", {"nightly-ledger": b"{}"}, ("not a folder",)),
+    (
         "same date twice",
         dict([_slot(1, **GOOD), _slot(2, **{**NEXT, "date": GOOD["date"]})]),
         ("date", "twice"),
@@ -432,14 +447,15 @@ def test_a_running_night_whose_run_folder_is_gone_is_failed_and_resumable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Nights left "running" with no run folder: one claimed by hand (nobody named), one
-    by a process of this host that has ended, one by another host a day ago.  Two are
-    live claims whose run folder does not exist yet (this process's, another host's a
-    minute ago): they stay running."""
+    by a process of this host that has ended, one by another host a day ago, one by
+    another host "a day from now".  Two are live claims whose run folder does not exist
+    yet (this process's, another host's a minute ago): they stay running."""
     from jobs.nightly import main
 
     path, config = _setup(tmp_path)
     long_ago = (dt.datetime.now(dt.UTC) - CLAIM_GRACE * 24).isoformat(timespec="seconds")
     just_now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    ahead = (dt.datetime.now(dt.UTC) + CLAIM_GRACE * 24).isoformat(timespec="seconds")
     host = socket.gethostname()
     nights = [
         _running("2026-11-15", 0),
@@ -447,16 +463,17 @@ def test_a_running_night_whose_run_folder_is_gone_is_failed_and_resumable(
         _running("2026-11-17", 4, host="elsewhere", pid=1, updated_at=long_ago),
         _running("2026-11-18", 6, host=host, pid=os.getpid(), updated_at=long_ago),
         _running("2026-11-19", 8, host="elsewhere", pid=1, updated_at=just_now),
+        _running("2026-11-14", 10, host="elsewhere", pid=1, updated_at=ahead),
     ]
     _write(tmp_path / "out", dict(_slot(i, **n) for i, n in enumerate(nights, start=1)))
     before = _snapshot(tmp_path / "out")
 
     assert main(["--config", str(path), "--date", "2026-11-20", "--dry-run"]) == 0
     captured = capsys.readouterr()
-    assert "night 2026-11-20: problems 10..11 (new" in captured.out
+    assert "night 2026-11-20: problems 12..13 (new" in captured.out
     warned = [line for line in captured.err.splitlines() if line.startswith("warning: night")]
-    assert len(warned) == 5
-    for date in ("2026-11-15", "2026-11-16", "2026-11-17"):
+    assert len(warned) == 6
+    for date in ("2026-11-14", "2026-11-15", "2026-11-16", "2026-11-17"):
         assert (
             f"warning: night {date} is failed ({GONE}); resume it with python -m jobs.nightly "
             f"--config {path} --date {date}"
@@ -464,9 +481,10 @@ def test_a_running_night_whose_run_folder_is_gone_is_failed_and_resumable(
     assert _snapshot(tmp_path / "out") == before  # the dry run writes nothing
 
     _, night = plan_night(config, dt.date(2026, 11, 20))
-    assert night.skip == 10
+    assert night.skip == 12
     status = {n["date"]: (n["status"], n.get("reason")) for n in Ledger(tmp_path / "out").nights}
     assert status == {
+        "2026-11-14": ("failed", GONE),
         "2026-11-15": ("failed", GONE),
         "2026-11-16": ("failed", GONE),
         "2026-11-17": ("failed", GONE),
