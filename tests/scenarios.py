@@ -107,7 +107,12 @@ SCENARIOS = {
             "tests/pipeline/run/test_nightly_spend_cap.py::"
             "test_early_stopped_searches_leave_room_for_more_problems",
         ),
-        paths=("pipeline/run/nightly.py", "jobs/nightly.py", "pipeline/publish/"),
+        paths=(
+            "pipeline/run/nightly.py",
+            "pipeline/run/night_ledger.py",
+            "jobs/nightly.py",
+            "pipeline/publish/",
+        ),
     ),
     "self-improvement": Scenario(
         protects="the self-improvement loop in miniature on real parts: round 0's search, "
