@@ -21,7 +21,7 @@ def cut_at_stops(text: str, stops: Sequence[str]) -> str:
     return text[:end]
 
 
-async def grade(
+def grade_now(
     completions: Sequence[str],
     references: Sequence[str],
     *,
@@ -29,21 +29,11 @@ async def grade(
     stops: Sequence[str] = (),
     timeout_s: float = 5.0,
 ) -> list[bool]:
-    """Each completion's extracted answer against its reference, with math-verify."""
+    """Each completion's extracted answer against its reference, with math-verify (from
+    code that is not async: a benchmark's main)."""
     answers = [extract_answer(cut_at_stops(c, stops), extraction) for c in completions]
-    verdicts = await compare_all(list(zip(answers, references, strict=True)), timeout_s)
+    verdicts = asyncio.run(compare_all(list(zip(answers, references, strict=True)), timeout_s))
     return [v is Verdict.MATCH for v in verdicts]
-
-
-def grade_now(
-    completions: Sequence[str],
-    references: Sequence[str],
-    *,
-    extraction: AnswerExtraction,
-    stops: Sequence[str] = (),
-) -> list[bool]:
-    """`grade` from code that is not async (a benchmark's main)."""
-    return asyncio.run(grade(completions, references, extraction=extraction, stops=stops))
 
 
 def grade_draws(
