@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.config import RECORD_INT_LIMIT, RUN_ID_PATTERN
-from pipeline.errors import InputError
+from pipeline.errors import InputError, OutputLocationError
 from pipeline.store.filesystem import Store
 from pipeline.store.run_folder import RUN_PREFIX
 
@@ -154,6 +154,8 @@ class LedgerReading:
 
 def read_ledger(root: Store, *, now: dt.datetime | None = None) -> LedgerReading:
     """The ledger under `root`, checked whole (`LedgerError` on the first bad file)."""
+    if not root.remote and root.local_path.exists() and not root.local_path.is_dir():
+        raise OutputLocationError(f"output_root {root.uri}: not a folder")
     folder = root.child(FOLDER)
     slots = _read_slots(folder)
     legacy = _read_legacy(root)
@@ -190,7 +192,7 @@ def _read_slots(folder: Store) -> list[SlotFile]:
         seq = int(match[1]) if match else -1
         if not match or name != f"{seq:08d}.json":
             raise _bad(
-                f"{folder.uri}/{name}",
+                f"{folder.uri}/{name if name.isprintable() else repr(name)}",
                 "not a slot file name (<seq>.json, seq zero-padded to 8 digits)",
             )
         seqs[name] = seq
@@ -222,7 +224,7 @@ def _read_legacy(root: Store) -> tuple[Path, list[SlotFile]] | None:
     path = root.local_path / LEGACY_LEDGER
     try:
         data = _json(path.read_bytes(), str(path))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no ledger there (a write says why)
         return None
     except OSError as exc:
         raise LedgerError(f"{path}: unreadable nightly ledger ({exc.strerror or exc})") from None

@@ -59,12 +59,13 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import RunConfig
+from pipeline.errors import OutputLocationError
 from pipeline.run.night_ledger import (
     CARRIED_OVER,
     FOLDER,
@@ -77,7 +78,7 @@ from pipeline.run.night_ledger import (
     read_ledger,
 )
 from pipeline.run.summary import RunSummary
-from pipeline.store.filesystem import open_store
+from pipeline.store.filesystem import describe_os_error, open_store
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,10 @@ class Ledger:
         legacy = self.reading.legacy or self.reading.legacy_stale
         if legacy is None:
             return
+        with self._writing():
+            self._carry_over_files(legacy)
+
+    def _carry_over_files(self, legacy: Path) -> None:
         if self.reading.legacy is not None:
             root = self.root.local_path
             staging = Path(tempfile.mkdtemp(prefix=f".{FOLDER}.", dir=root))
@@ -165,10 +170,29 @@ class Ledger:
     def _slot_file(self, seq: int) -> SlotFile:
         return next(slot for slot in self.slots if slot.seq == seq)
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write the output root refuses (read-only, no access, a file in the way) is one
+        line naming the output root, exit 2, as for the run folder."""
+        try:
+            yield
+        except OutputLocationError:
+            raise
+        except OSError as exc:
+            raise OutputLocationError(describe_os_error(self.root.uri, exc)) from None
+
     def _write_slot(self, seq: int, body: dict[str, Any]) -> None:
         if self.read_only:
             raise RuntimeError(f"{self.store.uri}: the ledger was opened read-only")
-        self.store.write_text(json.dumps(body, indent=2) + "\n", f"{seq:08d}.json")
+        with self._writing():
+            self.store.write_text(json.dumps(body, indent=2) + "\n", f"{seq:08d}.json")
+
+    def _create(self, body: dict[str, Any], seq: int) -> bool:
+        """Create slot `seq` unless it exists (another night's claim): whether it did."""
+        with self._writing():
+            return self.store.create_exclusive(
+                json.dumps(body, indent=2).encode(), f"{seq:08d}.json"
+            )
 
     def _write(self, night: dict[str, Any]) -> None:
         """Rewrite the night's own base slot (never another night's): status and facts.
@@ -222,9 +246,7 @@ class Ledger:
             seq = (self.slots[-1].seq if self.slots else 0) + 1
             body = {"date": date, "run_id": run_id, "skip": new.skip, "limit": new.limit}
             body |= {"status": "running", "updated_at": _now(), **claimer()}
-            created = self.store.create_exclusive(
-                json.dumps(body, indent=2).encode(), f"{seq:08d}.json"
-            )
+            created = self._create(body, seq)
             self._load()
             if created:
                 return new
@@ -261,7 +283,7 @@ class Ledger:
             return False  # a night filling a gap grows only into the gap
         seq = night["last_seq"] + 1
         body = {"date": date, "extends": True, "skip": skip, "limit": more}
-        created = self.store.create_exclusive(json.dumps(body).encode(), f"{seq:08d}.json")
+        created = self._create(body, seq)
         self._load()
         return created
 

@@ -526,3 +526,23 @@ def test_reading_names_the_first_bad_file_and_raises_an_input_error(tmp_path: Pa
     _write(tmp_path, dict([_slot(1, **GOOD), _slot(2, **{**NEXT, "skip": "2"})]))
     with pytest.raises(LedgerError, match=r"00000002\.json: bad nightly ledger: skip: "):
         Ledger(tmp_path)
+
+
+@pytest.mark.parametrize("where", ["a-file", "a-file/below"])
+def test_an_output_root_that_cannot_hold_a_ledger_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """A file where the output root (or a folder above it) should be: one line naming the
+    output root, exit 2, for the run (and, where the root itself is the file, the dry run)."""
+    from jobs.nightly import main
+
+    path, _ = _setup(tmp_path)
+    (tmp_path / "a-file").write_text("not a folder\n")
+    root = tmp_path / where
+    args = ["--config", str(path), "--output-root", str(root), "--date", "2026-11-20"]
+    runs = [args, [*args, "--dry-run"]] if where == "a-file" else [args]
+    for run in runs:
+        assert main(run) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: output_root {root}: ") and err.count("\n") == 1, err
+    assert (tmp_path / "a-file").read_text() == "not a folder\n"
