@@ -36,6 +36,7 @@ import enum
 import logging
 import multiprocessing
 import re
+import signal
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -96,7 +97,8 @@ def counting() -> Iterator[GradeStats]:
 _DIGITS = re.compile(r"\d+")
 _POWER = re.compile(r"\^|\*\*")
 _PRODUCT = re.compile(r"\\cdot|\\times|\*|\)\s*\(|\d\s+\d")
-_TOKEN = re.compile(r"[-+]?\s*(?:\\[a-zA-Z]+|[\w.]+)")  # a bare operand: 9, x, \pi
+# A bare operand: a number, a command or one letter ("x^2y" is x squared times y).
+_TOKEN = re.compile(r"[-+]?\s*(?:\\[a-zA-Z]+|\d+(?:\.\d+)?|\w)")
 _OPEN = {"(": ")", "{": "}", "[": "]"}
 _CLOSE = {v: k for k, v in _OPEN.items()}
 
@@ -224,10 +226,17 @@ def _verify(answer: str, reference: str) -> bool:
     return bool(verify(gold, target, timeout_seconds=None))
 
 
-def _quiet() -> None:
-    """Worker start: math-verify warns on every call that its own (SIGALRM) timeouts are
-    off; here the pool bounds the time."""
+def _worker_start() -> None:
+    """Runs in each pool worker as it starts."""
+    # math-verify warns on every call that its own (SIGALRM) timeouts are off; here the
+    # pool bounds the time.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
+    # pebble stops a worker with SIGTERM and a Python handler, which a worker stuck in
+    # sympy's C code (a big-integer power) only runs when that returns: the kill waited
+    # 3 s for pebble's SIGKILL, the worker meanwhile lost to the pool.  The default action
+    # ends it at once, as the SIGKILL would; pebble stops a worker only while it holds the
+    # worker's channel lock, so nothing is left half-sent.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _noop() -> None:
@@ -261,7 +270,7 @@ class _PoolStart:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(["common.grading", "math_verify"])
             pool = pebble.ProcessPool(
-                max_workers=_POOL_WORKERS, initializer=_quiet, context=context
+                max_workers=_POOL_WORKERS, initializer=_worker_start, context=context
             )
             pool.schedule(_noop).result()
         except BaseException as error:  # handed to every waiter
