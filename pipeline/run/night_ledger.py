@@ -62,7 +62,10 @@ def _date(value: str) -> str:
     # dt.date.fromisoformat alone also takes "20261120" and "2026-W47-5"
     if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", value):
         raise ValueError(f"{value!r:.40} is not a YYYY-MM-DD date")
-    dt.date.fromisoformat(value)  # the month and day exist
+    try:
+        dt.date.fromisoformat(value)  # the month and day exist
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a date ({exc})") from None
     return value
 
 
@@ -276,6 +279,8 @@ def _checked(data: Any, model: type[_Schema], where: str) -> dict[str, Any]:
             problem = f"{loc}: missing"
         elif error["type"] == "extra_forbidden":
             problem = f"{loc}: not a ledger field"
+        elif error["type"] == "value_error":  # a validator's own words name the value
+            problem = f"{loc}: {message}"
         else:
             problem = f"{loc}: {message} (got {error['input']!r:.60})"
         raise _bad(where, " ".join(problem.split())) from None
