@@ -51,7 +51,12 @@ class ServicesEnvironment(StrictConfig):
         default_factory=ScorerConfig, description="the process reward model's Serve deployment"
     )
     concurrency: int = Field(8, ge=1, description="searches in flight at once")
-    grade_timeout_s: float = Field(5.0, gt=0, description="math-verify time per comparison")
+    grade_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="math-verify time per comparison; a tree's comparisons all end within it plus "
+        "1.5 s for the grading pool's start (`common.grading`), else they count as timeouts",
+    )
     ray_num_cpus: int | None = Field(
         None, ge=1, description="local cluster size when starting one; unset: Ray's default"
     )

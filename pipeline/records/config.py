@@ -176,7 +176,12 @@ class RecordsConfig(StrictConfig):
     pseudo_threshold: float = Field(
         0.5, ge=0, le=1, description="prm_threshold: answered nodes with Q >= this are correct"
     )
-    grade_timeout_s: float = Field(5.0, gt=0, description="math-verify time per comparison")
+    grade_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="math-verify time per comparison; a tree's comparisons all end within it plus "
+        "1.5 s for the grading pool's start (`common.grading`), else they count as timeouts",
+    )
     self_correction: SelfCorrection = Field(
         "exclude",
         description="paths that answered before their last node (or whose text states more "
