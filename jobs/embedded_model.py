@@ -11,13 +11,19 @@ use; run this ahead to take the minute it costs out of a replica's start-up, or 
 the folder into an image.  The cache is $BGMCTS_CACHE, else $XDG_CACHE_HOME/bgmcts, else
 ~/.cache/bgmcts.
 
+A folder marked written is read whole again before it is reused, and written again when
+it was damaged since (its weights cut short).  Its files are readable by every user: the
+replicas read it, whoever runs them.
+
 Exit status: 0 the folder is there (its path the last line); 2 with one line when the
-GGUF or what reads it is missing; 1 an unexpected error.
+GGUF or what reads it is missing, or the folder cannot be written (--root a file, a
+folder without permission, a full disk); 1 an unexpected error.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -40,12 +46,32 @@ def run(args: argparse.Namespace) -> int:
 def _write(args: argparse.Namespace) -> int:
     from actors.models import embedded_model_folder
 
+    if args.root is not None:
+        _check_root(args.root)
     started = time.monotonic()
     folder = embedded_model_folder(args.root)
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     print(f"embedded model folder ({size / 2**20:.0f} MiB, {time.monotonic() - started:.1f} s):")
     print(folder)
     return OK
+
+
+def _check_root(root: Path) -> None:
+    """--root must be a folder this process can write in, made if it is not there yet:
+    refused in one line naming it before a minute is spent reading the GGUF."""
+    from pipeline.errors import InputError
+
+    blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise InputError(f"--root: {blocker} is a file, not a folder")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"--root: {root} cannot be made ({exc.filename or root}: {exc.strerror or exc})"
+        ) from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise InputError(f"--root: {root} is not writable by this user")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,17 +117,25 @@ _verified: dict[tuple[Any, ...], Checkpoint] = {}
 
 
 def verify_checkpoint(
-    folder: str | Path, *, token_classifier: bool = False, tokenizer: bool = True
+    folder: str | Path,
+    *,
+    token_classifier: bool = False,
+    tokenizer: bool = True,
+    architecture: bool = True,
 ) -> Checkpoint:
     """Check `folder` whole (see the module docstring); raises `CheckpointError`.
 
     `token_classifier`: it must be a two-class token classifier (a one-pass PRM) and
     hold its head.  `tokenizer`: its tokenizer files must be there too.
+    `architecture`: False leaves out the tensors the architecture needs (building the
+    model on the meta device imports torch and transformers: tens of seconds on a busy
+    machine), for a folder this project wrote whole itself and checks for damage since
+    (`actors.models.embedded_model_folder`): every file is still read whole.
     """
     path = Path(folder).expanduser()
     if not path.is_dir():
         raise CheckpointError(f"{path} is not a folder here")
-    key = (path.resolve(), token_classifier, tokenizer, _fingerprint(path))
+    key = (path.resolve(), token_classifier, tokenizer, architecture, _fingerprint(path))
     known = _verified.get(key)
     if known is not None:
         return known
@@ -138,7 +146,8 @@ def verify_checkpoint(
         _check_tokenizer(path)
     layout = _read_layout(path)
     tensors = read_tensors(path)
-    _check_needed(path, config, tensors, token_classifier)
+    if architecture:
+        _check_needed(path, config, tensors, token_classifier)
     _check_finite(tensors)
     checked = Checkpoint(path, config, tensors, layout)
     _verified[key] = checked

@@ -80,6 +80,33 @@ def test_the_embedded_model_folder_holds_the_ggufs_weights_and_is_written_once(
     assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no staging left
 
 
+def test_the_folder_is_readable_by_every_replica_and_written_again_when_damaged(
+    base: tuple[Any, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every file 0644 and the folder 0755 (transformers wrote the weights 0600); a folder
+    marked written whose weights were cut in half since is not reused (it was, exit 0):
+    it is written again, whole, with a warning naming the file."""
+    import stat
+
+    from actors.engines.checkpoint import verify_checkpoint
+
+    _, folder = base
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+    for path in folder.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    weights = folder / "model.safetensors"
+    size = weights.stat().st_size
+    with weights.open("r+b") as file:
+        file.truncate(size // 2)
+    with caplog.at_level("WARNING", logger="actors.models"):
+        assert cli.main(["embedded-model", "--root", str(folder.parent)]) == 0
+    assert f"{weights} is cut short: {size // 2:,} bytes" in caplog.text
+    assert "writing it again" in caplog.text
+    assert weights.stat().st_size == size
+    verify_checkpoint(folder)
+    assert stat.S_IMODE(weights.stat().st_mode) == 0o644
+
+
 @pytest.fixture(scope="module")
 def exported(base: tuple[Any, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The checkpoint exported at f32 through the real command line entry."""
