@@ -66,10 +66,15 @@ class ServiceConfig(StrictConfig):
         2,
         ge=0,
         description="retries of a failed call; then its node fails, not the search (a lost "
-        "replica fails a call once: 2 leaves one spare)",
+        "replica fails a call once: 2 leaves one spare); a failure the engine already retried "
+        "itself (the openai engine's engine.max_retries) or that its server refused (a 4xx) "
+        "is not sent again",
     )
     retry_backoff_s: float = Field(
-        1.0, ge=0, description="seconds before the first retry, doubled for each next one"
+        1.0,
+        ge=0,
+        description="seconds before the first retry, doubled for each next one; each wait is "
+        "drawn from the upper half of its step at random (jitter)",
     )
     coalesce_window_s: float = Field(
         0.002, ge=0, le=1, description="how long a request waits for others to share its call"

@@ -75,7 +75,14 @@ def _generation(
     completion: Completion, solution_ends: frozenset[str], *, empty_fails: bool = True
 ) -> Generation:
     if completion.finish is FinishReason.ERROR:
-        return Generation("", 0, FinishReason.ERROR, completion.input_tokens, completion.error)
+        return Generation(
+            "",
+            0,
+            FinishReason.ERROR,
+            completion.input_tokens,
+            completion.error,
+            retryable=completion.retryable,
+        )
     finish = completion.finish
     capped = finish is FinishReason.LENGTH and completion.output_tokens > 0
     if (

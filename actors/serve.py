@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
@@ -66,6 +67,19 @@ SCORER_APP = "scorer"
 
 class EngineFailure(RuntimeError):
     """Every choice of a request failed inside the engine: worth a retry."""
+
+
+def worth_resending(generations: Sequence[Generation]) -> bool:
+    """Whether a request's answer is a failure the client sends again: every choice
+    failed, and some failure may pass on a second try.  An engine that retried its own
+    request (the OpenAI engine's client, with its own backoff) or a request its server
+    refused (a 4xx) marks the choice not retryable: resending it would multiply retries,
+    or repeat a request that cannot succeed."""
+    return (
+        bool(generations)
+        and all(g.finish is FinishReason.ERROR for g in generations)
+        and any(g.retryable for g in generations)
+    )
 
 
 class _CountingEngine:
@@ -352,7 +366,11 @@ class _Resilience:
     backoff_s: float
 
     async def call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
-        """`make()` under a timeout, retried with exponential backoff; re-raises the last error."""
+        """`make()` under a timeout, retried with exponential backoff; re-raises the last error.
+
+        Each wait is drawn at random from the upper half of its doubling step (jitter):
+        after a lost replica every search actor retries at once, and waits in lockstep
+        would bring them back at once too."""
         for attempt in range(self.retries + 1):
             try:
                 return await asyncio.wait_for(make(), self.timeout_s)
@@ -361,9 +379,9 @@ class _Resilience:
             except Exception as exc:
                 if attempt == self.retries:
                     raise
-                delay = self.backoff_s * 2**attempt
+                delay = self.backoff_s * 2**attempt * random.uniform(0.5, 1.0)
                 log.warning(
-                    "%s failed (%s: %s); retry %d in %.1fs",
+                    "%s failed (%s: %s); retry %d in %.3gs",
                     what,
                     type(exc).__name__,
                     redact_text(exc),
@@ -450,18 +468,14 @@ class ServePolicy(_Client):
         self.name = name or f"serve:{service.engine.kind}"
 
     def _check(self, result: Any) -> Any:
-        if (
-            isinstance(result, list)
-            and result
-            and all(g.finish is FinishReason.ERROR for g in result)
-        ):
+        if isinstance(result, list) and worth_resending(result):
             return RequestFailed(f"{EngineFailure.__name__}: {result[0].error or 'engine error'}")
         return result
 
     async def _generate_once(self, request: GenerationRequest, key: str | None) -> list[Generation]:
         """One call per request (`coalesce_max_batch: 1`): the path before coalescing."""
         generations: list[Generation] = await self._target(key).generate.remote(request)
-        if generations and all(g.finish is FinishReason.ERROR for g in generations):
+        if worth_resending(generations):
             raise EngineFailure(generations[0].error or "engine error")
         return generations
 

@@ -63,7 +63,10 @@ class Generation:
     """One generated choice: its text (stop string excluded) and its cost.
 
     `cached_input_tokens`: of `input_tokens`, the ones the engine read from its prefix
-    cache instead of computing them (0: none, or the engine does not say)."""
+    cache instead of computing them (0: none, or the engine does not say).
+    `retryable`: for an `error` choice, whether asking again may help; False when the
+    engine already retried the request itself or the server refused it (a 4xx), so no
+    layer above asks again."""
 
     text: str
     output_tokens: int
@@ -71,6 +74,7 @@ class Generation:
     input_tokens: int = 0  # prompt tokens of the request this choice came from
     error: str | None = None
     cached_input_tokens: int = 0
+    retryable: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Small stdlib HTTP servers that speak the OpenAI API on 127.0.0.1, for hostile-engine tests.
 
-`FakeServer` answers every POST with `respond(path, body, headers) -> (status, json)`;
+`FakeServer` answers every POST with `respond(path, body, headers) -> (status, json)`
+(or `(status, json, response_headers)`, e.g. a `Retry-After`);
 `chat_server_respond` is a respond function good enough for the whole pipeline: llama.cpp's
 `/apply-template` and `/tokenize` (so `OpenAIEngine` with `chat_template: server` renders
 and counts on it) and `/v1/completions`, answering each completion from `answer(body)`.
@@ -14,7 +15,7 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Respond = Callable[[str, Mapping[str, Any], Mapping[str, str]], tuple[int, Any]]
+Respond = Callable[[str, Mapping[str, Any], Mapping[str, str]], tuple[Any, ...]]
 
 
 class FakeServer:
@@ -24,11 +25,13 @@ class FakeServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, answer = respond(self.path, body, dict(self.headers))
+                status, answer, *extra = respond(self.path, body, dict(self.headers))
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in (extra[0] if extra else {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
 

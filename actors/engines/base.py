@@ -55,7 +55,9 @@ class Completion:
     `output_tokens` counts every generated token, a matched stop string
     included (the engine generated it), while `text` excludes the stop string.
     `top_logprobs` holds, per generated token, the engine's top alternatives
-    when they were asked for.
+    when they were asked for.  `retryable` (an `error` completion): False when the engine
+    already retried the request or the server refused it, so the serving layer does not
+    send it again (retries are never multiplied).
     """
 
     text: str
@@ -66,6 +68,7 @@ class Completion:
     top_logprobs: tuple[TopLogprobs, ...] = field(default=())
     error: str | None = None
     cached_tokens: int = 0  # of input_tokens, read from the prefix cache (0: none/unknown)
+    retryable: bool = True
 
 
 @dataclass(frozen=True, slots=True)

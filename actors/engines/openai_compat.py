@@ -73,13 +73,26 @@ Servers tokenize a completion prompt with special tokens added, so a template
 that starts with BOS (Llama 3's "<|begin_of_text|>") would get a second one.
 Once the template was rendered by vLLM's endpoint, the server is known to be
 vLLM and requests carry `add_special_tokens: false`, as vLLM's chat endpoint
-does; for other setups pass `extra_body` (sent with every completion request,
-e.g. `{"add_special_tokens": False}` for vLLM with a local tokenizer).
+does; for other setups set the config's `extra_body` (sent with every completion
+request, e.g. `{add_special_tokens: false}` for vLLM with a local tokenizer).
 
 `tokenize` uses the local tokenizer when one is configured, else the server's
 `/tokenize` (llama.cpp and vLLM both have one, with different bodies); a server
 without it gives an EngineError.  These endpoints live at the server root:
 `server_url`, by default `base_url` without its trailing "/v1".
+
+Retries
+-------
+One layer retries a request, the `openai` client's own (`max_retries` in the config):
+exponential backoff from 0.5 s, doubled up to 8 s, each wait cut by up to a quarter at
+random (jitter), a server's `Retry-After` honoured up to two minutes.  It retries what
+may pass on a second try: a connection error or timeout, 408 (the server timed out
+waiting), 409 (a lock timeout, for OpenAI's API), 429 (rate limited: what Retry-After is
+for) and every 5xx; never another 4xx (a refused request fails the same way again), and
+a server's `x-should-retry` header overrides both ways.  What still fails is an error
+completion marked not retryable, so the Serve client (`actors.serve`, the policy's own
+`max_retries`) does not send it again: a 503 costs at most 1 + `max_retries` requests,
+never that times the policy's retries.
 
 The API key
 -----------
@@ -101,7 +114,7 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, JsonValue, field_validator
 
 from actors.engines.base import (
     Completion,
@@ -115,6 +128,26 @@ from actors.engines.base import (
 from actors.errors import EngineError
 from common.redact import redact_text
 from search.protocols import FinishReason
+
+# What the engine writes into every completion request's body itself (from the search's
+# sampling, or the answer's shape it parses: one choice, not streamed, no echoed prompt).
+ENGINE_BODY_FIELDS = frozenset(
+    {
+        "model",
+        "prompt",
+        "max_tokens",
+        "stop",
+        "temperature",
+        "seed",
+        "n",
+        "best_of",
+        "logprobs",
+        "echo",
+        "stream",
+        "stream_options",
+        "suffix",
+    }
+)
 
 # The config field naming where an engine's API key is read from, the same in every engine
 # that calls an OpenAI-style server (`api_key`).
@@ -146,6 +179,38 @@ class OpenAIConfig(EngineConfigBase):
         description="'server': the server renders the chat; else a local tokenizer folder "
         "whose template renders it",
     )
+    max_retries: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="retries of a request that failed on the way (connection error, timeout, "
+        "408, 409, 429, 5xx) by the openai client, with jittered exponential backoff "
+        "(0.5 s doubled up to 8 s; Retry-After honoured); a refused request (another 4xx) is "
+        "never retried, and the policy's own max_retries does not resend either",
+    )
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="seconds one HTTP request may take (each retry has its own)"
+    )
+    extra_body: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="fields added to every completion request's JSON body, for server "
+        "options the OpenAI API lacks (vLLM: add_special_tokens, min_p, repetition_penalty); "
+        "not the fields the engine sets from the search's sampling: "
+        + ", ".join(sorted(ENGINE_BODY_FIELDS)),
+    )
+
+    @field_validator("extra_body")
+    @classmethod
+    def _not_the_engines_fields(cls, body: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        # openai merges extra_body over the named parameters: such a key would replace
+        # what the search asked for (its stop strings, seed, max_tokens) without a word.
+        taken = sorted(set(body) & ENGINE_BODY_FIELDS)
+        if taken:
+            raise ValueError(
+                f"{', '.join(taken)}: set by the engine from the search's sampling on every "
+                "request; extra_body cannot replace it"
+            )
+        return body
 
     def check_model(self) -> str | None:
         """The local tokenizer folder, like vLLM's model folder: a warning when not here."""
@@ -174,9 +239,9 @@ class OpenAIEngine:
 
     Built from its config (`kind: openai`): the config's `chat_template: server` renders on
     the server ("auto"), any other value is a local tokenizer folder ("hf"), and
-    `api_key_env: null` means no key.  The keywords are what no config sets: another
-    `chat_template` mode, whether a key is required, the client's timeout and retries,
-    the server root and a body sent with every completion request.
+    `api_key_env: null` means no key.  The keywords are what no config sets (another
+    `chat_template` mode, whether a key is required, the server root) and overrides of
+    the config's retries, timeout and extra body (tests; None: the config's).
     """
 
     def __init__(
@@ -185,8 +250,8 @@ class OpenAIEngine:
         *,
         chat_template: ChatTemplateMode | None = None,
         api_key_required: bool | None = None,
-        request_timeout_s: float = 300.0,
-        max_retries: int = 2,
+        request_timeout_s: float | None = None,
+        max_retries: int | None = None,
         server_url: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
@@ -216,13 +281,16 @@ class OpenAIEngine:
         self.context_length = config.context_length
         self.chat_template: ChatTemplateMode = chat_template
         self.tokenizer_path = tokenizer_path
-        self.extra_body = dict(extra_body or {})
+        self.extra_body = {**config.extra_body, **(extra_body or {})}
+        self.max_retries = config.max_retries if max_retries is None else max_retries
         self._openai: Any = openai
+        # The one retry layer (see the module docstring): its failures come back marked
+        # not retryable, so nothing above multiplies them.
         self._client: Any = openai.AsyncOpenAI(
             api_key=key or NO_KEY,
             base_url=self.base_url,
-            timeout=request_timeout_s,
-            max_retries=max_retries,
+            timeout=config.request_timeout_s if request_timeout_s is None else request_timeout_s,
+            max_retries=self.max_retries,
         )
         self.has_key = key is not None  # the key itself is kept by the client only
         self._reports_stop: bool | None = None  # learnt from the first stopped answer
@@ -268,7 +336,11 @@ class OpenAIEngine:
             choice = dict((data.get("choices") or [{}])[0])
         except self._openai.APIStatusError as exc:
             return self._status_error(exc)
-        except Exception as exc:  # connection errors, timeouts, malformed answers
+        except self._openai.APIConnectionError as exc:  # timeouts too: the client retried them
+            return Completion(
+                "", 0, FinishReason.ERROR, error=self._error_text(exc), retryable=False
+            )
+        except Exception as exc:  # a malformed answer: asking again may get a good one
             return Completion("", 0, FinishReason.ERROR, error=self._error_text(exc))
         usage = data.get("usage") or {}
         return await self._completion(choice, usage, stop, max_tokens, top_logprobs)
@@ -359,7 +431,9 @@ class OpenAIEngine:
             if not tokens and found:
                 tokens = int(found.group(1) or found.group(2))
             return Completion("", 0, FinishReason.CONTEXT_OVERFLOW, tokens, error=message)
-        return Completion("", 0, FinishReason.ERROR, error=message)
+        # Not sent again from above: the client retried a status worth retrying (408, 409,
+        # 429, 5xx) and never retries a refusal (any other 4xx), which would fail again.
+        return Completion("", 0, FinishReason.ERROR, error=message, retryable=False)
 
     def _error_text(self, exc: BaseException) -> str:
         text = f"{type(exc).__name__}: {exc}"
