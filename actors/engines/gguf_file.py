@@ -25,6 +25,7 @@ from typing import Any
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_NESTING = 8  # arrays of arrays: llama.cpp writes none deeper than 2
 # GGUF's value types (gguf.GGUFValueType): the fixed-size ones by struct format, then
 # STRING (8) and ARRAY (9).
 _SCALARS = {
@@ -115,20 +116,21 @@ class _Header:
     def string(self) -> str:
         return self.take(self.number("Q")).decode("utf-8", errors="replace")
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int, depth: int = 0) -> Any:
         if kind in _SCALARS:
             return self.number(_SCALARS[kind])
         if kind == _STRING:
             return self.string()
-        if kind != _ARRAY:
-            raise GGUFError(f"{self.path}: its header holds a value of unknown type {kind}")
+        if kind != _ARRAY or depth > MAX_NESTING:
+            what = "arrays nested too deep" if kind == _ARRAY else f"a value of unknown type {kind}"
+            raise GGUFError(f"{self.path}: its header holds {what} (not GGUF)")
         item = self.number("I")
         count = self.count(struct.calcsize(_SCALARS[item]) if item in _SCALARS else 8)
         if item in _SCALARS:  # skipped whole: no check reads an array's values
             self.take(count * struct.calcsize(_SCALARS[item]))
         else:
             for _ in range(count):
-                self.value(item)
+                self.value(item, depth + 1)
         return None
 
 
@@ -164,7 +166,9 @@ def _read(path: Path, data: mmap.mmap, size: int) -> GGUFInfo:
         value = header.value(header.number("I"))
         if value is not None:
             metadata[key] = value
-    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT)) or 1
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
+        raise GGUFError(f"{path}: general.alignment is {alignment!r}, not a number of bytes")
     layout = [_tensor(header) for _ in range(tensors)]
     start = -(-header.at // alignment) * alignment  # the data section, aligned
     end = max((start + offset + length for offset, length in layout), default=start)

@@ -12,6 +12,7 @@ engine's own check where it loads (the replica) is tested too, with llama.cpp it
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,16 @@ SMOLLM2_CONTEXT = 8192
 @pytest.fixture(scope="module")
 def gguf() -> Path:
     return embedded_model_path()
+
+
+def _key(name: str, kind: int, value: bytes) -> bytes:
+    """One metadata key of a GGUF header: its name, its value's type, the value."""
+    return struct.pack("<Q", len(name)) + name.encode() + struct.pack("<I", kind) + value
+
+
+def _header(*keys: bytes) -> bytes:
+    """A GGUF (version 3) of no tensors and these keys, padded to a plausible size."""
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, len(keys)) + b"".join(keys) + bytes(64)
 
 
 def _cut(source: Path, keep: int, target: Path) -> Path:
@@ -126,6 +137,12 @@ def test_a_gguf_cut_short_is_one_line_before_ray(
         (b"GGUF\x01\x00\x00\x00" + bytes(32), "GGUF version 1, which llama.cpp no longer reads"),
         # a tensor count no file of this size could hold: refused before anything loops
         (b"GGUF\x03\x00\x00\x00" + b"\xff" * 16, "its header runs past the end of the file"),
+        (_header(_key("a", 99, b"")), "its header holds a value of unknown type 99"),
+        (
+            _header(_key("general.alignment", 8, struct.pack("<Q", 2) + b"32")),
+            "general.alignment is '32', not a number of bytes",
+        ),
+        (_header(_key("x", 9, b"".join(struct.pack("<IQ", 9, 1) for _ in range(20)))), "nested"),
     ],
 )
 def test_a_file_that_is_not_gguf_is_one_line(
@@ -134,7 +151,7 @@ def test_a_file_that_is_not_gguf_is_one_line(
     path = tmp_path / "model.gguf"
     path.write_bytes(content)
     line = _dry_run(tmp_path, capsys, model=str(path))
-    assert line.startswith(f"error: policy.engine.model: {path} ") and expected in line, line
+    assert line.startswith(f"error: policy.engine.model: {path}") and expected in line, line
 
 
 def test_a_context_beyond_the_models_training_is_refused(
