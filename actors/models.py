@@ -146,23 +146,20 @@ def write_model_folder(gguf: Path, folder: Path) -> None:
     the race keeps the winner's.  Needs torch, transformers and gguf (vLLM's own
     dependencies; the project's `prm` extra).  A folder that cannot be written (its
     parent a file, no permission, a full disk) is an EngineError naming the path."""
-    try:
+    try:  # before torch is imported: a place that cannot be written is refused at once
         folder.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # before torch is imported: refused at once
-        raise _unwritable(folder, exc) from None
-    try:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError as exc:
-        raise EngineError(
-            f"writing the model folder {folder} from {gguf.name} needs torch, transformers "
-            f"and gguf (pip install '.[prm]'): {exc}"
-        ) from exc
-    try:
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     except OSError as exc:
         raise _unwritable(folder, exc) from None
     try:
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as exc:
+            raise EngineError(
+                f"writing the model folder {folder} from {gguf.name} needs torch, "
+                f"transformers and gguf (pip install '.[prm]'): {exc}"
+            ) from exc
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
             model: Any = AutoModelForCausalLM.from_pretrained(
