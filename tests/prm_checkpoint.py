@@ -29,7 +29,7 @@ def write_tiny_prm(
     *,
     layers: int = 2,
     hidden: int = 32,
-    positions: int = 512,
+    positions: int = 1024,
     initializer_range: float = 0.5,
     seed: int = 0,
 ) -> Path:

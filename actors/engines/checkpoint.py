@@ -199,6 +199,31 @@ def read_model_config(folder: Path) -> dict[str, Any]:
     return config
 
 
+def positions(config: dict[str, Any]) -> int | None:
+    """The positions a model config says its model has (`max_position_embeddings`, or the
+    older names of it); None where it says none."""
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def position_ceiling(config: dict[str, Any]) -> int | None:
+    """The longest sequence a model config allows: its `positions`, times the factor of a
+    RoPE scaling it declares (YaRN and the like stretch the trained positions; vLLM reads
+    the factor the same way).  Generous where a scaling's kind would allow less: an engine
+    refuses what this lets through, never the other way round."""
+    trained = positions(config)
+    if trained is None:
+        return None
+    scaling = config.get("rope_scaling") or config.get("rope_parameters")
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if isinstance(factor, int | float) and not isinstance(factor, bool) and factor > 1:
+        return int(trained * factor)
+    return trained
+
+
 def _check_classifier(folder: Path, config: dict[str, Any]) -> None:
     """A two-class token classifier (bad step, good step)."""
     architectures = config.get("architectures") or []
@@ -489,6 +514,8 @@ __all__ = [
     "CheckpointError",
     "Tensor",
     "needed_tensors",
+    "position_ceiling",
+    "positions",
     "read_header",
     "read_model_config",
     "read_tensors",

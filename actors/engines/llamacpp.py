@@ -74,7 +74,8 @@ class LlamaCppConfig(EngineConfigBase):
         4096,
         ge=256,
         description="tokens of one sequence (prompt and completion) per slot; llama.cpp gets "
-        "context_length x parallel",
+        "context_length x parallel. Refused beyond the context the GGUF was trained on, or "
+        "where that KV cache and the model would take more than the machine's memory",
     )
     threads: int = Field(2, ge=1, description="CPU threads llama.cpp computes with")
     parallel: int = Field(4, ge=1, description="concurrent sequences (llama.cpp slots)")
@@ -91,7 +92,8 @@ class LlamaCppConfig(EngineConfigBase):
         8192,
         ge=-1,
         description="host memory for llama.cpp's prompt cache, where a slot's state is kept "
-        "when another prompt takes the slot (0: off; -1: no limit)",
+        "when another prompt takes the slot (0: off; -1: no limit); refused beyond the "
+        "machine's memory",
     )
     hold_shared_prefixes: bool = Field(
         True,

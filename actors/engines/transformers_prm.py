@@ -61,7 +61,15 @@ from actors.engines.base import (
     Package,
     StepValues,
 )
-from actors.engines.checkpoint import verify_prm
+from actors.engines.checkpoint import (
+    CONFIG,
+    CheckpointError,
+    position_ceiling,
+    positions,
+    read_model_config,
+    verify_prm,
+)
+from actors.engines.memory import check_fits
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
 from actors.engines.prefix_gate import common_prefix
 from actors.engines.step_layout import StepLayout, layout, separator_id
@@ -72,6 +80,30 @@ if TYPE_CHECKING:
 # The past cache's default bound: at most 1.5 GB for SmolLM2-135M in float32 (46 KB a token),
 # twice what the embedded default's 16 trees hold at once (docs/configuration.md).
 DEFAULT_KV_CACHE_TOKENS = 32_768
+
+
+def kv_bytes_per_token(config: Mapping[str, Any], dtype: str) -> int | None:
+    """Bytes of keys and values a token keeps in the past cache, from a model config: per
+    layer, a key and a value for each KV head, `head_dim` elements of `dtype` each; None
+    where the config does not say."""
+
+    def number(key: str) -> int | None:
+        value = config.get(key)
+        return (
+            value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        )
+
+    layers, heads, hidden = (
+        number("num_hidden_layers"),
+        number("num_attention_heads"),
+        number("hidden_size"),
+    )
+    kv_heads = number("num_key_value_heads") or heads
+    head_dim = number("head_dim") or (hidden // heads if hidden and heads else None)
+    if layers is None or kv_heads is None or not head_dim:
+        return None
+    element = 4 if dtype == "float32" else 2
+    return 2 * layers * kv_heads * head_dim * element
 
 
 class TransformersPRMConfig(EngineConfigBase):
@@ -102,7 +134,7 @@ class TransformersPRMConfig(EngineConfigBase):
         None,
         ge=16,
         description="tokens of one path (prompt and steps); a longer one comes back as a "
-        "context overflow. null: the model's max_position_embeddings",
+        "context overflow. null: the model's max_position_embeddings; refused beyond them",
     )
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="the weights' and activations' type (bfloat16: half the memory)"
@@ -114,13 +146,16 @@ class TransformersPRMConfig(EngineConfigBase):
         "computes only its new step (least recently used dropped first; 0: none kept). "
         "SmolLM2-135M keeps 46 KB a token in float32 (1.5 GB at this default, half in "
         "bfloat16); the default holds every path of the embedded default's 16 trees at once "
-        "(about 13,000 tokens) with room to spare",
+        "(about 13,000 tokens) with room to spare. Refused where the checkpoint's keys and "
+        "values of this many tokens would take more than the machine's memory",
     )
 
     def check_model(self) -> str | None:
         """The checkpoint must be here (the CPU engine runs where the config is) and be a
         whole two-class token classifier (`actors.engines.checkpoint.verify_checkpoint`:
-        weights, head, values, tokenizer, layout file)."""
+        weights, head, values, tokenizer, layout file); `context_length` within the
+        positions it has, and `kv_cache_tokens` of its keys and values within this
+        machine's memory."""
         folder = Path(self.model).expanduser()
         if not folder.is_dir():
             # the usual cause: no checkpoint trained yet; say how to make one (one line)
@@ -129,8 +164,37 @@ class TransformersPRMConfig(EngineConfigBase):
                 f"make prm RUNS=<run folder> PRM_OUT={folder} (bgmcts train-prm)",
                 field="engine.model",
             )
-        verify_prm(folder)
+        config = verify_prm(folder).config
+        ceiling = position_ceiling(config)
+        context = self.context_length
+        if context is not None and ceiling is not None and context > ceiling:
+            raise EngineError(
+                f"engine.context_length: {context:,} tokens is beyond the "
+                f"{ceiling:,} positions the checkpoint has ({folder / CONFIG}); lower it, or "
+                "leave it null for the checkpoint's own",
+                field="engine.context_length",
+            )
+        per_token = kv_bytes_per_token(config, self.dtype)
+        if per_token is not None:
+            check_fits(
+                "engine.kv_cache_tokens",
+                self.kv_cache_tokens * per_token,
+                f"{self.kv_cache_tokens:,} tokens of kept keys and values ({per_token:,} bytes "
+                f"a token for this checkpoint in {self.dtype})",
+            )
         return None
+
+    def context(self) -> tuple[str, int | None]:
+        """`context_length`; when null, the checkpoint's own positions where the checkpoint
+        is here (what the engine takes then), so that the run's check of the longest path
+        against it is made before the run (None: not known until the engine loads)."""
+        if self.context_length is not None:
+            return "context_length", self.context_length
+        try:
+            config = read_model_config(Path(self.model).expanduser())
+        except CheckpointError:
+            return "context_length", None  # `check_model` says what is wrong with it
+        return "context_length", positions(config)
 
     def build(self, *, step_separator: str) -> TransformersPRMEngine:
         return TransformersPRMEngine(self, step_separator=step_separator)
@@ -282,9 +346,9 @@ class TransformersPRMEngine(OnePassEngine):
 
         threads, max_batch = config.threads, config.max_batch
         folder = Path(config.model).expanduser()
-        # checked whole here too, not only before the run started: a folder changed since
-        # fails with its cause rather than loading a cut-short file or a random head
-        verify_prm(folder)
+        # checked here too, not only before the run started: a folder changed since fails
+        # with its cause rather than loading a cut-short file or a random head
+        config.check_model()
         torch.set_num_threads(threads)
         self._torch = torch
         self._tokenizer = AutoTokenizer.from_pretrained(str(folder))

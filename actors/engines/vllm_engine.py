@@ -38,9 +38,10 @@ import inspect
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from actors.engines.base import (
     Completion,
@@ -54,7 +55,9 @@ from actors.engines.base import (
     folder_warning,
     short_name,
 )
-from actors.models import resolve_model_folder
+from actors.engines.checkpoint import CONFIG, CheckpointError, position_ceiling, read_model_config
+from actors.engines.gguf_file import GGUFError, read_gguf
+from actors.models import embedded_model_path, resolve_model_folder
 from search.protocols import FinishReason
 
 
@@ -80,7 +83,10 @@ class InProcessVLLMConfig(EngineConfigBase):
         "build, the share of the host's memory, which must be free when the engine starts",
     )
     max_model_len: int = Field(
-        8192, ge=256, description="tokens of one sequence (prompt and completion)"
+        8192,
+        ge=256,
+        description="tokens of one sequence (prompt and completion); refused beyond the "
+        "positions of a model that is here (a folder's config.json, the embedded GGUF)",
     )
 
     enable_prefix_caching: bool = Field(
@@ -96,18 +102,62 @@ class InProcessVLLMConfig(EngineConfigBase):
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="further vLLM AsyncEngineArgs fields (e.g. enforce_eager); one set by a "
-        "field here is refused",
+        "field here (model, max_model_len, gpu_memory_utilization, seed, ...) or by the "
+        "engine itself (runner, pooler_config) is refused",
     )
+
+    # `AsyncEngineArgs` fields the engine sets itself, whatever the config says (the
+    # runner that makes it generate text or score steps); refused in `engine_args`.
+    engine_sets: ClassVar[tuple[str, ...]] = ("runner", "pooler_config")
+
+    @field_validator("engine_args")
+    @classmethod
+    def _engine_args_once(cls, engine_args: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """A key a field sets, or the engine, is refused when the config is read (the dry
+        run too), not when the replica starts vLLM: one of the two would win silently."""
+        named = _named_args(info.data, "model")
+        twice = sorted(set(engine_args) & set(named))
+        if twice:
+            raise ValueError(
+                f"{', '.join(twice)} is a field of its own here "
+                f"({', '.join(f'engine.{key}' for key in twice)}); set it in one place"
+            )
+        reserved = sorted(set(engine_args) & set(cls.engine_sets))
+        if reserved:
+            raise ValueError(
+                f"{', '.join(reserved)} is set by the engine itself (kind: vllm generates "
+                "text, kind: vllm_pooling scores steps); leave it out"
+            )
+        return engine_args
 
     def context(self) -> tuple[str, int | None]:
         return "max_model_len", self.max_model_len
 
     def check_model(self) -> str | None:
         """A hub id cannot be checked offline; a folder that is not here may be on the GPU
-        nodes (the machine writing the config rarely has the weights): a warning."""
+        nodes (the machine writing the config rarely has the weights): a warning.  A model
+        that is here (a folder, or the embedded model's GGUF) bounds `max_model_len` by
+        the positions it was trained on, as vLLM does when it starts."""
         if self.model == "embedded":
+            self._check_context(*embedded_positions())
             return None
-        return folder_warning("engine.model", self.model)
+        warning = folder_warning("engine.model", self.model)
+        folder = Path(self.model).expanduser()
+        if warning is None and (folder / CONFIG).is_file():
+            try:
+                config = read_model_config(folder)
+            except CheckpointError as exc:
+                raise EngineError(f"engine.model: {exc}", field="engine.model") from None
+            self._check_context(position_ceiling(config), f"{folder / CONFIG}")
+        return warning
+
+    def _check_context(self, ceiling: int | None, source: str) -> None:
+        if ceiling is not None and self.max_model_len > ceiling:
+            raise EngineError(
+                f"engine.max_model_len: {self.max_model_len:,} tokens is beyond the "
+                f"{ceiling:,} positions the model has ({source}); lower it",
+                field="engine.max_model_len",
+            )
 
 
 class VLLMConfig(InProcessVLLMConfig):
@@ -359,17 +409,7 @@ def vllm_engine_args(
     field already sets is an error: one of the two would win silently (a batch size in
     `engine_args` under a config's `max_num_seqs`, say).
     """
-    named: dict[str, Any] = {
-        "model": model,
-        "tensor_parallel_size": config.tensor_parallel_size,
-        "gpu_memory_utilization": config.gpu_memory_utilization,
-        "max_model_len": config.max_model_len,
-        "dtype": config.dtype,
-        "enable_prefix_caching": config.enable_prefix_caching,
-        "seed": config.seed,
-    }
-    if config.max_num_seqs is not None:
-        named["max_num_seqs"] = config.max_num_seqs
+    named = _named_args(config.model_dump(), model)
     extra = dict(engine_args)
     twice = sorted(set(named) & set(extra))
     if twice:
@@ -378,6 +418,35 @@ def vllm_engine_args(
             "set it in one place"
         )
     return named | extra
+
+
+def _named_args(fields: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The `AsyncEngineArgs` the config's `fields` set (those validated so far, when the
+    config is being read), `model` resolved to what vLLM loads; `max_num_seqs` None
+    leaves vLLM's own default."""
+    names = (
+        "tensor_parallel_size",
+        "gpu_memory_utilization",
+        "max_model_len",
+        "dtype",
+        "enable_prefix_caching",
+        "seed",
+    )
+    named = {"model": model, **{name: fields[name] for name in names if name in fields}}
+    if fields.get("max_num_seqs") is not None:
+        named["max_num_seqs"] = fields["max_num_seqs"]
+    return named
+
+
+def embedded_positions() -> tuple[int | None, str]:
+    """The context the embedded model was trained on (its GGUF's header), and where that
+    is said: what its model folder's config gives vLLM as its positions."""
+    gguf = embedded_model_path()
+    try:
+        info = read_gguf(gguf)
+    except GGUFError as exc:
+        raise EngineError(f"engine.model: {exc}", field="engine.model") from None
+    return info.trained_context, f"{info.architecture}.context_length in {gguf.name}"
 
 
 def import_vllm() -> Any:

@@ -41,7 +41,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from actors.engines.base import EngineError, StepValues
+from actors.engines.base import StepValues
 from actors.engines.checkpoint import verify_prm
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
 from actors.engines.step_layout import StepLayout
@@ -88,19 +88,16 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
 
     `step_separator` is the text closing each step (one token of the model's vocabulary,
     `OnePassSettings.step_separator`).  The config's `engine_args` passes further
-    `AsyncEngineArgs` fields; one set here already (or `runner`, `pooler_config`) is
-    refused.  The other fields start vLLM as for the policy (`InProcessVLLM`).
+    `AsyncEngineArgs` fields (one a field sets, or `runner` and `pooler_config`, which
+    this engine sets, is refused when the config is read).  The other fields start vLLM
+    as for the policy (`InProcessVLLM`).
     """
 
     source: ClassVar[str] = "vLLM pooling"
     starting_for: ClassVar[str] = " for pooling"
 
     def __init__(self, config: VLLMPoolingConfig, *, step_separator: str) -> None:
-        twice = sorted(set(config.engine_args) & set(POOLING_ARGS))
-        if twice:
-            raise EngineError(
-                f"engine_args: {', '.join(twice)} is set by the pooling engine; leave it out"
-            )
+        # `engine_args` holds none of POOLING_ARGS: the config refused them when it was read
         model = config.model
         if model != "embedded" and Path(model).expanduser().is_dir():
             # a folder here is checked whole before vLLM reads it, as the run checked it

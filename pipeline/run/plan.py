@@ -126,11 +126,17 @@ def check_scorer_context(config: RunConfig) -> None:
     tokens, bound = needed
     if context < tokens:
         policy_field = config.policy.engine.context()[0]
+        if getattr(engine, field, context) is None:  # the checkpoint's own positions
+            what, fix = f"null (the checkpoint's {context:,} positions)", ""
+        else:
+            what, fix = (
+                f"{context:,} tokens",
+                f"raise it to {tokens:,} if the model reads that far, or ",
+            )
         raise InputError(
-            f"scorer.engine.{field}: {context:,} tokens cannot hold the longest path the "
-            f"policy may write ({tokens:,} tokens, from {bound}); raise it to {tokens:,} if "
-            f"the model reads that far, or bound the policy's paths to what it reads "
-            f"(policy.engine.{policy_field}: {context:,})"
+            f"scorer.engine.{field}: {what} cannot hold the longest path the policy may "
+            f"write ({tokens:,} tokens, from {bound}); {fix}bound the policy's paths to what "
+            f"it reads (policy.engine.{policy_field}: {context:,})"
         )
 
 

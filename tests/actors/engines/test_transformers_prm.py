@@ -52,7 +52,7 @@ PATHS: list[list[str]] = [
 @pytest.fixture
 def checkpoint(tiny_prm: Path) -> Path:
     """The session's tiny random PRM checkpoint (tests/prm_checkpoint.py): two layers,
-    SmolLM2's real tokenizer and chat template, max_position_embeddings 512."""
+    SmolLM2's real tokenizer and chat template, max_position_embeddings 1024."""
     return tiny_prm
 
 
@@ -135,7 +135,7 @@ def test_built_from_config_with_chat_and_tokenize(checkpoint: Path) -> None:
     assert config.check_model() is None
     engine = build_engine(config, step_separator="\n")
     assert isinstance(engine, TransformersPRMEngine)
-    assert engine.context_length == 512  # the model's max_position_embeddings
+    assert engine.context_length == 1024  # the model's max_position_embeddings
     assert (engine.bos, engine.separator) == (1, 198)  # SmolLM2: <|im_start|> and "\n"
     chat = asyncio.run(
         engine.render_chat([{"role": "user", "content": "2+2?"}], continue_final=False)
