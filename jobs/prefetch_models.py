@@ -11,8 +11,9 @@ changing a config's models (what is there already is not fetched again).  Gated 
 need HF_TOKEN in the environment.
 
 Exit status: 0 every repository is in the cache (their folders printed); 2 with one line
-for a bad config or a repository the Hub refuses (missing, gated without a token);
-1 an unexpected error (the network).
+for a bad config, a repository the Hub refuses (missing, gated without a token), or a cache
+that cannot be written (`HF_HOME` a file, a folder without permission, a full disk); 1 an
+unexpected error (the network).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ PRM read local files.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -64,8 +65,38 @@ Download = Callable[[HubRepo], str]
 
 def prefetch(repos: Iterable[HubRepo], download: Download | None = None) -> list[str]:
     """Download each repository into the Hugging Face cache (`HF_HOME`); return the local
-    folders.  A repository already there is checked against the Hub and not fetched again."""
+    folders.  A repository already there is checked against the Hub and not fetched again.
+    A cache that cannot be written is refused first (`writable_cache`)."""
+    if download is None:
+        writable_cache()
     return [(download or _snapshot)(repo) for repo in repos]
+
+
+def _cache_variable() -> str:
+    """The environment variable that put the Hub cache where it is."""
+    return "HF_HUB_CACHE" if os.environ.get("HF_HUB_CACHE") else "HF_HOME"
+
+
+def writable_cache() -> Path:
+    """The Hugging Face Hub cache (under `HF_HOME`), made if it is not there; a path that
+    cannot be a folder this process writes in is an InputError naming it and the variable
+    (huggingface_hub raised a bare OSError, with exit 1, from deep in a download)."""
+    from huggingface_hub import constants
+
+    cache = Path(constants.HF_HUB_CACHE)
+    where = f"{_cache_variable()}: the Hugging Face cache {cache}"
+    blocker = next((p for p in (cache, *cache.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise InputError(f"{where} cannot be made: {blocker} is a file, not a folder")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"{where} cannot be made ({exc.filename or cache}: {exc.strerror or exc})"
+        ) from None
+    if not os.access(cache, os.W_OK | os.X_OK):
+        raise InputError(f"{where} is not writable by this user")
+    return cache
 
 
 def _snapshot(repo: HubRepo) -> str:
@@ -91,4 +122,12 @@ def _snapshot(repo: HubRepo) -> str:
         raise InputError(
             f"{repo.repo_type} {repo.repo_id}: not on the Hub (or private, and HF_TOKEN "
             "cannot read it)"
+        ) from None
+    except OSError as exc:
+        if exc.filename is None:  # the network (requests' errors are OSErrors): exit 1
+            raise
+        # the cache, full or changed under the download: the output location, exit 2
+        raise InputError(
+            f"{repo.repo_type} {repo.repo_id}: {_cache_variable()}: {exc.filename} cannot be "
+            f"written ({exc.strerror or exc})"
         ) from None

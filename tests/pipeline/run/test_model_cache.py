@@ -90,3 +90,64 @@ def test_a_model_the_hub_does_not_have_is_one_line_and_exit_2(
 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "tiny-org/missing" in err[0]
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_an_hf_home_that_is_a_file_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, under: str
+) -> None:
+    """It was a raw NotADirectoryError with exit 1; nothing is asked of the Hub."""
+    import huggingface_hub.constants as hf_constants
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    home = afile / under if under else afile
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(home / "hub"))
+    config = config_with_models(tmp_path, "tiny-org/policy", "embedded")
+    assert prefetch_models.main([str(config)]) == 2
+    assert _one_error_line(capsys) == (
+        f"error: HF_HOME: the Hugging Face cache {home / 'hub'} cannot be made: {afile} is a "
+        "file, not a folder"
+    )
+    assert prefetch_models.main([str(config), "--list"]) == 0  # lists, writes nothing
+
+
+def test_an_hf_hub_cache_that_cannot_be_made_names_its_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/proc takes no new folders, not even from root (the tests may run as root)."""
+    import huggingface_hub.constants as hf_constants
+
+    monkeypatch.setenv("HF_HUB_CACHE", "/proc/bgmcts-hub")
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", "/proc/bgmcts-hub")
+    config = config_with_models(tmp_path, "tiny-org/policy", "embedded")
+    assert prefetch_models.main([str(config)]) == 2
+    assert _one_error_line(capsys).startswith(
+        "error: HF_HUB_CACHE: the Hugging Face cache /proc/bgmcts-hub cannot be made ("
+    )
+
+
+def test_a_cache_that_fails_during_the_download_is_one_line_and_exit_2(
+    hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cache is there, but the repository's own folder in it is a file (as a full disk
+    or a change under the download fails it): one line naming the path, exit 2."""
+    api = HfApi(endpoint=hub.endpoint, token="hf_test")
+    api.create_repo("tiny-org/policy")
+    api.upload_file(path_or_fileobj=b"{}", path_in_repo="config.json", repo_id="tiny-org/policy")
+    cache = Path(os.environ["HF_HUB_CACHE"])
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "models--tiny-org--policy").write_text("in the way\n")
+    config = config_with_models(tmp_path, "tiny-org/policy", "embedded")
+    assert prefetch_models.main([str(config)]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("error: model tiny-org/policy: HF_HUB_CACHE: "), line
+    assert str(cache / "models--tiny-org--policy") in line and "cannot be written" in line
