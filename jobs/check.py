@@ -3,20 +3,24 @@
     bgmcts check out/run=local
     python -m jobs.check s3://bucket/prefix/run=2026-11-26
 
-Reads the run's committed tables and checks each row of sft, dpo, step_dpo, kto and
-prm (`pipeline.report.hygiene`): text after the answer statement, more than one answer
-statement, no answer statement, truncated by the token cap, more than one prompt for a
-problem, a rejected or undesirable text that states the reference, prm steps that do
-not rebuild their trajectory, kto labels against grading.  Prints the run, a table of
-the counts per table and, last, ``dirty_rows=<int>`` (rows with any of them).
+Reads the run's committed tables, every part of every record type against its declared
+schema first (a column of the wrong type, a null where the schema says never, a column
+stored otherwise than in the sibling parts), then checks each row of sft, dpo, step_dpo,
+kto and prm (`pipeline.report.hygiene`): text after the answer statement, more than one
+answer statement, no answer statement, truncated by the token cap, more than one prompt
+for a problem, a rejected or undesirable text that states the reference, prm steps that
+do not rebuild their trajectory, kto labels against grading.  Prints the run, a table of
+the counts per table, a line per schema problem naming the table, the part and the
+column and, last, ``dirty_rows=<int>`` (rows with any of them).
 
-Exit status: 0 every committed row was read and is clean; 1 some row is dirty (so a
-nightly job or CI step that runs the check fails on it), or an unexpected error; 2 with
-one line when the argument is no run folder or the run cannot be read whole (missing,
-access denied, a broken Parquet part, a part its commit markers name that is not there,
-a part without a column the checks read), naming the table and the part or column.  What
-a run is expected to hold is what its markers say it committed, so a run with no rows of
-a table (no dpo pairs, say) has nothing missing.
+Exit status: 0 every committed row was read and is clean; 1 some row is dirty or some
+part does not hold its declared schema (so a nightly job or CI step that runs the check
+fails on it), or an unexpected error; 2 with one line when the argument is no run folder
+or the run cannot be read whole (missing, access denied, a part that is no readable
+Parquet, a part its commit markers name that is not there, a part without a column the
+checks read), naming the table and the part or column.  What a run is expected to hold
+is what its markers say it committed, so a run with no rows of a table (no dpo pairs,
+say) has nothing missing.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         lambda: _check(args),
         verbose=args.verbose,
         # no run folder, a bucket that denies access, a Parquet part pyarrow cannot read
-        # (ArrowInvalid is a ValueError): the run cannot be checked, fix the argument
+        # (`UnreadablePart` is an InputError): the run cannot be checked, fix the argument
         bad_input=(FileNotFoundError, PermissionError, ValueError),
     )
 
@@ -57,7 +61,8 @@ def _check(args: argparse.Namespace) -> int:
     print(f"run: {run_folder.location}")
     print(report.markdown())
     print(f"dirty_rows={report.dirty_rows}")
-    return OK if report.dirty_rows == 0 else FAILED
+    # a part of the wrong schema with no rows still breaks a trainer's load of the table
+    return OK if report.dirty_rows == 0 and not report.problems else FAILED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,6 +50,7 @@ from pipeline.publish.layout import CONFIGS, data_folder, report_path
 from pipeline.publish.shards import shard_config
 from pipeline.records.splits import SPLITS
 from pipeline.store.filesystem import is_remote, open_store
+from pipeline.store.parts import UnreadablePart
 from pipeline.store.run_folder import RunFolder, local_run_dir
 
 if TYPE_CHECKING:
@@ -179,7 +180,8 @@ def publish_run(
     """Push ``<run_dir>/<config>/*.parquet`` as run ``run_id`` of dataset repo ``repo_id``,
     as shards per config and split (see the module docstring).
 
-    Raises :class:`HubPublishError` (message includes :func:`retry_command`) on any failure.
+    Raises :class:`HubPublishError` (message includes :func:`retry_command`) on any failure
+    of the upload, and `UnreadablePart` (naming it) for a part that cannot be read.
     Local files are only read.  `source_dir`: where the run really lives when
     `local_run_dir` is a local copy of a bucket's run (the retry command names it).
     """
@@ -273,6 +275,8 @@ def _data_uploads(run_dir: Path, run_id: str, workdir: Path, fail: _Fail) -> _Da
     for name in present:
         try:
             shards = shard_config(name, local[name], workdir / "shards")
+        except UnreadablePart:
+            raise  # a damaged part: no retry of the upload mends it (exit 2, naming it)
         except ValueError as err:
             raise fail(f"Cannot split {name}: {err}") from None
         files.update(shards.repo_paths(data_folder(name, run_id)))

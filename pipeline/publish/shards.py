@@ -45,6 +45,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
 from pipeline.records.splits import SPLITS
+from pipeline.store.parts import reading
 
 __all__ = [
     "MAX_SHARD_BYTES",
@@ -119,7 +120,8 @@ def shard_config(
     }
     schema = None
     for source in sources:
-        table = pq.read_table(source)
+        with reading(source, str(Path(source).parent.parent)):  # <run>: table <t>: <part>
+            table = pq.read_table(source)
         schema = schema or table.schema
         try:
             for split, part in _by_split(name, source, table):

@@ -20,12 +20,27 @@ A row with any of them is *dirty*; `hygiene` counts per table and in all.  It re
 whatever a run wrote, old schemas included (a table without an optional column is checked
 for what it has), so the same numbers come out for runs before and after a change.
 
+`hygiene_of_run` first reads every table of the run (all nine record types) against its
+declared schema (`pipeline.records.conformance`), part by part, and counts two more:
+
+* ``wrong_type``: every row of a part with a column not of its declared type's kind (a
+  ``label`` stored as the string "false", a text where a list of messages belongs), or a
+  column the schema does not declare stored with another type than in the sibling parts
+  (the majority's type wins);
+* ``null_required``: a row with a null where the schema says never (a ``problem_id``, a
+  ``completion``, a message's content).
+
+Such rows are dirty and take no part in the other checks (their values cannot be
+trusted); each problem is listed under the table, naming the table, the part and the
+column (`SchemaProblem`).
+
 "Clean" must mean every committed row was checked, so `hygiene_of_run` refuses, with an
 `InputError` naming it, a run it cannot read whole: a part a commit marker names that is
-not there (readers would skip its batch without a word), or a part without a column of
-`NEEDED`.  What a run is expected to hold is what its own markers say it committed: the
-sink writes no part for a table a batch has no rows of, so a run with no dpo pairs has
-no dpo parts, names none, and is checked like any other.
+not there (readers would skip its batch without a word), a part that is no readable
+Parquet (`pipeline.store.parts.UnreadablePart`), or a part without a column of `NEEDED`.
+What a run is expected to hold is what its own markers say it committed: the sink writes
+no part for a table a batch has no rows of, so a run with no dpo pairs has no dpo parts,
+names none, and is checked like any other.
 
 `bgmcts check <run folder>` (`jobs/check.py`) prints it for a run, ``dirty_rows=<int>`` last.
 """
@@ -38,8 +53,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+
 from common.grading import answers_match
 from pipeline.errors import InputError
+from pipeline.records import RECORD_TYPES, SCHEMAS
+from pipeline.records.conformance import misfits, null_rows, schema_with
 from search.answers import AnswerExtraction, answer_span, answer_statements, stated_answers
 
 CHECKS = (
@@ -51,8 +71,18 @@ CHECKS = (
     "states_reference",
     "prm_rebuild",
     "kto_label",
+    "wrong_type",
+    "null_required",
 )
 TABLES = ("sft", "dpo", "step_dpo", "kto", "prm")
+# The tables whose rows the content checks read (the training tables, and nodes and trees
+# for the grades, truncation and references); the others are read for their schema only.
+CONTENT_TABLES = (*TABLES, "nodes", "trees")
+# Columns an older run wrote under another name, with the type they had then.
+LEGACY_FIELDS: dict[str, tuple[pa.Field, ...]] = {
+    "dpo": (pa.field("node_id", pa.int64(), nullable=False),),
+    "step_dpo": (pa.field("node_id", pa.int64(), nullable=False),),
+}
 # The columns the checks read with no fallback, per table read (each a tuple of names, any
 # one of which will do: an older dpo or step_dpo row named its chosen node `node_id`).
 # Every other column they read is optional, absent from runs written before it existed.
@@ -87,9 +117,28 @@ class TableHygiene:
     checks: Counter[str] = field(default_factory=Counter)
 
 
+@dataclass(frozen=True)
+class SchemaProblem:
+    """A column of one part that does not hold what its schema declares."""
+
+    table: str
+    part: str  # the part's file name
+    column: str
+    problem: str
+    rows: int  # rows of the part it makes dirty
+
+    def line(self) -> str:
+        many = "s" if self.rows != 1 else ""
+        return (
+            f"- table {self.table}, {self.part}, column {self.column}: {self.problem} "
+            f"({self.rows} row{many} dirty)"
+        )
+
+
 @dataclass
 class Hygiene:
     tables: dict[str, TableHygiene]
+    problems: list[SchemaProblem] = field(default_factory=list)
 
     @property
     def dirty_rows(self) -> int:
@@ -101,6 +150,9 @@ class Hygiene:
         for name, t in self.tables.items():
             cells = " | ".join(str(t.checks[c]) for c in CHECKS)
             lines.append(f"| {name} | {t.rows} | {cells} | {t.dirty} |")
+        if self.problems:
+            lines += ["", "Parts that do not hold what their schema declares:"]
+            lines += [p.line() for p in self.problems]
         return "\n".join(lines)
 
 
@@ -208,9 +260,100 @@ async def hygiene(
     return Hygiene(result)
 
 
+@dataclass
+class _Part:
+    """One part as read: its name, stored schema, rows (content tables) and row count."""
+
+    name: str
+    schema: pa.Schema
+    rows: list[dict[str, Any]]
+    count: int
+
+
+@dataclass
+class _Read:
+    """A table's rows fit for the content checks, and what its schema check found."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    count: int = 0  # rows fit for the checks (the schema-only tables keep no rows)
+    flagged: TableHygiene = field(default_factory=TableHygiene)
+    problems: list[SchemaProblem] = field(default_factory=list)
+
+    def flag(self, check: str, count: int) -> None:
+        self.flagged.rows += count
+        self.flagged.dirty += count
+        self.flagged.checks[check] += count
+
+
+def _read_table(run: Any, kind: str) -> _Read:
+    """Every counted part of `kind`, checked against its declared schema (module
+    docstring); raises `InputError` for a part without a column of `NEEDED`."""
+    declared = schema_with(SCHEMAS[kind], LEGACY_FIELDS.get(kind, ()))
+    result = _Read()
+    parts: list[_Part] = []
+    for path in run.parts(kind):
+        table = run.read_part(path)  # the rows that count (`RunFolder.read_part`)
+        name = str(path).rsplit("/", 1)[-1]
+        for names in NEEDED.get(kind, ()):
+            if not set(names) & set(table.column_names):
+                raise InputError(
+                    f"{run.location}: table {kind}: {name} has no column {' or '.join(names)}"
+                )
+        wrong = misfits(declared, table.schema)
+        if wrong:
+            result.problems += [
+                SchemaProblem(kind, name, m.column, m.describe(), table.num_rows) for m in wrong
+            ]
+            result.flag("wrong_type", table.num_rows)
+            continue
+        nulls = null_rows(table, declared)
+        if nulls:
+            bad = np.logical_or.reduce(list(nulls.values()))
+            for column, rows in nulls.items():
+                first = int(np.flatnonzero(rows)[0])
+                problem = f"null where the schema says never (first at row {first})"
+                result.problems.append(SchemaProblem(kind, name, column, problem, int(rows.sum())))
+            result.flag("null_required", int(bad.sum()))
+            table = table.filter(pa.array(~bad))
+        rows = table.to_pylist() if kind in CONTENT_TABLES else []
+        parts.append(_Part(name, table.schema, rows, table.num_rows))
+    for part in _odd_siblings(kind, parts, declared, result):
+        parts.remove(part)
+    result.rows = [row for part in parts for row in part.rows]
+    result.count = sum(part.count for part in parts)
+    return result
+
+
+def _odd_siblings(kind: str, parts: list[_Part], declared: pa.Schema, result: _Read) -> list[_Part]:
+    """Parts that store a column the schema does not declare with another type than the
+    most of their siblings do (flagged `wrong_type` in `result`): the same table's column
+    means one thing, whatever part a row lies in."""
+    types: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for part in parts:
+        for f in part.schema:
+            if f.name not in declared.names:
+                types[f.name][str(f.type)] += 1
+    odd: list[_Part] = []
+    for column, counts in sorted(types.items()):
+        if len(counts) < 2:
+            continue
+        usual, _ = counts.most_common(1)[0]
+        for part in parts:
+            if column in part.schema.names and str(part.schema.field(column).type) != usual:
+                stored = part.schema.field(column).type
+                others = sum(n for t, n in counts.items() if t == usual)
+                problem = f"stored as {stored}, as {usual} in {others} other part(s)"
+                result.problems.append(SchemaProblem(kind, part.name, column, problem, part.count))
+                if part not in odd:
+                    odd.append(part)
+                    result.flag("wrong_type", part.count)
+    return odd
+
+
 def hygiene_of_run(run: Any, timeout_s: float = 5.0) -> Hygiene:
     """`hygiene` of a `pipeline.store.run_folder.RunFolder` (reads its committed tables
-    with the schema each file was written with, so older runs read too).
+    with the schema each file was written with, so older runs read too), every table
+    checked against its declared schema first (module docstring).
 
     Raises `InputError`, one line naming the table and the part or column, when the run
     cannot be read whole (module docstring)."""
@@ -222,30 +365,32 @@ def hygiene_of_run(run: Any, timeout_s: float = 5.0) -> Hygiene:
             for kind, parts in sorted(missing.items())
         )
         raise InputError(f"{run.location}: cannot be read whole: {named}")
-
-    def rows(kind: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for part in run.parts(kind):
-            table = run.read_part(part)  # the rows that count (`RunFolder.read_part`)
-            for names in NEEDED[kind]:
-                if not set(names) & set(table.column_names):
-                    part_name = str(part).rsplit("/", 1)[-1]
-                    raise InputError(
-                        f"{run.location}: table {kind}: {part_name} has no column "
-                        f"{' or '.join(names)}"
-                    )
-            out.extend(table.to_pylist())
-        return out
-
-    tables = {name: rows(name) for name in TABLES}
-    return asyncio.run(hygiene(tables, rows("nodes"), rows("trees"), timeout_s))
+    kinds = [*TABLES, *(k for k in RECORD_TYPES if k not in TABLES)]
+    read = {kind: _read_table(run, kind) for kind in kinds}
+    tables = {name: read[name].rows for name in TABLES}
+    report = asyncio.run(hygiene(tables, read["nodes"].rows, read["trees"].rows, timeout_s))
+    merged: dict[str, TableHygiene] = {}
+    for kind in kinds:
+        table = report.tables.get(kind, TableHygiene())
+        if kind not in TABLES:  # the schema-only tables: every row read is counted
+            table.rows = read[kind].count
+        flagged = read[kind].flagged
+        table.rows += flagged.rows
+        table.dirty += flagged.dirty
+        table.checks.update(flagged.checks)
+        merged[kind] = table
+    report.tables = merged
+    report.problems = [p for kind in kinds for p in read[kind].problems]
+    return report
 
 
 __all__ = [
     "CHECKS",
+    "CONTENT_TABLES",
     "NEEDED",
     "TABLES",
     "Hygiene",
+    "SchemaProblem",
     "TableHygiene",
     "after_answer",
     "hygiene_of_run",

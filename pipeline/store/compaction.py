@@ -51,6 +51,7 @@ from pipeline.records import RECORD_TYPES
 from pipeline.store.compacted import COMPACTED, SHARD_PREFIX, Compaction, Layout, is_shard
 from pipeline.store.compacted import record_name as compaction_record_name
 from pipeline.store.lease import Lease
+from pipeline.store.parts import reading
 from pipeline.store.run_folder import (
     MARKERS,
     Batch,
@@ -185,7 +186,8 @@ def _counted_tables(folder: RunFolder, counted: Counted, kind: str) -> Iterator[
         bodies = folder.store.read_many(paths)
         for name, path in zip(chunk, paths, strict=True):
             batch = batch_of(name)
-            table = _pq().read_table(_pa().BufferReader(bodies[path]))
+            with reading(path, str(folder.location)):  # read from bytes: pyarrow names no file
+                table = _pq().read_table(_pa().BufferReader(bodies[path]))
             yield batch, drop_rows(table, counted.dropped[batch])
 
 

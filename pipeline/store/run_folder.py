@@ -54,6 +54,7 @@ from pipeline.store.compacted import COMPACTED, Compaction, Layout
 from pipeline.store.filesystem import Store, is_remote, open_store
 from pipeline.store.lease import FlockLease, Lease
 from pipeline.store.object_lease import ObjectLease
+from pipeline.store.parts import UnreadablePart, cast_failure, part_label, reading
 
 RUN_PREFIX = "run="
 MARKERS = "_committed"
@@ -64,6 +65,12 @@ _Parsed = TypeVar("_Parsed")  # what a file of a folder read once parses to
 
 def _parquet() -> Any:
     return importlib.import_module("pyarrow.parquet")
+
+
+def pa_errors() -> tuple[type[BaseException], ...]:
+    """What pyarrow raises for a column it cannot read as the type asked for."""
+    pa = importlib.import_module("pyarrow")
+    return (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError)
 
 
 def batch_of(name: str) -> str:
@@ -376,6 +383,23 @@ class RunFolder:
         return frozenset() if rule is None else rule.dropped.get(batch_of(part), frozenset())
 
     def _read(self, part: Any, dropped: frozenset[str], **kwargs: Any) -> Any:
+        """One part's rows that count; a part that cannot be read, or not as the
+        `schema` asked for, is an `UnreadablePart` naming it (and the column)."""
+        schema = kwargs.get("schema")
+        with reading(part, self.location):
+            try:
+                return self._read_table(part, dropped, **kwargs)
+            except pa_errors() as exc:
+                if schema is None:
+                    raise
+                # pyarrow says "Unsupported cast from string to list": which column?
+                stored = _parquet().read_schema(part, filesystem=self.store.fs)
+                failure = cast_failure(part, stored, schema, exc, self.location)
+                if failure is None:
+                    raise
+                raise failure from exc
+
+    def _read_table(self, part: Any, dropped: frozenset[str], **kwargs: Any) -> Any:
         if not dropped:
             return _parquet().read_table(part, filesystem=self.store.fs, **kwargs)
         columns = kwargs.pop("columns", None)
@@ -396,11 +420,41 @@ class RunFolder:
             yield self._read(part, self._dropped(part, rule), **kwargs)
 
     def read(self, kind: str) -> Any:
-        """All counted rows of one record type as a pyarrow Table (schema kept when empty)."""
-        tables = list(self.tables(kind, schema=SCHEMAS[kind]))
+        """All counted rows of one record type as a pyarrow Table (schema kept when empty).
+
+        Every column is of its declared type, and a column a part holds has no null where
+        the schema says never: the readers of whole tables (summary, report, nightly) take
+        the values as they are.  A part that breaks either is an `UnreadablePart` naming
+        the table, the part and the column.  A column an older part lacks reads as nulls."""
+        schema = SCHEMAS[kind]
+        rule = self._rule()
+        tables = []
+        for part in self._parts(kind, rule):
+            table = self._read(part, self._dropped(part, rule), schema=schema)
+            self._refuse_nulls(part, table, schema)
+            tables.append(table)
         if not tables:
-            return SCHEMAS[kind].empty_table()
+            return schema.empty_table()
         return importlib.import_module("pyarrow").concat_tables(tables)
+
+    def _refuse_nulls(self, part: Any, table: Any, schema: Any) -> None:
+        """`UnreadablePart` when a column `part` holds has a null the schema forbids (a
+        column the part lacks, from an older schema, is read as nulls and is no fault)."""
+        suspect = [f.name for f in schema if not f.nullable and table.column(f.name).null_count > 0]
+        if not suspect:
+            return
+        with reading(part, self.location):
+            stored = set(_parquet().read_schema(part, filesystem=self.store.fs).names)
+        named = [
+            f"column {name} holds {table.column(name).null_count} null(s) where the schema "
+            "says never"
+            for name in suspect
+            if name in stored
+        ]
+        if named:
+            raise UnreadablePart(
+                f"{self.location}: {part_label(part)}: {'; '.join(named)}", path=str(part)
+            )
 
     def count(self, kind: str) -> int:
         """Counted rows of one record type, from the Parquet footers (no data read) unless
@@ -411,7 +465,9 @@ class RunFolder:
             if dropped := self._dropped(part, rule):
                 total += self._read(part, dropped, columns=["problem_id"]).num_rows
             else:
-                total += _parquet().read_metadata(part, filesystem=self.store.fs).num_rows
+                with reading(part, self.location):
+                    meta = _parquet().read_metadata(part, filesystem=self.store.fs)
+                total += meta.num_rows
         return total
 
     def counted_files(self, kind: str, into: Path) -> list[Path]:

@@ -93,6 +93,7 @@ def _read_runs(runs: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
 
     from pipeline.errors import InputError
     from pipeline.records import SCHEMAS
+    from pipeline.store.parts import UnreadablePart
     from pipeline.store.run_folder import RunFolder
     from pipeline.training.prm_data import COLUMNS
 
@@ -107,6 +108,12 @@ def _read_runs(runs: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
             try:
                 table = folder.read_part(part, schema=SCHEMAS["prm"])
                 rows.extend(table.select(COLUMNS).to_pylist())
+            except UnreadablePart as exc:  # the store's own line, in this command's words
+                name = str(part).rsplit("/", 1)[-1]
+                raise InputError(
+                    f"{folder.location}: prm part {name} cannot be read ({exc.detail}); it is "
+                    "cut short or not the pipeline's Parquet"
+                ) from None
             except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError, KeyError) as exc:
                 name = str(part).rsplit("/", 1)[-1]
                 reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
