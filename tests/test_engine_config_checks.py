@@ -226,3 +226,27 @@ def test_a_kept_keys_and_values_bound_beyond_the_machines_memory_is_refused(
         "than this machine's "
     ), line
     _passes(_one_pass(tmp_path, tiny_prm, kv_cache_tokens=10**6), capsys)  # 244 MiB
+
+
+# -- threads a process cannot start --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("role", "engine"),
+    [
+        ("policy", {"kind": "llamacpp", "threads": 100_000}),
+        ("scorer", {"kind": "transformers_prm", "model": "/nowhere", "threads": 100_000}),
+    ],
+)
+def test_more_threads_than_ggml_allows_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], role: str, engine: dict[str, Any]
+) -> None:
+    """llama.cpp asked for 100,000 threads died in libgomp ("Thread creation failed"),
+    taking its replica down with no error to report."""
+    if role == "policy":
+        path = _config(tmp_path, engine)
+    else:
+        path = _config(tmp_path, {"kind": "load_model"}, {"kind": "one_pass", "engine": engine})
+    line = _refused(path, capsys)
+    assert line.startswith(f"error: {path}: {role}.engine.{engine['kind']}.threads: "), line
+    assert "512" in line

@@ -15,6 +15,11 @@ from search.strict_config import StrictConfig
 
 TopLogprobs = tuple[tuple[str, float], ...]  # (token text, log-probability), best first
 
+# The most CPU threads a CPU engine's config may ask for: ggml's GGML_MAX_N_THREADS, far
+# beyond any machine's cores.  More threads than the process may start kill it in libgomp
+# ("Thread creation failed"), taking the replica down with no error to report.
+MAX_THREADS = 512
+
 
 def short_name(model: str) -> str:
     """An engine's default name: the last part of its model's id or folder ("org/Model-7B"
