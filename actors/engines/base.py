@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
+from actors.engines.read_counts import checked_counts
 from actors.errors import EngineError as EngineError  # every engine raises it
 from search.protocols import FinishReason
 from search.strict_config import StrictConfig
@@ -25,6 +26,17 @@ def short_name(model: str) -> str:
     """An engine's default name: the last part of its model's id or folder ("org/Model-7B"
     and "/models/Model-7B/" are both "Model-7B")."""
     return model.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _check_counts(answer: object, sent: str, cached: str, output: str = "") -> None:
+    """An engine's answer's token counts as counts that can be, where they enter: whole,
+    at least 0, cached at most sent (`actors.engines.read_counts`: clamped, and said
+    once per engine)."""
+    values = [getattr(answer, name) for name in (sent, cached, output) if name]
+    checked = checked_counts(*values)
+    for name, value, fixed in zip((sent, cached, output), values, checked, strict=False):
+        if type(value) is not int or value != fixed:
+            object.__setattr__(answer, name, fixed)  # frozen: set once, as it is made
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,9 @@ class Completion:
     error: str | None = None
     cached_tokens: int = 0  # of input_tokens, read from the prefix cache (0: none/unknown)
     retryable: bool = True
+
+    def __post_init__(self) -> None:
+        _check_counts(self, "input_tokens", "cached_tokens", "output_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +191,9 @@ class StepValues:
     input_tokens: int
     cached_tokens: int = 0
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_counts(self, "input_tokens", "cached_tokens")
 
 
 @runtime_checkable

@@ -37,6 +37,7 @@ from actors.engines.base import (
 from actors.engines.gguf_file import GGUFError, read_gguf
 from actors.engines.memory import check_fits, size
 from actors.engines.prefix_gate import PrefixGate
+from actors.engines.read_counts import checked_counts, count
 from actors.json_file import first_line
 from actors.models import resolve_model_path
 from search.protocols import FinishReason
@@ -278,12 +279,18 @@ class LlamaCppEngine:
         return self._completion(data, max_tokens)
 
     def _completion(self, data: Mapping[str, Any], max_tokens: int) -> Completion:
-        generated = int(data.get("tokens_predicted", 0))
-        timings = data.get("timings") or {}
-        self.prompt_tokens_evaluated += int(timings.get("prompt_n", 0))
-        self.prompt_tokens_cached += int(timings.get("cache_n", 0))
+        timings = data.get("timings")
+        timings = timings if isinstance(timings, Mapping) else {}
+        # the server's counts checked as they enter: the hit rate admission steers by is
+        # built on them (`actors.engines.read_counts`)
+        prompt_tokens, cached, generated = checked_counts(
+            data.get("tokens_evaluated", 0),
+            timings.get("cache_n", 0),
+            data.get("tokens_predicted", 0),
+        )
+        self.prompt_tokens_evaluated += count(timings.get("prompt_n", 0), "computed prompt tokens")
+        self.prompt_tokens_cached += cached
         self.tokens_generated += generated
-        prompt_tokens = int(data.get("tokens_evaluated", 0))
         finish = _STOP_TYPES.get(str(data.get("stop_type")), FinishReason.LENGTH)
         if finish is FinishReason.LENGTH and generated < max_tokens:
             # Stopped by the limit before max_tokens: the context slot is full.
@@ -295,7 +302,7 @@ class LlamaCppEngine:
             input_tokens=prompt_tokens,
             stop_string=str(data.get("stopping_word", "")),
             top_logprobs=_top_logprobs(data.get("completion_probabilities") or ()),
-            cached_tokens=int(timings.get("cache_n", 0)),
+            cached_tokens=cached,
         )
 
     async def render_chat(

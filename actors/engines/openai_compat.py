@@ -125,6 +125,7 @@ from actors.engines.base import (
     folder_warning,
     short_name,
 )
+from actors.engines.read_counts import count
 from actors.errors import EngineError
 from common.redact import redact_text
 from search.protocols import FinishReason
@@ -357,7 +358,8 @@ class OpenAIEngine:
         entries = _logprob_entries(choice.get("logprobs"))
         reason = choice.get("finish_reason")
         generated = usage.get("completion_tokens")
-        prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        # the server's counts enter as counts (`actors.engines.read_counts`)
+        prompt_tokens = count(usage.get("prompt_tokens"), "prompt tokens")
         stop_string = ""
         if reason == "length":
             finish = FinishReason.LENGTH
@@ -366,7 +368,7 @@ class OpenAIEngine:
         else:
             return Completion(
                 text,
-                int(generated or 0),
+                count(generated, "output tokens"),
                 FinishReason.ERROR,
                 prompt_tokens,
                 error=f"the server finished with {reason!r}",
@@ -377,7 +379,7 @@ class OpenAIEngine:
             except EngineError:
                 generated = len(entries)
             generated += finish is FinishReason.EOS
-        generated = int(generated)
+        generated = count(generated, "output tokens")
         if finish is FinishReason.LENGTH and generated < max_tokens:
             finish = FinishReason.CONTEXT_OVERFLOW  # stopped by the context, not max_tokens
         return Completion(
@@ -681,4 +683,6 @@ def _cached_tokens(usage: Mapping[str, Any]) -> int:
     `usage.prompt_tokens_details.cached_tokens`; vLLM's server with
     `--enable-prompt-tokens-details`); 0 where it does not."""
     details = usage.get("prompt_tokens_details") or {}
-    return int(details.get("cached_tokens") or 0) if isinstance(details, Mapping) else 0
+    if not isinstance(details, Mapping):
+        return 0
+    return count(details.get("cached_tokens"), "cached prompt tokens")

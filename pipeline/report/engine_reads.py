@@ -15,12 +15,29 @@ The trees table carries the counts per tree (`policy_prompt_sent_tokens`,
 `policy_prompt_cached_tokens`, `prm_input_tokens`, `prm_prompt_cached_tokens`); the run's
 totals are their sums.  An engine that does not report its cache reads counts as computing
 every token.
+
+The engines' answers are checked as they enter (`actors.engines.read_counts`), but a
+trees part may come from an older run, another tool or a damaged file, so each tree's
+counts are checked again here: a negative count is read as 0 and a cached count above
+the sent one as the sent one.  The trees clamped are counted per engine (`clamped`) and
+the report says so; no hit rate outside [0, 1] is ever shown (`share`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+
+
+def share(part: float, whole: float) -> float | None:
+    """`part / whole` as a rate in [0, 1]; None when there is no whole, or when the
+    counts cannot be (a part below 0 or above the whole): never a rate that lies."""
+    if not whole or whole < 0 or part < 0 or part > whole:
+        return None
+    return part / whole
+
 
 # engine -> (the trees column of tokens sent, the column of those served from cache)
 COLUMNS = {
@@ -33,14 +50,15 @@ COLUMNS = {
 class EngineReads:
     sent: int
     cached: int
+    clamped: int = 0  # trees whose counts could not be (negative, cached > sent), clamped
 
     @property
     def computed(self) -> int:
-        return self.sent - self.cached
+        return max(self.sent - self.cached, 0)
 
     @property
     def hit_rate(self) -> float | None:
-        return self.cached / self.sent if self.sent else None
+        return share(self.cached, self.sent)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -48,19 +66,30 @@ class EngineReads:
             "cached": self.cached,
             "computed": self.computed,
             "hit_rate": self.hit_rate,
+            "clamped_trees": self.clamped,
         }
 
 
+def _counts(trees: Any, column: str) -> Any:
+    """A trees column as whole numbers (0 where null, or absent from an older run)."""
+    if column not in trees.columns:
+        return np.zeros(len(trees), dtype=np.int64)
+    values = trees[column].fillna(0).to_numpy(dtype=np.float64, na_value=0.0)
+    return np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0).astype(np.int64)
+
+
 def engine_reads(trees: Any) -> dict[str, EngineReads]:
-    """Per engine, the run's totals from a `trees` frame (pandas); a run written before
-    the cache reads were counted has no such columns: zeros."""
-
-    def total(column: str) -> int:
-        return int(trees[column].fillna(0).sum()) if column in trees.columns else 0
-
-    return {
-        name: EngineReads(total(sent), total(cached)) for name, (sent, cached) in COLUMNS.items()
-    }
+    """Per engine, the run's totals from a `trees` frame (pandas), each tree's counts
+    checked first (module docstring); a run written before the cache reads were counted
+    has no such columns: zeros."""
+    reads = {}
+    for name, (sent_column, cached_column) in COLUMNS.items():
+        sent, cached = _counts(trees, sent_column), _counts(trees, cached_column)
+        bad = (sent < 0) | (cached < 0) | (cached > sent)
+        sent = np.maximum(sent, 0)
+        cached = np.minimum(np.maximum(cached, 0), sent)
+        reads[name] = EngineReads(int(sent.sum()), int(cached.sum()), int(bad.sum()))
+    return reads
 
 
 def engine_reads_rows(reads: dict[str, EngineReads]) -> list[list[str]]:
@@ -75,6 +104,23 @@ def engine_reads_rows(reads: dict[str, EngineReads]) -> list[list[str]]:
         ]
         for engine, r in reads.items()
     ]
+
+
+def clamped_note(reads: dict[str, EngineReads]) -> str | None:
+    """The report's sentence on trees whose counts could not be; None when none."""
+    named = [
+        f"{engine} in {r.clamped} tree{'s' if r.clamped != 1 else ''}"
+        for engine, r in reads.items()
+        if r.clamped
+    ]
+    if not named:
+        return None
+    return (
+        "Counts that cannot be were clamped before these sums (a negative count read as "
+        "0, more tokens served from the cache than sent read as those sent): "
+        + ", ".join(named)
+        + ". The engine, or whatever wrote those trees, reported them."
+    )
 
 
 HEADER = ["engine", "prompt tokens sent", "served from its cache", "computed", "hit rate"]

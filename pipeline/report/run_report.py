@@ -31,7 +31,12 @@ from pipeline.report.anytime import (
 )
 from pipeline.report.curves import DPI, write_curves
 from pipeline.report.engine_reads import HEADER as READS_HEADER
-from pipeline.report.engine_reads import EngineReads, engine_reads, engine_reads_rows
+from pipeline.report.engine_reads import (
+    EngineReads,
+    clamped_note,
+    engine_reads,
+    engine_reads_rows,
+)
 from pipeline.report.load import RunData, flatten_trace
 from pipeline.report.markdown import fraction, percentiles_markdown
 from pipeline.report.tables import prm_percentiles_table
@@ -215,10 +220,15 @@ def _num(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _reads(n: ReportNumbers) -> dict[str, EngineReads]:
+    return {
+        name: EngineReads(r["sent"], r["cached"], r.get("clamped_trees", 0))
+        for name, r in n.engine_reads.items()
+    }
+
+
 def _reads_rows(n: ReportNumbers) -> list[list[str]]:
-    return engine_reads_rows(
-        {name: EngineReads(r["sent"], r["cached"]) for name, r in n.engine_reads.items()}
-    )
+    return engine_reads_rows(_reads(n))
 
 
 def _policy_input(n: ReportNumbers) -> str:
@@ -412,6 +422,7 @@ def report_markdown(
         "Prompt tokens each engine was sent (every call's prompt), those it read from its "
         "prefix cache, and the rest, which it computed (prefill).",
         _md_table(READS_HEADER, _reads_rows(n)),
+        *filter(None, [clamped_note(_reads(n))]),
         "## The five longest trees (wall time)",
         _md_table(_TREE_HEADER, _tree_rows(longest)),
         "## The five shortest trees (wall time)",

@@ -29,6 +29,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from pipeline.report.engine_reads import share
+
 Snapshot = dict[str, Any]
 WINDOW_S = 10.0
 
@@ -101,8 +103,8 @@ def _duration(seconds: float) -> str:
 
 
 def _share(snap: Snapshot, part: str, whole: str) -> float | None:
-    total = int(snap.get(whole, 0))
-    return int(snap.get(part, 0)) / total if total else None
+    """A hit rate from the board's counters; None rather than one outside [0, 1]."""
+    return share(int(snap.get(part, 0)), int(snap.get(whole, 0)))
 
 
 class ProgressLine:

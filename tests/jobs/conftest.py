@@ -1,11 +1,15 @@
-"""Shared by the `bgmcts train-prm` tests: a real run folder and a tiny base model."""
+"""Shared by the job tests: real run folders and a tiny base model."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "smollm2_trees.jsonl"
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +35,36 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
         positions=1024,
         initializer_range=0.02,
     )
+
+
+async def _records(entry: dict[str, Any], index: int) -> dict[str, list[dict[str, Any]]]:
+    from pipeline.records import RecordsConfig, records_for
+    from pipeline.records.rebuild import rebuild_result
+    from search.answers import AnswerExtraction
+
+    return await records_for(
+        rebuild_result(entry["nodes"], entry["tree"]),
+        entry["tree"]["reference"],
+        problem_id=f"p{index}",
+        run_id="records",
+        config=RecordsConfig(),
+        extraction=AnswerExtraction.LAST_NUMBER,
+    )
+
+
+@pytest.fixture(scope="session")
+def records_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder of every record type: the real SmolLM2 trees of tests/fixtures
+    replayed through `records_for` (math-verify grading), one `ParquetSink` batch per
+    tree, so every table has sibling parts.  Copy it before changing it."""
+    from pipeline.store.run_folder import RunFolder
+    from pipeline.store.sink import ParquetSink
+
+    entries = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
+    sink = ParquetSink(RunFolder.open(tmp_path_factory.mktemp("records-run"), "records"))
+    for index, entry in enumerate(entries):
+        sink.write_batch(asyncio.run(_records(entry, index)))
+    run = Path(sink.run_dir)
+    for table in ("sft", "kto", "nodes", "trees", "prm"):
+        assert len(list((run / table).glob("*.parquet"))) > 1, table
+    return run

@@ -1,9 +1,9 @@
 """`bgmcts check` reads every table against its declared schema, and a part that is no
 readable Parquet is named by check, report and publish alike.
 
-The run is real: SmolLM2 trees from tests/fixtures replayed through `records_for` (as a
-run writes them: math-verify grading, every record type) and committed batch by batch by
-the real `ParquetSink`, so every table has sibling parts.  Each case then rewrites one
+The run is real (`records_run`, tests/jobs/conftest.py): SmolLM2 trees replayed through
+`records_for` and committed batch by batch by the real `ParquetSink`, so every table has
+sibling parts.  Each case then rewrites one
 real part the way a hostile or careless hand would (a bool column stored as strings, a
 null id, a list of messages stored as text, a cut-short file) and runs the command
 through `jobs.cli.main`, as `bgmcts` does.
@@ -11,8 +11,6 @@ through `jobs.cli.main`, as `bgmcts` does.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -24,36 +22,6 @@ import pytest
 
 from jobs import cli
 from jobs.exits import BAD_INPUT, FAILED, OK
-from pipeline.records import RecordsConfig, records_for
-from pipeline.records.rebuild import rebuild_result
-from pipeline.store.run_folder import RunFolder
-from pipeline.store.sink import ParquetSink
-from search.answers import AnswerExtraction
-
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "smollm2_trees.jsonl"
-
-
-async def _records(entry: dict[str, Any], index: int) -> dict[str, list[dict[str, Any]]]:
-    return await records_for(
-        rebuild_result(entry["nodes"], entry["tree"]),
-        entry["tree"]["reference"],
-        problem_id=f"p{index}",
-        run_id="schema",
-        config=RecordsConfig(),
-        extraction=AnswerExtraction.LAST_NUMBER,
-    )
-
-
-@pytest.fixture(scope="module")
-def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    entries = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
-    sink = ParquetSink(RunFolder.open(tmp_path_factory.mktemp("out"), "schema"))
-    for index, entry in enumerate(entries):  # one batch each: tables of many parts
-        sink.write_batch(asyncio.run(_records(entry, index)))
-    run = Path(sink.run_dir)
-    for table in ("sft", "kto", "nodes", "trees", "prm"):
-        assert len(list((run / table).glob("*.parquet"))) > 1, table
-    return run
 
 
 def damaged(clean: Path, tmp_path: Path, table: str, damage: Callable[[Path], None]) -> Path:
@@ -139,7 +107,7 @@ def no_traceback(err: str) -> None:
     ],
 )
 def test_a_column_of_the_wrong_type_or_a_forbidden_null_is_a_dirty_row_named(
-    clean_run: Path,
+    records_run: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     table: str,
@@ -147,7 +115,7 @@ def test_a_column_of_the_wrong_type_or_a_forbidden_null_is_a_dirty_row_named(
     damage: Callable[[Path], None],
     says: str,
 ) -> None:
-    part = damaged(clean_run, tmp_path, table, damage)
+    part = damaged(records_run, tmp_path, table, damage)
     status, out, err = check(part.parents[1], capsys)
     assert status == FAILED, (out, err)
     no_traceback(err)
@@ -161,7 +129,7 @@ def test_a_column_of_the_wrong_type_or_a_forbidden_null_is_a_dirty_row_named(
 
 
 def test_a_column_the_schema_does_not_declare_is_held_to_its_siblings_type(
-    clean_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def note(part: Path) -> None:
         for i, each in enumerate(sorted(part.parent.glob("*.parquet"))):
@@ -169,7 +137,7 @@ def test_a_column_the_schema_does_not_declare_is_held_to_its_siblings_type(
             values = [i] * table.num_rows if i else ["x"] * table.num_rows
             pq.write_table(table.append_column("note", pa.array(values)), each)
 
-    part = damaged(clean_run, tmp_path, "sft", note)
+    part = damaged(records_run, tmp_path, "sft", note)
     first = sorted(part.parent.glob("*.parquet"))[0]
     status, out, err = check(part.parents[1], capsys)
     assert status == FAILED, (out, err)
@@ -178,7 +146,7 @@ def test_a_column_the_schema_does_not_declare_is_held_to_its_siblings_type(
 
 
 def test_an_empty_part_of_the_wrong_schema_still_fails(
-    clean_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # no row is dirty, but a trainer loading the table trips over the odd part's schema
     def emptied(part: Path) -> None:
@@ -186,7 +154,7 @@ def test_an_empty_part_of_the_wrong_schema_still_fails(
         at = table.column_names.index("label")
         pq.write_table(table.set_column(at, "label", pa.array([], pa.string())), part)
 
-    part = damaged(clean_run, tmp_path, "kto", emptied)
+    part = damaged(records_run, tmp_path, "kto", emptied)
     status, out, _ = check(part.parents[1], capsys)
     assert status == FAILED
     assert f"- table kto, {part.name}, column label: stored as string" in out
@@ -201,9 +169,9 @@ def test_an_empty_part_of_the_wrong_schema_still_fails(
     ],
 )
 def test_the_same_values_in_a_narrower_or_wider_type_are_clean(
-    clean_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: Any
+    records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: Any
 ) -> None:
-    part = damaged(clean_run, tmp_path, "sft", damage)
+    part = damaged(records_run, tmp_path, "sft", damage)
     status, out, err = check(part.parents[1], capsys)
     assert status == OK, (out, err)
     assert out.splitlines()[-1] == "dirty_rows=0"
@@ -232,7 +200,7 @@ CORRUPTIONS = {
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
 @pytest.mark.parametrize("command", ["check", "report", "publish"])
 def test_a_part_that_is_no_readable_parquet_is_named_with_exit_2(
-    clean_run: Path,
+    records_run: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -242,7 +210,7 @@ def test_a_part_that_is_no_readable_parquet_is_named_with_exit_2(
     # report gave a bare ArrowInvalid or OSError naming no file (exit 1), publish
     # "Parquet magic bytes not found" or "Cannot split sft: ..." with a retry command
     table = "trees" if command == "report" else "sft"
-    part = damaged(clean_run, tmp_path, table, CORRUPTIONS[how])
+    part = damaged(records_run, tmp_path, table, CORRUPTIONS[how])
     run = part.parents[1]
     monkeypatch.setenv("HF_TOKEN", "hf_unused")
     argv = {
@@ -262,10 +230,10 @@ def test_a_part_that_is_no_readable_parquet_is_named_with_exit_2(
 
 
 def test_a_compacted_runs_damaged_shard_is_named(
-    clean_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = tmp_path / "out" / clean_run.name
-    shutil.copytree(clean_run, run)
+    run = tmp_path / "out" / records_run.name
+    shutil.copytree(records_run, run)
     assert cli.main(["compact", "--run-dir", str(run)]) == OK
     shard = sorted((run / "kto").glob("part-compact-*.parquet"))[0]
     retyped("label", pa.string(), lambda v: str(v).lower())(shard)
@@ -279,10 +247,10 @@ def test_a_compacted_runs_damaged_shard_is_named(
 
 
 def test_a_null_in_a_column_a_report_reads_names_the_part_and_column(
-    clean_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # was "TypeError: int() argument must be ... not 'NoneType'", exit 1
-    part = damaged(clean_run, tmp_path, "trees", nulled("policy_output_tokens"))
+    part = damaged(records_run, tmp_path, "trees", nulled("policy_output_tokens"))
     capsys.readouterr()
     status = cli.main(["report", str(part.parents[1])])
     err = capsys.readouterr().err

@@ -14,7 +14,13 @@ from actors.engines.base import Sampling
 from actors.engines.factory import build_engine
 from actors.engines.load_model import LoadModelConfig
 from actors.replay import decode_generations, decode_score, encode_generations, encode_score
-from pipeline.report.engine_reads import EngineReads, engine_reads, engine_reads_rows
+from pipeline.report.engine_reads import (
+    EngineReads,
+    clamped_note,
+    engine_reads,
+    engine_reads_rows,
+    share,
+)
 from search import parse_search_config, run_search
 from search.protocols import FinishReason, Generation, GenerationRequest, Score, ScoreRequest
 from search.scripted import ScriptedPolicy, ScriptedScorer
@@ -94,8 +100,57 @@ def test_the_runs_totals_follow_one_definition_and_older_runs_read_as_zero() -> 
         "cached": 25,
         "computed": 75,
         "hit_rate": 0.25,
+        "clamped_trees": 0,
     }
     assert engine_reads_rows(reads)[0] == ["policy", "400", "260", "140", "65.0%"]
     old = engine_reads(pd.DataFrame({"prm_input_tokens": [7]}))
     assert old == {"policy": EngineReads(0, 0), "scorer": EngineReads(7, 0)}
     assert engine_reads_rows(old)[0][-1] == "–"
+
+
+def test_counts_that_cannot_be_are_clamped_per_tree_and_no_rate_leaves_0_to_1() -> None:
+    # were a hit rate of 250% (cached above sent) and of -1.1% (a negative count)
+    trees = pd.DataFrame(
+        {
+            "policy_prompt_sent_tokens": [100, 200, -50],
+            "policy_prompt_cached_tokens": [250, 50, 10],
+            "prm_input_tokens": [1000, 10, 0],
+            "prm_prompt_cached_tokens": [-11, 5, None],
+        }
+    )
+    reads = engine_reads(trees)
+    # tree 1: cached read as its 100 sent; tree 3: sent read as 0, so its cached too
+    assert reads["policy"] == EngineReads(300, 150, clamped=2)
+    assert reads["scorer"] == EngineReads(1010, 5, clamped=1)
+    for r in reads.values():
+        assert r.hit_rate is not None and 0 <= r.hit_rate <= 1 and r.computed >= 0
+    assert [row[-1] for row in engine_reads_rows(reads)] == ["50.0%", "0.5%"]
+    note = clamped_note(reads)
+    assert note is not None and "policy in 2 trees, scorer in 1 tree." in note
+    assert clamped_note(engine_reads(trees.iloc[1:2])) is None
+
+
+@pytest.mark.parametrize(("sent", "cached"), [(100, 250), (-90, 1), (100, -1), (0, 5)])
+def test_a_rate_that_cannot_be_is_never_shown(sent: int, cached: int) -> None:
+    # EngineReads made from totals written elsewhere (a report.json, a run summary)
+    reads = EngineReads(sent, cached)
+    assert reads.hit_rate is None and share(cached, sent) is None
+    assert engine_reads_rows({"policy": reads})[0][-1] == "–"
+    assert share(3, 4) == 0.75 and share(0, 4) == 0.0 and share(4, 4) == 1.0
+
+
+def test_the_live_display_shows_no_hit_rate_that_cannot_be() -> None:
+    import io
+
+    from pipeline.run.live import LiveProgress
+
+    live = LiveProgress(dict, total=1, budget=10.0, file=io.StringIO())
+    lying = {
+        "policy_prompt_sent_tokens": 100,
+        "policy_prompt_cached_tokens": 250,
+        "prm_input_tokens": -90,
+        "prm_prompt_cached_tokens": 1,
+    }
+    assert live.view(lying).cache_hits() == "cache policy - PRM -"
+    fine = dict(lying, policy_prompt_cached_tokens=60, prm_input_tokens=4)
+    assert live.view(fine).cache_hits() == "cache policy 60% PRM 25%"
