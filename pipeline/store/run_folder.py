@@ -44,6 +44,7 @@ import importlib
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,7 +272,32 @@ class RunFolder:
         once and remembered: a record never changes (it is created whole, or deleted)."""
         names = {n for n in self.store.names(COMPACTED) if n.endswith(".json")}
         known = self._read_once(COMPACTED, names, Compaction.parse)
+        for name in sorted(names):
+            if known[name] is None:
+                known[name] = self._reread_record(name)
         return {name: r for name in sorted(names) if (r := known[name]) is not None}
+
+    def _reread_record(self, name: str) -> Compaction | None:
+        """A record that did not parse, read again.  Where the filesystem has no hard
+        links a record is written in place, so it may have been read half written; one
+        deleted since (a later compaction's) is None.  One that stays unreadable is
+        refused: read as nothing, it would hide the shards it names from every reader,
+        and the run would read as missing their rows without a word."""
+        for _ in range(3):
+            time.sleep(0.05)
+            try:
+                body = self.store.read_bytes(COMPACTED, name)
+            except FileNotFoundError:
+                return None
+            record = Compaction.parse(body)
+            if record is not None:
+                return record
+        raise UnreadablePart(
+            f"{self.location}: {COMPACTED}/{name} is no compaction record (a JSON object "
+            "naming its shards and the batches they replace): readers would not see the rows "
+            "of its shards; restore it from a copy of the run",
+            path=self.store.join(COMPACTED, name),
+        )
 
     def layout(self) -> Layout:
         """Which committed batches readers see (`Layout`): compactions applied.
@@ -307,7 +333,12 @@ class RunFolder:
             paths = {name: self.store.join(folder, name) for name in new}
             bodies = self.store.read_many(list(paths.values()))
             for name, path in paths.items():
-                known[name] = parse(bodies[path])
+                try:
+                    known[name] = parse(bodies[path])
+                except (TypeError, ValueError, AttributeError) as exc:  # a field of a wrong type
+                    raise UnreadablePart(
+                        f"{self.location}: {folder}/{name} cannot be read ({exc})", path=path
+                    ) from None
         return known
 
     def missing_parts(self) -> dict[str, list[str]]:

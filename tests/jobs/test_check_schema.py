@@ -11,6 +11,7 @@ through `jobs.cli.main`, as `bgmcts` does.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -259,3 +260,37 @@ def test_a_null_in_a_column_a_report_reads_names_the_part_and_column(
         f"error: {part.parents[1]}: table trees: {part.name}: column policy_output_tokens "
         "holds 1 null(s) where the schema says never\n"
     )
+
+
+@pytest.mark.parametrize("command", ["check", "report"])
+def test_a_damaged_compaction_record_is_named_not_read_as_an_empty_run(
+    records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # read as "counts for nothing", it hid every shard: check said dirty_rows=0 over
+    # 0 rows, exit 0, and report wrote a report of no trees
+    run = tmp_path / "out" / records_run.name
+    shutil.copytree(records_run, run)
+    assert cli.main(["compact", "--run-dir", str(run)]) == OK
+    record = next((run / "_compacted").glob("*.json"))
+    record.write_text('{"shards": ["compact-')  # cut short
+    capsys.readouterr()
+    status = cli.main([command, str(run)])
+    err = capsys.readouterr().err
+    assert status == BAD_INPUT, err
+    no_traceback(err)
+    assert err.startswith(f"error: {run}: _compacted/{record.name} is no compaction record")
+
+
+def test_a_commit_marker_with_a_field_of_the_wrong_type_is_named(
+    records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # was "error: invalid literal for int() with base 10: 'x'", naming no file
+    run = tmp_path / "out" / records_run.name
+    shutil.copytree(records_run, run)
+    marker = sorted((run / "_committed").iterdir())[0]
+    body = json.loads(marker.read_text())
+    marker.write_text(json.dumps(dict(body, generation="x")))
+    status, _, err = check(run, capsys)
+    assert status == BAD_INPUT
+    no_traceback(err)
+    assert err.startswith(f"error: {run}: _committed/{marker.name} cannot be read ("), err
