@@ -1,10 +1,11 @@
 """The ``dpo`` record: TRL preference pairs, a correct against an incorrect trajectory.
 
 Per problem, correct trajectories (chosen) against incorrect ones
-(rejected), both through the gates first (`pipeline.records.paths`: no truncated
-text, no self-correction trace, near duplicates removed (the best-Q copy of a
-correct one, the worst-Q copy of an incorrect one), and no rejected text that
-states the reference anywhere; at most `PAIR_POOL` of each).  Every
+(rejected), both through the gates first (`pipeline.records.paths`: no path
+whose answer is ungraded (its comparison was cut off), no truncated text, no
+self-correction trace, near duplicates removed (the best-Q copy of a correct
+one, the worst-Q copy of an incorrect one), and no rejected text that states
+the reference anywhere; at most `PAIR_POOL` of each).  Every
 candidate pair gets a type from where the two paths part in the tree
 (`pipeline.records.tree_paths.divergence`): ``siblings`` (children of one node),
 ``cousins`` (they part at a non-root node, one or both deeper below it),

@@ -17,6 +17,20 @@ Without a reference the labels are pseudo labels (``pseudo_label = true``):
 
 An answered node without an extractable ``\\boxed{}`` answer is always incorrect.
 
+Ungraded answers
+    A comparison the time limit cut off (`Verdict.TIMEOUT`) says nothing about the
+    answer: on a loaded machine a cold grading pool's start alone can make an ordinary
+    correct answer time out.  Its answer is *ungraded*: the nodes that carry it have no
+    label (`GradedTree.ungraded`, absent from `GradedTree.labels`), so no training row
+    uses them, as positive or as negative, and the tree's other nodes keep theirs.  A
+    comparison refused before sympy (`Verdict.REJECTED`, `common.grading.too_costly`)
+    is ungraded too when the *reference* is the refused text (the grader never looked
+    at the answer); when only the answer is, the answer stays incorrect: it is text
+    built to explode (a tower of powers, a 300-digit literal, a factorial of a computed
+    number), which no reference that passes the filter is written as, so no row
+    rewards it.  With ``majority`` an answer outside the winning group whose comparison
+    with a member of that group was cut off is ungraded (it may belong to the group).
+
 `GradedTree` also holds each answered node's training text (cut after its
 answer, `pipeline.records.training_text`) and, with a reference, which of those
 texts state the reference anywhere (every answer statement and the whole
@@ -31,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from actors.prompts import POLICY_INSTRUCTION
-from common.grading import Verdict, compare_all
+from common.grading import Verdict, compare_all, too_costly
 from pipeline.records.config import PseudoLabel, RecordsConfig
 from pipeline.records.splits import split_of
 from pipeline.records.training_text import TrainingText, training_text
@@ -44,7 +58,7 @@ LabelSource = Literal["reference", "prm_threshold", "majority"]
 # (answer, reference) pairs and a time limit -> one verdict each: `compare_all` (math-verify)
 # by default; the simulated environment passes exact match (its ground truth).
 Compare = Callable[[Sequence[tuple[str | None, str]], float], Awaitable[list[Verdict]]]
-Difficulty = Literal["all_correct", "mixed", "none_correct", "unanswered"]
+Difficulty = Literal["all_correct", "mixed", "none_correct", "unanswered", "ungraded"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +69,13 @@ class GradedTree:
     result: SearchResult
     reference: str | None
     label_source: LabelSource
-    labels: Mapping[int, bool]  # answered node id -> label
-    chosen_correct: bool | None  # null without a reference
-    verified: Mapping[str, bool] = field(default_factory=dict)  # distinct answer -> verdict
-    grade_timeouts: int = 0  # comparisons cut off by their limit (graded incorrect)
+    # answered node id -> label; an ungraded node (its comparison was cut off) has none
+    labels: Mapping[int, bool]
+    chosen_correct: bool | None  # null without a reference, or when its answer is ungraded
+    # distinct answer -> verdict, for the answers the mathematics decided
+    verified: Mapping[str, bool] = field(default_factory=dict)
+    # comparisons the limit decided: cut off (their answers ungraded) or refused as too costly
+    grade_timeouts: int = 0
     # the user turn of every training row (`records.prompt`); None: the bare problem
     prompt: str | None = None
     split: str = "train"  # `pipeline.records.splits.split_of` of the problem id
@@ -66,6 +83,11 @@ class GradedTree:
     texts: Mapping[int, TrainingText] = field(default_factory=dict)  # answered id -> text
     # answered ids whose training text states the reference (empty without one)
     states_reference: frozenset[int] = frozenset()
+    # answered ids without a label: their answer's comparison was cut off (module docstring)
+    ungraded: frozenset[int] = frozenset()
+    # answered ids whose training text states an answer whose comparison was cut off: it
+    # may state the reference (the rejected side's `states_reference` gate keeps them out)
+    may_state_reference: frozenset[int] = frozenset()
 
     @property
     def pseudo(self) -> bool:
@@ -78,16 +100,21 @@ class GradedTree:
 
     @property
     def difficulty(self) -> Difficulty:
-        """all_correct / mixed / none_correct over the answered nodes' labels."""
+        """all_correct / mixed / none_correct over the answered nodes' labels (ungraded
+        nodes have none: ``ungraded`` when no answered node has one)."""
         labels = set(self.labels.values())
         if not labels:
-            return "unanswered"
+            return "ungraded" if self.ungraded else "unanswered"
         if labels == {True}:
             return "all_correct"
         return "mixed" if True in labels else "none_correct"
 
     def answered(self) -> list[Node]:
         return self.result.answered_nodes
+
+    def label(self, node: Node) -> bool | None:
+        """The label of answered `node`; None when it is ungraded (module docstring)."""
+        return self.labels.get(node.id)
 
     def trajectory(self, node: Node) -> str:
         """The raw assistant text (what `nodes` and `tree_nodes` keep)."""
@@ -128,6 +155,8 @@ async def grade_result(
     verified: dict[str, bool] = {}
     chosen_correct: bool | None = None
     says_reference: frozenset[int] = frozenset()
+    may_say_reference: frozenset[int] = frozenset()
+    unknown: set[str] = set()  # answers whose comparison was cut off
     timeouts = 0
     if reference is not None:
         stated = {
@@ -142,20 +171,29 @@ async def grade_result(
         distinct = list(dict.fromkeys(k for k in candidates if k is not None))
         verdicts = await compare([(d, reference) for d in distinct], timeout_s)
         timeouts = _timeouts(verdicts)
-        verified = {d: v is Verdict.MATCH for d, v in zip(distinct, verdicts, strict=True)}
+        for d, v in zip(distinct, verdicts, strict=True):
+            if undecided(v, reference):
+                unknown.add(d)
+            else:
+                verified[d] = v is Verdict.MATCH
         labels = {i: k is not None and verified.get(k, False) for i, k in keys.items()}
         chosen = answer_key(result.chosen_answer)
-        chosen_correct = chosen is not None and verified.get(chosen, False)
-        says_reference = frozenset(i for i, ks in stated.items() if any(verified[k] for k in ks))
+        chosen_correct = None if chosen in unknown else chosen is not None and verified[chosen]
+        says_reference = frozenset(
+            i for i, ks in stated.items() if any(verified.get(k, False) for k in ks)
+        )
+        may_say_reference = frozenset(i for i, ks in stated.items() if unknown.intersection(ks))
     elif pseudo_label == "prm_threshold":
         source = pseudo_label
         labels = {n.id: keys[n.id] is not None and n.q >= threshold for n in nodes}
     elif pseudo_label == "majority":
         source = pseudo_label
-        winners, timeouts = await _majority_answers(nodes, keys, timeout_s)
+        winners, unknown, timeouts = await _majority_answers(nodes, keys, timeout_s)
         labels = {n.id: keys[n.id] in winners for n in nodes}
     else:
         raise ValueError(f"unknown pseudo_label rule {pseudo_label!r}")
+    ungraded = frozenset(i for i, k in keys.items() if k is not None and k in unknown)
+    labels = {i: label for i, label in labels.items() if i not in ungraded}
     return GradedTree(
         problem_id,
         result,
@@ -170,6 +208,8 @@ async def grade_result(
         fold_blank_lines=fold_blank_lines,
         texts=texts,
         states_reference=says_reference,
+        ungraded=ungraded,
+        may_state_reference=may_say_reference,
     )
 
 
@@ -201,8 +241,17 @@ async def grade_for_records(
 
 
 def _timeouts(verdicts: Sequence[Verdict]) -> int:
-    """Comparisons the limit decided, not the mathematics (graded incorrect)."""
+    """Comparisons the limit decided, not the mathematics (cut off or refused)."""
     return sum(v.bounded for v in verdicts)
+
+
+def undecided(verdict: Verdict, reference: str) -> bool:
+    """Whether `verdict` on an answer against `reference` leaves the answer ungraded: the
+    comparison was cut off, or refused because the reference itself is too costly for
+    sympy (an answer refused on its own text stays incorrect: the module docstring)."""
+    if verdict is Verdict.TIMEOUT:
+        return True
+    return verdict is Verdict.REJECTED and too_costly(reference) is not None
 
 
 def answer_key(answer: str | None) -> str | None:
@@ -219,9 +268,10 @@ MAJORITY_ANCHORS = 16
 
 async def _majority_answers(
     nodes: Sequence[Node], keys: Mapping[int, str | None], timeout_s: float
-) -> tuple[set[str], int]:
-    """The answer strings of the largest math-verify-equivalence group, and how many
-    comparisons the limit decided."""
+) -> tuple[set[str], set[str], int]:
+    """The answer strings of the largest math-verify-equivalence group, those outside it
+    whose comparison with one of its answers was left undecided (they may belong to it:
+    ungraded), and how many comparisons the limit decided."""
     count: dict[str, int] = {}
     best_q: dict[str, float] = {}
     for n in nodes:
@@ -232,7 +282,7 @@ async def _majority_answers(
         best_q[k] = max(best_q.get(k, 0.0), n.q)
     answers = list(count)  # first-reached order
     if not answers:
-        return set(), 0
+        return set(), set(), 0
     order = {a: i for i, a in enumerate(answers)}
     anchors = set(sorted(answers, key=lambda a: (-count[a], order[a]))[:MAJORITY_ANCHORS])
     # every pair (earlier reached, later reached) with at least one anchor in it
@@ -260,7 +310,14 @@ async def _majority_answers(
         groups.values(),
         key=lambda g: (sum(count[a] for a in g), max(best_q[a] for a in g), -order[g[0]]),
     )
-    return set(best), _timeouts(verdicts)
+    winners = set(best)
+    unknown = {
+        other
+        for (a, b), verdict in zip(pairs, verdicts, strict=True)
+        for member, other in ((a, b), (b, a))
+        if member in winners and other not in winners and undecided(verdict, member)
+    }
+    return winners, unknown, _timeouts(verdicts)
 
 
 __all__ = [

@@ -4,20 +4,20 @@ Every distinct answered trajectory of a problem (best Q first), labelled
 desirable when correct, through the gates the preference pools pass
 (`pipeline.records.paths`): no truncated text, no desirable text with a false
 equation or a low step value (the process gates), no self-correction trace, no
-near duplicate, and no undesirable text that states the reference.  With
+near duplicate, and no undesirable text that states the reference.  An answered
+trajectory whose comparison with the reference was cut off has no label, so it is
+neither desirable nor undesirable: it gives no row (``ungraded``).  With
 ``gates.unpaired_from: mixed`` only problems whose tree holds both right and wrong
 answers give rows (``not_mixed``).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
-from pipeline.records.paths import GatedPaths, gated, ordered
+from pipeline.records.paths import GatedPaths, gated, ordered, ungraded_paths
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
     MESSAGES_TYPE,
@@ -62,13 +62,15 @@ def kto_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None
     config = context.config
     candidates = ordered(graded.answered())
     if config.gates.unpaired_from == "mixed" and graded.difficulty != "mixed":
-        dropped: Drops = Counter()
-        count(dropped, "kto.not_mixed", len(candidates))
+        # counted under the first gate each fails: ungraded comes before every other
+        dropped: Drops = ungraded_paths(graded, "kto")
+        count(dropped, "kto.not_mixed", len(candidates) - len(graded.ungraded))
         return Built([], dropped_paths=dropped)
     selected, dropped = gated(graded, context, paths).select(candidates, "kto")
     shared = context.shared_columns(graded, KTO_SCHEMA)
+    # `select` lets no ungraded path through: every selected node has its label
     rows = [
-        trajectory_columns(graded, n, answers) | {"label": bool(graded.labels[n.id])} | shared
+        trajectory_columns(graded, n, answers) | {"label": graded.labels[n.id]} | shared
         for n, answers in selected
     ]
     return Built(rows, dropped_paths=dropped)

@@ -22,11 +22,17 @@ NODES_SCHEMA = record_schema(
         doc_field(
             "correct",
             pa.bool_(),
-            "math-verify verdict against the reference; null without a reference",
+            "math-verify verdict against the reference; null without a reference, and when "
+            "the comparison was cut off by its time limit (ungraded)",
             nullable=True,
         ),
         doc_field(
-            "label", pa.bool_(), "the label used for SFT/DPO: `correct`, else the pseudo label"
+            "label",
+            pa.bool_(),
+            "the label used for SFT/DPO: `correct`, else the pseudo label; null when the "
+            "answer is ungraded (no training row uses the node; null in no run written before "
+            "ungraded answers)",
+            nullable=True,
         ),
         doc_field("pseudo_label", pa.bool_(), "true when `label` is a pseudo label (no reference)"),
         *shared_fields("label_source"),
@@ -59,7 +65,7 @@ def node_rows(graded: GradedTree, context: BuildContext) -> list[Row]:
     shared = context.shared_columns(graded, NODES_SCHEMA)
     rows: list[Row] = []
     for n in graded.answered():
-        label = graded.labels[n.id]
+        label = graded.label(n)  # None: ungraded
         rows.append(
             {
                 "node_id": n.id,

@@ -9,6 +9,10 @@ own order, and counts its own drops.  Every drop `select` counts is one path kep
 
 A path meets the gates in this order, and a table counts it under the first it fails:
 
+* ``ungraded`` (always): the path's answer has no label, its comparison with the
+  reference was cut off by the time limit (`pipeline.records.grading`): it is neither a
+  positive nor a negative example.  sft, dpo and step_dpo, which take their candidates
+  by label, count these paths under the same name (``dpo.ungraded``);
 * ``empty_step`` (always): a step of no text but white space (`Node.empty`, an engine
   that answered with nothing) is never a training row;
 * ``truncated`` (`drop_truncated`) and ``no_statement`` (`require_statement`: the text
@@ -21,10 +25,11 @@ A path meets the gates in this order, and a table counts it under the first it f
 * ``self_correction``: an earlier node on the path answered or its training text states
   more than one answer (``exclude`` drops those paths, ``only`` keeps only them);
 * ``states_reference`` (`rejected_states_reference`): an incorrect path whose text states
-  the reference.
+  the reference, or an answer whose comparison with it was cut off (it may be the
+  reference).
 
 The prm table leaves the process gates and ``states_reference`` open (`prm` says why);
-no table may leave the first three open (a path that fails one of them is not judged by
+no table may leave the first four open (a path that fails one of them is not judged by
 the process gates at all: it is out of every table already).
 
 `GatedPaths.pools` are the gated chosen and rejected candidates that dpo and step_dpo
@@ -93,8 +98,10 @@ class GatedPaths:
         graded, gates = self.graded, self.config.gates
         tree = graded.result.tree
         text = graded.training(node)
-        correct = graded.labels[node.id]
+        correct = graded.label(node)  # None: ungraded
         before: list[str] = []
+        if correct is None:
+            before.append("ungraded")
         if has_empty_step(tree, node):
             before.append("empty_step")
         if gates.drop_truncated and text.truncated:
@@ -118,7 +125,11 @@ class GatedPaths:
             rule == "only" and not (answers > 1 or many)
         ):
             after.append("self_correction")
-        if gates.rejected_states_reference and not correct and node.id in graded.states_reference:
+        if (
+            gates.rejected_states_reference
+            and correct is False
+            and (node.id in graded.states_reference or node.id in graded.may_state_reference)
+        ):
             after.append("states_reference")
         return Verdict(answers, tuple(before), tuple(after))
 
@@ -172,12 +183,12 @@ class GatedPaths:
         drops counted as ``<record>.chosen.<gate>`` and ``<record>.rejected.<gate>``."""
         if self._pools is None:
             labels = self.graded.labels
-            answered = self.graded.answered()
+            answered = [n for n in self.graded.answered() if n.id in labels]
             good = ordered([n for n in answered if labels[n.id]])
             bad = sorted((n for n in answered if not labels[n.id]), key=lambda n: (n.q, n.id))
             chosen, chosen_drops = self.select(good, "chosen", dedupe=True)
             rejected, rejected_drops = self.select(bad, "rejected", dedupe=True)
-            drops = chosen_drops + rejected_drops
+            drops = chosen_drops + rejected_drops + ungraded_paths(self.graded, "")
             self._pools = ([n for n, _ in chosen], [n for n, _ in rejected], drops)
         chosen_nodes, rejected_nodes, drops = self._pools
         # fresh lists: a table may reorder its candidates (dpo's random pairing shuffles)
@@ -198,9 +209,18 @@ def gated(graded: GradedTree, context: BuildContext, paths: GatedPaths | None) -
     return paths
 
 
+def ungraded_paths(graded: GradedTree, record: str) -> Drops:
+    """The answered paths without a label (their comparison was cut off), counted as
+    ``<record>.ungraded`` (no record: ``ungraded``): the drops of a table that takes its
+    candidates by label, and so never meets them in `GatedPaths.select`."""
+    drops: Drops = Counter()
+    count(drops, f"{record}.ungraded" if record else "ungraded", len(graded.ungraded))
+    return drops
+
+
 def ordered(nodes: Sequence[Node]) -> list[Node]:
     """`nodes` best Q first (ties: the older node first), the order sft and kto keep."""
     return sorted(nodes, key=lambda n: (-n.q, n.id))
 
 
-__all__ = ["OPENABLE", "GatedPaths", "Pools", "Verdict", "gated", "ordered"]
+__all__ = ["OPENABLE", "GatedPaths", "Pools", "Verdict", "gated", "ordered", "ungraded_paths"]

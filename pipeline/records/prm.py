@@ -17,6 +17,12 @@ whatever continuations below it reached.  Every step of a path has at least
 the path's own answer below it, so no value is undefined.  ``q_values`` holds
 the PRM's own score Q of each step's node.
 
+An answered node whose comparison with the reference was cut off has no label
+(`pipeline.records.grading`): it counts neither way below a step, and a path whose
+step label would rest on it is no row (``prm.ungraded``): the path ends at it, holds
+it, or holds a step with no correct answer below but an ungraded one (that step may be
+good).  A value is then the fraction of the *graded* answers below that are correct.
+
 A step is judged by its own arithmetic too (``gates.false_equation``, on by
 default): the first step that states a false equation (``7 - 9 = 1``,
 `pipeline.records.equations`) and every step after it are labelled bad, value
@@ -83,9 +89,9 @@ PRM_SCHEMA = record_schema(
         doc_field(
             "values",
             list_of(pa.float64()),
-            "one per step, soft Monte-Carlo value: the fraction of answered nodes below the "
-            "step's node that are correct (an answered node: its own label, 1.0 or 0.0); 0.0 "
-            "where a false equation made the label bad",
+            "one per step, soft Monte-Carlo value: the fraction of the graded answered nodes "
+            "below the step's node that are correct (an answered node: its own label, 1.0 or "
+            "0.0); 0.0 where a false equation made the label bad",
         ),
         doc_field("q_values", list_of(pa.float64()), "one per step: the PRM's Q of its node"),
         doc_field(
@@ -136,11 +142,14 @@ def prm_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None
     )
     shared = context.shared_columns(graded, PRM_SCHEMA)
     threshold = config.pseudo_threshold
-    rows = [
-        _row(graded, node, graded.training(node).text, answers, below, threshold, config.prm)
-        | shared
-        for node, answers in selected
-    ]
+    rows: list[Row] = []
+    for node, answers in selected:
+        text = graded.training(node).text
+        row = _row(graded, node, text, answers, below, threshold, config.prm)
+        if row is None:
+            count(dropped, "prm.ungraded", 1)
+        else:
+            rows.append(row | shared)
     if config.prm.unanswered_branches:
         for leaf in tree.nodes:
             if leaf.parent_id is None or leaf.children or leaf.answered:
@@ -149,7 +158,11 @@ def prm_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None
                 continue
             text = tidy(tree.assistant_text(leaf), graded.fold_blank_lines)
             answers = sum(n.answered for n in tree.path(leaf))
-            rows.append(_row(graded, leaf, text, answers, below, threshold, config.prm) | shared)
+            row = _row(graded, leaf, text, answers, below, threshold, config.prm)
+            if row is None:
+                count(dropped, "prm.ungraded", 1)
+            else:
+                rows.append(row | shared)
     relabelled: Drops = Counter()
     if config.gates.false_equation:
         count(relabelled, PRM_FALSE_EQUATION, sum(_false_equation_is_bad(row) for row in rows))
@@ -179,20 +192,29 @@ def _row(
     below: list[SubtreeAnswers],
     threshold: float,
     config: PrmConfig,
-) -> Row:
+) -> Row | None:
+    """The row of the path to `node`; None when a step's label is not known (it rests on
+    an ungraded answer: the module docstring)."""
     tree = graded.result.tree
     owners = line_owners(tree, node, text)
     labels: list[bool] = []
     values: list[float] = []
     for step in owners:
+        reached = below[step.id]
         if step.answered:
-            label = bool(graded.labels[step.id])
+            label = graded.label(step)
+            if label is None:
+                return None
             labels.append(label)
             values.append(float(label))
-        elif below[step.id].answered:
-            reached = below[step.id]
-            labels.append(reached.correct > 0)
+        elif reached.correct:
+            labels.append(True)
             values.append(reached.correct / reached.answered)
+        elif reached.ungraded:  # no correct answer known below, but one may be
+            return None
+        elif reached.answered:
+            labels.append(False)
+            values.append(0.0)
         else:  # nothing answered below (unanswered_branches rows only): the PRM's Q
             labels.append(step.q >= threshold)
             values.append(step.q)

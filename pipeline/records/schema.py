@@ -114,7 +114,8 @@ TRUNCATED_FIELD = doc_field(
 DIFFICULTY_FIELD = doc_field(
     "difficulty",
     pa.string(),
-    "the problem's tree: all_correct, mixed (right and wrong answers) or none_correct",
+    "the problem's tree: all_correct, mixed (right and wrong answers) or none_correct, "
+    "over its graded answered nodes (ungraded: every answer's comparison was cut off)",
 )
 # The shared fields by column name: a schema lists the ones it has, in its own column order,
 # with `shared_fields("problem_id", "run_id")` instead of importing each constant.

@@ -3,6 +3,8 @@
 The answered nodes labelled correct (by reference or pseudo label) with
 Q >= ``min_score``, best Q first, through the gates (each counts its drops):
 
+* ``ungraded``: answered nodes whose comparison with the reference was cut off have no
+  label, so none is a candidate; they are counted here (`pipeline.records.grading`);
 * ``truncated``: the token cap cut the node inside its answer sentence
   (`gates.drop_truncated`);
 * ``false_equation`` / ``low_step_value``: the process gates: the text states
@@ -39,7 +41,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from pipeline.records.context import BuildContext, Built, Drops, count
 from pipeline.records.grading import GradedTree
-from pipeline.records.paths import GatedPaths, gated, ordered
+from pipeline.records.paths import GatedPaths, gated, ordered, ungraded_paths
 from pipeline.records.schema import (
     ANSWERS_IN_PATH_DOC,
     MESSAGES_TYPE,
@@ -89,9 +91,10 @@ def sft_candidates(
     the tree's paths judged once for every table (`pipeline.records.paths`)."""
     config = context.config
     dropped: Drops = Counter()
-    correct = [n for n in graded.answered() if graded.labels[n.id]]
+    correct = [n for n in graded.answered() if graded.label(n)]
     picked = ordered([n for n in correct if n.q >= config.min_sft_score])
     count(dropped, "sft.min_score", len(correct) - len(picked))
+    dropped += ungraded_paths(graded, "sft")
     selected, gated_out = gated(graded, context, paths).select(picked, "sft")
     shared = context.shared_columns(graded, SFT_SCHEMA)
     rows = [

@@ -14,7 +14,9 @@ most ``max_pairs_per_problem`` pairs.  Only problems with a reference (the
 pairs are about the right answer) give rows.  The first differing step is not
 always the wrong one (a correct step whose continuations all went wrong), so
 the rejected step must be a dead end as Math-Shepherd's labels read the tree:
-no correct answer anywhere below the node that holds it (``rejected_step``);
+no correct answer anywhere below the node that holds it, and no ungraded one
+either (its comparison with the reference was cut off: it may be correct)
+(``rejected_step``);
 a pair whose Q gap is below `gates.min_q_margin` is dropped (``q_margin``).
 The edit-distance gate is DPO's only: a step pair differs by one step by
 construction.
@@ -98,7 +100,8 @@ def step_dpo_rows(
         step = (shared, lines[r.id][shared])
         if c.id in used or r.id in used or step in seen:
             continue
-        if below[owners[r.id][shared].id].correct:
+        reached = below[owners[r.id][shared].id]
+        if reached.correct or reached.ungraded:
             count(dropped_pairs, "step_dpo.rejected_step", 1)
             continue
         if gates.min_q_margin is not None and c.q - r.q < gates.min_q_margin:

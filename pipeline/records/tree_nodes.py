@@ -38,7 +38,8 @@ TREE_NODES_SCHEMA = record_schema(
             "label",
             pa.bool_(),
             "answered nodes: the label used for training (see the tree's label_source); "
-            "null for unanswered nodes",
+            "null for unanswered nodes, and for answered ones whose comparison with the "
+            "reference was cut off by its time limit (ungraded: no training row uses them)",
             nullable=True,
         ),
         doc_field(
@@ -77,7 +78,7 @@ def tree_node_rows(graded: GradedTree, context: BuildContext) -> list[Row]:
                 "q": n.q,
                 "answered": n.answered,
                 "answer": n.answer,
-                "label": graded.labels.get(n.id) if n.answered else None,
+                "label": graded.label(n) if n.answered else None,
                 "finish": None if n.finish is None else n.finish.value,
                 "output_tokens": n.output_tokens,
                 "inserted_tokens": n.inserted_tokens,

@@ -80,10 +80,13 @@ def divergence(tree: Tree, a: Node, b: Node) -> Divergence:
 
 @dataclass(frozen=True, slots=True)
 class SubtreeAnswers:
-    """Answered nodes in a node's subtree (the node included) and how many are correct."""
+    """Answered nodes with a label in a node's subtree (the node included), how many are
+    correct, and how many answered nodes there have no label (ungraded: their comparison
+    was cut off, so they count neither way)."""
 
     answered: int
     correct: int
+    ungraded: int = 0
 
     @property
     def value(self) -> float | None:
@@ -92,17 +95,24 @@ class SubtreeAnswers:
 
 
 def subtree_answers(tree: Tree, labels: Mapping[int, bool]) -> list[SubtreeAnswers]:
-    """`SubtreeAnswers` for every node, indexed by node id; `labels` maps answered ids."""
+    """`SubtreeAnswers` for every node, indexed by node id; `labels` maps answered ids (an
+    answered node it does not map is ungraded)."""
     answered = [0] * len(tree)
     correct = [0] * len(tree)
+    ungraded = [0] * len(tree)
     for node in reversed(tree.nodes):
         if node.answered:
-            answered[node.id] += 1
-            correct[node.id] += bool(labels.get(node.id, False))
+            label = labels.get(node.id)
+            if label is None:
+                ungraded[node.id] += 1
+            else:
+                answered[node.id] += 1
+                correct[node.id] += label
         if node.parent_id is not None:
             answered[node.parent_id] += answered[node.id]
             correct[node.parent_id] += correct[node.id]
-    return [SubtreeAnswers(a, c) for a, c in zip(answered, correct, strict=True)]
+            ungraded[node.parent_id] += ungraded[node.id]
+    return [SubtreeAnswers(a, c, u) for a, c, u in zip(answered, correct, ungraded, strict=True)]
 
 
 def path_steps(tree: Tree, node: Node) -> list[str]:

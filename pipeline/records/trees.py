@@ -36,7 +36,8 @@ TREES_SCHEMA = record_schema(
         doc_field(
             "correct",
             pa.bool_(),
-            "chosen answer matches the reference (math-verify); null without a reference",
+            "chosen answer matches the reference (math-verify); null without a reference, "
+            "and when its comparison was cut off by its time limit (unknown, not false)",
             nullable=True,
         ),
         doc_field("reference", pa.string(), "the reference answer, if any", nullable=True),
@@ -71,7 +72,7 @@ TREES_SCHEMA = record_schema(
         ),
         doc_field("c_used", pa.float64(), "cost units spent (never above `budget`)"),
         doc_field("n_nodes", pa.int64(), "nodes in the tree, the root excluded"),
-        doc_field("n_answered", pa.int64(), "answered nodes"),
+        doc_field("n_answered", pa.int64(), "answered nodes (ungraded ones included)"),
         doc_field("n_correct", pa.int64(), "answered nodes whose label is true (see label_source)"),
         doc_field("max_depth", pa.int64(), "deepest node"),
         doc_field("max_width", pa.int64(), "most nodes at one depth"),
@@ -90,8 +91,9 @@ TREES_SCHEMA = record_schema(
         doc_field(
             "grade_timeouts",
             pa.int64(),
-            "answer comparisons cut off by their time limit or refused as too costly "
-            "(graded incorrect)",
+            "answer comparisons cut off by their time limit (their answers are ungraded: no "
+            "label, no training row; tree_nodes.label is null) or refused as too costly "
+            "(graded incorrect, unless the reference is the refused text: then ungraded too)",
         ),
         *shared_fields("method", "policy_model", "prm_model", "budget"),
         doc_field("seed", pa.int64(), "the search's seed"),
@@ -117,7 +119,8 @@ TREES_SCHEMA = record_schema(
             "trace",
             pa.list_(pa.field("element", TRACE_POINT, nullable=False)),
             "state after every search step: C_used, any answer yet, chosen answer correct "
-            "(false without a reference), max depth, max width",
+            "(false without a reference, and when its comparison was cut off), max depth, "
+            "max width",
             nullable=True,
         ),
     ],
@@ -145,7 +148,7 @@ def tree_row(
         **{kind: getattr(tokens, kind) for kind in TOKEN_KINDS},
         "c_used": result.c_used,
         "n_nodes": len(result.tree) - 1,
-        "n_answered": len(graded.labels),
+        "n_answered": len(graded.answered()),
         "n_correct": sum(graded.labels.values()),
         "max_depth": result.tree.max_depth,
         "max_width": result.tree.max_width,

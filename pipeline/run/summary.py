@@ -38,11 +38,13 @@ class RunSummary:
     # problems left unsearched at the wall-time cap (`max_wall_s`: not started, or abandoned
     # in flight); nothing of them is committed, so the next run searches them
     stopped: int = 0
-    grade_timeouts: int = 0  # answer comparisons cut off by their limit (graded incorrect)
+    # answer comparisons cut off by their limit (their answers ungraded) or refused (incorrect)
+    grade_timeouts: int = 0
     answered_nodes: int = 0
     correct_nodes: int = 0
     chosen_correct_trees: int = 0  # `CHOSEN_CORRECT`: the chosen answer matches the reference
-    graded_trees: int = 0  # trees with a reference to grade the chosen answer against
+    # trees whose chosen answer was graded against a reference (its comparison not cut off)
+    graded_trees: int = 0
     trees_with_correct_node: int = 0  # `ANY_NODE_CORRECT`
     policy_output_tokens: int = 0
     # requests (and their output tokens) answered from the request log, not the engines
