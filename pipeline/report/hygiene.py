@@ -14,7 +14,9 @@ Per training table (sft, dpo, step_dpo, kto, prm) and per row:
   reference answer (math-verify, as grading does);
 * ``prm_rebuild``: a prm row whose steps, joined by its separator, are not the text of
   its answered node's sft/kto completion, or a step that contains the separator;
-* ``kto_label``: a kto label that disagrees with the node's grade in ``nodes``.
+* ``kto_label``: a kto label that disagrees with the node's grade in ``nodes``, or a kto
+  row of a node that ``nodes`` holds as ungraded (a null label: its comparison with the
+  reference was cut off, so it is neither desirable nor undesirable).
 
 A row with any of them is *dirty*; `hygiene` counts per table and in all.  It reads
 whatever a run wrote, old schemas included (a table without an optional column is checked
@@ -251,7 +253,9 @@ async def hygiene(
                     found.add("prm_rebuild")
             if name == "kto":
                 node = node_info.get((problem, int(row["node_id"])))
-                if node is not None and bool(node["label"]) != bool(row["label"]):
+                if node is not None and (
+                    node["label"] is None or bool(node["label"]) != bool(row["label"])
+                ):
                     found.add("kto_label")
             table.rows += 1
             table.checks.update(found)

@@ -23,6 +23,7 @@ from pipeline.records import BuildContext, GradedTree, RecordsConfig, grade_resu
 from pipeline.records.build import rows_for
 from pipeline.records.grading import Compare, answer_key
 from pipeline.records.schema import Row
+from pipeline.report.hygiene import hygiene
 from pipeline.run.summary import RunSummary
 from search import SearchResult, parse_search_config, run_search
 from search.answers import AnswerExtraction, extract_answer
@@ -316,3 +317,28 @@ async def test_a_comparison_cut_off_for_real_leaves_its_answer_ungraded() -> Non
     tree = records["trees"][0]
     assert tree["grade_timeouts"] == 1
     assert _drops(records)["kto.ungraded"] == len(slow)
+
+
+async def test_check_flags_a_kto_row_of_an_ungraded_node() -> None:
+    """`bgmcts check`'s kto_label: our rows are clean; a kto row of a node the nodes table
+    holds as ungraded (a table written by an older build, or edited) is dirty, whatever its
+    label (before, a false label on it passed: bool(None) is False)."""
+    built = _Tree()
+    result = SearchResult(
+        PROBLEM, "bg_mcts", 0, 300, 100, built.tree, None, None, TokenCounts(), [], "x", 1, 0
+    )
+    graded = await grade_result(
+        result,
+        "12",
+        problem_id="hand",
+        timeout_s=30,
+        extraction=AnswerExtraction.LAST_NUMBER,
+        compare=_timing_out("7"),
+    )
+    records = rows_for(graded, BuildContext(RecordsConfig.model_validate({"gates": OPEN})))
+    clean = await hygiene({"kto": records["kto"]}, records["nodes"], records["trees"])
+    assert clean.tables["kto"].checks["kto_label"] == 0
+    five = next(r for r in records["kto"] if r["node_id"] == built.five)
+    on_seven = {**five, "node_id": built.seven}
+    dirty = await hygiene({"kto": [on_seven]}, records["nodes"], records["trees"])
+    assert dirty.tables["kto"].checks["kto_label"] == 1
