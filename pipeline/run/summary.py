@@ -15,6 +15,8 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.config import PricesConfig, parse_config
+from pipeline.errors import InputError
 from pipeline.report.run_report import (
     ANY_NODE_CORRECT,
     CHOSEN_CORRECT,
@@ -22,7 +24,7 @@ from pipeline.report.run_report import (
     scorer_from_config,
     write_run_report,
 )
-from pipeline.store.run_folder import RunFolder
+from pipeline.store.run_folder import MANIFEST, RunFolder
 
 
 @dataclass
@@ -179,6 +181,15 @@ def refresh_run_report(run_dir: Path) -> tuple[RunSummary, dict[str, Any], list[
     """A local run folder's totals, the config of its manifest, and its run report written
     anew from the committed Parquet: what `bgmcts report` and publishing both start from."""
     summary = summarize_run_dir(run_dir)
-    config = RunFolder.at(run_dir).read_manifest().get("config") or {}
+    folder = RunFolder.at(run_dir)
+    config = folder.read_manifest().get("config") or {}
+    where = folder.store.join(MANIFEST)
+    if not isinstance(config, dict):
+        raise InputError(f"{where}: config is {type(config).__name__}, not a mapping")
+    for block in ("prices", "scorer"):
+        if config.get(block) is not None and not isinstance(config[block], dict):
+            raise InputError(f"{where}: config.{block} is not a mapping")
+    if config.get("prices"):  # checked as a config is: one line naming run.json and the field
+        parse_config(config["prices"], PricesConfig, f"{where}: config.prices")
     report = write_run_report(run_dir, prices_from_config(config), scorer_from_config(config))
     return summary, config, report

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pipeline.errors import InputError
 from pipeline.records import RECORD_TYPES, SCHEMAS
 from pipeline.store.compacted import COMPACTED, Compaction, Layout
 from pipeline.store.filesystem import Store, is_remote, open_store
@@ -559,8 +560,8 @@ class RunFolder:
             return {}
         try:
             data = json.loads(self.store.read_text(MANIFEST))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{self.store.join(MANIFEST)}: not valid JSON ({exc})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"{self.store.join(MANIFEST)}: not valid JSON ({exc})") from None
         return data if isinstance(data, dict) else {}
 
     # -- writing --------------------------------------------------------------------------

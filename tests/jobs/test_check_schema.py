@@ -294,3 +294,36 @@ def test_a_commit_marker_with_a_field_of_the_wrong_type_is_named(
     assert status == BAD_INPUT
     no_traceback(err)
     assert err.startswith(f"error: {run}: _committed/{marker.name} cannot be read ("), err
+
+
+@pytest.mark.parametrize(
+    ("manifest", "named"),
+    [
+        ("{cut short", "run.json: not valid JSON ("),
+        ('{"config": [1, 2]}', "run.json: config is list, not a mapping"),
+        ('{"config": {"prices": "cheap"}}', "run.json: config.prices is not a mapping"),
+        ('{"config": {"scorer": "genprm"}}', "run.json: config.scorer is not a mapping"),
+        (
+            '{"config": {"prices": {"policy_output": "abc"}}}',
+            "run.json: config.prices: policy_output: ",
+        ),
+    ],
+)
+def test_a_manifest_report_cannot_read_is_named_with_exit_2(
+    records_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    manifest: str,
+    named: str,
+) -> None:
+    # were exit 1: "ValueError: ...", "AttributeError: 'list' object has no attribute
+    # 'get'", "ValidationError: 1 validation error for PricesConfig"
+    run = tmp_path / "out" / records_run.name
+    shutil.copytree(records_run, run)
+    (run / "run.json").write_text(manifest)
+    capsys.readouterr()
+    status = cli.main(["report", str(run)])
+    err = capsys.readouterr().err
+    assert status == BAD_INPUT, err
+    no_traceback(err)
+    assert err.startswith(f"error: {run}/{named}"), err
