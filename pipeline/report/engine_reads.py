@@ -25,10 +25,9 @@ the report says so; no hit rate outside [0, 1] is ever shown (`share`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 
 def share(part: float, whole: float) -> float | None:
@@ -70,12 +69,20 @@ class EngineReads:
         }
 
 
-def _counts(trees: Any, column: str) -> Any:
-    """A trees column as whole numbers (0 where null, or absent from an older run)."""
+def _counts(trees: Any, column: str) -> list[int]:
+    """A trees column as Python ints, exact at any size (numpy's int64 sum would wrap
+    round to a negative total); 0 where null or not a finite number, and for a column
+    absent from an older run."""
     if column not in trees.columns:
-        return np.zeros(len(trees), dtype=np.int64)
-    values = trees[column].fillna(0).to_numpy(dtype=np.float64, na_value=0.0)
-    return np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0).astype(np.int64)
+        return [0] * len(trees)
+    out = []
+    for value in trees[column].tolist():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        out.append(int(value) if math.isfinite(number) else 0)
+    return out
 
 
 def engine_reads(trees: Any) -> dict[str, EngineReads]:
@@ -84,11 +91,14 @@ def engine_reads(trees: Any) -> dict[str, EngineReads]:
     has no such columns: zeros."""
     reads = {}
     for name, (sent_column, cached_column) in COLUMNS.items():
-        sent, cached = _counts(trees, sent_column), _counts(trees, cached_column)
-        bad = (sent < 0) | (cached < 0) | (cached > sent)
-        sent = np.maximum(sent, 0)
-        cached = np.minimum(np.maximum(cached, 0), sent)
-        reads[name] = EngineReads(int(sent.sum()), int(cached.sum()), int(bad.sum()))
+        sent_total = cached_total = clamped = 0
+        pairs = zip(_counts(trees, sent_column), _counts(trees, cached_column), strict=True)
+        for sent, cached in pairs:
+            clamped += sent < 0 or cached < 0 or cached > sent
+            sent = max(sent, 0)
+            sent_total += sent
+            cached_total += min(max(cached, 0), sent)
+        reads[name] = EngineReads(sent_total, cached_total, clamped)
     return reads
 
 

@@ -154,3 +154,14 @@ def test_the_live_display_shows_no_hit_rate_that_cannot_be() -> None:
     assert live.view(lying).cache_hits() == "cache policy - PRM -"
     fine = dict(lying, policy_prompt_cached_tokens=60, prm_input_tokens=4)
     assert live.view(fine).cache_hits() == "cache policy 60% PRM 25%"
+
+
+def test_totals_are_exact_and_never_wrap_round_below_zero() -> None:
+    # two trees of 2**62 tokens each: an int64 sum wraps round to a negative total
+    huge = 2**62
+    trees = pd.DataFrame(
+        {"policy_prompt_sent_tokens": [huge, huge], "policy_prompt_cached_tokens": [huge, 0]}
+    )
+    policy = engine_reads(trees)["policy"]
+    assert (policy.sent, policy.cached, policy.clamped) == (2 * huge, huge, 0)
+    assert policy.hit_rate == 0.5 and policy.computed == huge
