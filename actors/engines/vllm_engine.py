@@ -57,6 +57,7 @@ from actors.engines.base import (
 )
 from actors.engines.checkpoint import CONFIG, CheckpointError, position_ceiling, read_model_config
 from actors.engines.gguf_file import GGUFError, read_gguf
+from actors.engines.read_counts import checked_counts
 from actors.models import embedded_model_path, resolve_model_folder
 from search.protocols import FinishReason
 
@@ -342,7 +343,8 @@ class VLLMEngine(InProcessVLLM):
         cached = getattr(result, "num_cached_tokens", None)
         if not isinstance(cached, int):  # a vLLM that does not say: counted as computed
             cached = None
-        else:
+        else:  # checked as it enters: the hit rate admission steers by is built on it
+            _, cached, _ = checked_counts(prompt_tokens, cached)
             self.prompt_tokens_seen += prompt_tokens
             self.cached_tokens_seen += cached
         generated = len(output.token_ids)

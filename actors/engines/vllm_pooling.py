@@ -44,6 +44,7 @@ from pydantic import Field
 from actors.engines.base import StepValues
 from actors.engines.checkpoint import verify_prm
 from actors.engines.one_pass_engine import OnePassEngine, TokenRows
+from actors.engines.read_counts import checked_counts
 from actors.engines.step_layout import StepLayout
 from actors.engines.vllm_engine import InProcessVLLM, InProcessVLLMConfig
 
@@ -149,7 +150,8 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
         if final is None or getattr(final, "outputs", None) is None:
             return StepValues((), input_tokens, error="vLLM pooling returned no output")
         cached = getattr(final, "num_cached_tokens", None)
-        cached = cached if isinstance(cached, int) and cached > 0 else 0
+        # checked as it enters (`actors.engines.read_counts`): at most the path, never below 0
+        _, cached, _ = checked_counts(input_tokens, cached if isinstance(cached, int) else 0)
         self.prompt_tokens_seen += input_tokens
         self.cached_tokens_seen += cached
         return TokenRows(final.outputs.data.float().tolist(), cached)

@@ -169,3 +169,27 @@ def test_llamacpps_timings_feed_the_hit_rate_only_as_counts(
     broken = dict(data, timings="not a mapping", tokens_evaluated="many")
     answer = LlamaCppEngine._completion(engine, broken, 16)  # type: ignore[arg-type]
     assert (answer.input_tokens, answer.cached_tokens, answer.output_tokens) == (0, 0, 2)
+
+
+def test_vllms_cache_reads_feed_its_hit_rate_only_as_counts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """vLLM's request output parsed by the engine's own method, on stand-ins for the
+    engine object and vLLM's `RequestOutput` (fakes: vLLM does not run on this machine's
+    CPU, nor can a real one be made to report more cached tokens than its prompt)."""
+    from actors.engines.vllm_engine import VLLMEngine
+
+    engine = SimpleNamespace(
+        prompt_tokens_seen=0, cached_tokens_seen=0, _top_logprobs=lambda positions, k: ()
+    )
+    output = SimpleNamespace(
+        token_ids=[5, 6], finish_reason="stop", stop_reason=None, text="4.", logprobs=None
+    )
+    result = SimpleNamespace(outputs=[output], prompt_token_ids=list(range(10)))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for cached in (40, -3):
+            result.num_cached_tokens = cached
+            answer = VLLMEngine._completion(engine, result, 16, 0)  # type: ignore[arg-type]
+            assert 0 <= answer.cached_tokens <= answer.input_tokens == 10
+    assert (engine.prompt_tokens_seen, engine.cached_tokens_seen) == (20, 10)
+    assert len(_warnings(caplog)) == 2
