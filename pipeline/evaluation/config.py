@@ -55,7 +55,8 @@ class ServicesEnvironment(StrictConfig):
         5.0,
         gt=0,
         description="math-verify time per comparison; a tree's comparisons all end within it plus "
-        "1.5 s for the grading pool's start (`common.grading`), else they count as timeouts",
+        "1.5 s for the grading pool's start (`common.grading`), else they count as timeouts "
+        "and their answers are left ungraded (unknown, never labelled incorrect)",
     )
     ray_num_cpus: int | None = Field(
         None, ge=1, description="local cluster size when starting one; unset: Ray's default"

@@ -59,10 +59,16 @@ class PartStore:
         self.trees, self.nodes = [], []
 
     def tables(self) -> tuple[Any, Any]:
-        """Every saved search, as the two final tables."""
+        """Every saved search, as the two final tables.  Parts saved by an older build (a
+        column then declared never null, since nullable) join the others: their schemas are
+        unified, not required to be equal."""
         trees = [pq.read_table(p) for p in self.saved.parts("trees")]
         nodes = [pq.read_table(p) for p in self.saved.parts("nodes")]
         return (
-            pa.concat_tables(trees) if trees else EVAL_TREES_SCHEMA.empty_table(),
-            pa.concat_tables(nodes) if nodes else EVAL_NODES_SCHEMA.empty_table(),
+            pa.concat_tables(trees, promote_options="default")
+            if trees
+            else EVAL_TREES_SCHEMA.empty_table(),
+            pa.concat_tables(nodes, promote_options="default")
+            if nodes
+            else EVAL_NODES_SCHEMA.empty_table(),
         )

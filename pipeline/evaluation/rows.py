@@ -8,7 +8,8 @@ from typing import Any
 from pipeline.records import NO_YIELD
 from search.driver import SearchResult
 
-Verdict = Callable[[str | None], bool]  # answer -> is it correct (False for None)
+# answer -> is it correct (False for None); None: unknown, its comparison was cut off
+Verdict = Callable[[str | None], bool | None]
 
 
 def tree_rows(
@@ -38,7 +39,8 @@ def tree_rows(
         {
             "c_used": float(p.c_used),
             "any_answer": p.any_answer,
-            "correct": verdict(p.best_answer),
+            # the curves need a value at every point: unknown counts as not correct
+            "correct": bool(verdict(p.best_answer)),
             "n_answered": p.n_answered,
             "max_depth": p.max_depth,
             "max_width": p.max_width,
@@ -58,7 +60,7 @@ def tree_rows(
         "iterations": result.iterations,
         "n_nodes": len(tree),
         "answered_nodes": len(correct_of),
-        "correct_nodes": sum(correct_of.values()),
+        "correct_nodes": sum(bool(v) for v in correct_of.values()),
         "max_depth": tree.max_depth,
         "max_width": tree.max_width,
         "policy_output_tokens": tokens.policy_output_tokens,

@@ -92,10 +92,12 @@ async def _search_rows(
 
     `exact`: the simulated environment's answers are graded by exact match (its ground
     truth); else math-verify within `timeout_s`.  Without a reference nothing is graded:
-    no answer is correct and the yield is zero.
+    no answer is correct and the yield is zero.  An answer whose comparison was cut off is
+    unknown (`correct` null), not incorrect: the report counts it and says how many.
     """
     yields: dict[str, int] = NO_YIELD
     verified: dict[str, bool] = {}
+    unknown: frozenset[str] = frozenset()
     if task.reference is not None:
         graded = await grade_result(
             result,
@@ -107,9 +109,12 @@ async def _search_rows(
             compare=_exact_compare if exact else compare_all,
         )
         yields, verified = yield_counts(graded, records), dict(graded.verified)
+        unknown = graded.ungraded_answers
 
-    def by_math_verify(answer: str | None) -> bool:
+    def by_math_verify(answer: str | None) -> bool | None:
         key = answer_key(answer)
+        if key in unknown:
+            return None
         return key is not None and verified.get(key, False)
 
     return tree_rows(

@@ -53,7 +53,14 @@ EVAL_TREES_SCHEMA = record_schema(
         *_KEY,
         _tree("reference"),
         _tree("chosen_answer"),
-        doc_field("correct", pa.bool_(), "chosen answer equals the reference (false when none)"),
+        doc_field(
+            "correct",
+            pa.bool_(),
+            "chosen answer equals the reference (false when none); null when its comparison "
+            "was cut off by the grading time limit (unknown: the report's accuracy counts it "
+            "as not correct, a lower bound, and says how many)",
+            nullable=True,
+        ),
         doc_field("answered", pa.bool_(), "the tree holds at least one answered node"),
         _tree("c_used"),
         doc_field("early_stopped", pa.bool_(), "the search stopped before B (LiteSearch's rule)"),
@@ -71,8 +78,9 @@ EVAL_TREES_SCHEMA = record_schema(
             nullable=False,
             metadata={
                 "description": "state after every search step: C_used, whether any answer "
-                "exists, whether the current chosen answer is correct, answered count, "
-                "max depth/width, generative-child expansions in that step"
+                "exists, whether the current chosen answer is correct (false when its "
+                "comparison was cut off), answered count, max depth/width, generative-child "
+                "expansions in that step"
             },
         ),
     ],
@@ -83,7 +91,13 @@ EVAL_NODES_SCHEMA = record_schema(
     [
         *_KEY,
         *map(_node, ("node_id", "parent_id", "depth", "iteration", "c_used", "q", "answered")),
-        doc_field("correct", pa.bool_(), "answered and its answer is correct", nullable=True),
+        doc_field(
+            "correct",
+            pa.bool_(),
+            "answered and its answer is correct; null when unanswered, or when its comparison "
+            "was cut off by the grading time limit",
+            nullable=True,
+        ),
         _node("from_generative"),
         _node("full_generation"),
         doc_field("failed", pa.bool_(), "generation or scoring failed for the node"),

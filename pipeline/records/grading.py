@@ -88,6 +88,7 @@ class GradedTree:
     # answered ids whose training text states an answer whose comparison was cut off: it
     # may state the reference (the rejected side's `states_reference` gate keeps them out)
     may_state_reference: frozenset[int] = frozenset()
+    ungraded_answers: frozenset[str] = frozenset()  # distinct answers left ungraded
 
     @property
     def pseudo(self) -> bool:
@@ -210,6 +211,7 @@ async def grade_result(
         states_reference=says_reference,
         ungraded=ungraded,
         may_state_reference=may_say_reference,
+        ungraded_answers=frozenset(unknown),
     )
 
 

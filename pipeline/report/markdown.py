@@ -10,7 +10,7 @@ from typing import Any
 
 from pipeline.report.curves import tokens_label
 from pipeline.report.load import RunData
-from pipeline.report.tables import PERCENTILES
+from pipeline.report.tables import PERCENTILES, ungraded_chosen
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
@@ -180,6 +180,20 @@ def _image(path: Path, alt: str) -> str:
     return f"![{alt}]({path.name})"
 
 
+def _ungraded_note(run: RunData) -> str:
+    """What the accuracy counts as not correct without knowing: chosen answers whose
+    comparison with the reference was cut off by the grading time limit."""
+    n = ungraded_chosen(run.trees)
+    if not n:
+        return ""
+    trees = "tree" if n == 1 else "trees"
+    return (
+        f" **The chosen answer of {n} {trees} could not be graded in time** (its comparison "
+        "with the reference was cut off by `grade_timeout_s`: correct or not is unknown); "
+        "it counts as not correct, so these accuracies are lower bounds."
+    )
+
+
 def report_markdown(
     run: RunData,
     tables: Mapping[str, str],
@@ -197,7 +211,7 @@ def report_markdown(
         "## Accuracy (Table 1 layout)[^fixed]",
         "Cell: mean accuracy over seeds ± sample std over seeds (accuracy of a seed = mean "
         "correctness over problems), with the mean consumed tokens per tree; **bold** = best "
-        "per budget; avg = mean over budgets. CSV: `accuracy.csv`.",
+        "per budget; avg = mean over budgets. CSV: `accuracy.csv`." + _ungraded_note(run),
         tables["accuracy"],
         "## Answered-node statistics (data synthesis)[^fixed]",
         "Answered nodes and correct answered nodes summed over problems, mean over seeds; "

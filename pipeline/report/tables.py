@@ -38,13 +38,17 @@ def _ordered(frame: Any, methods: Sequence[str]) -> Any:
 def accuracy_table(trees: Any) -> Any:
     """Table 1: accuracy (mean of `correct` over problems) per seed, then mean/std over seeds.
 
+    A chosen answer whose comparison was cut off (`correct` null: unknown) counts as not
+    correct, so the accuracy is a lower bound, and the report says how many there were
+    (`ungraded_chosen`): not left out of the mean, nor counted wrong, without a word.
+
     Columns: method, budget, seeds, problems, accuracy_mean, accuracy_std
     (sample std over seeds; NaN with one seed), tokens_mean (mean C_used per
     tree), early_stop_rate (fraction of trees that stopped early).
     """
     per_seed = (
         trees.assign(
-            correct=trees["correct"].astype(float),
+            correct=trees["correct"].eq(True).astype(float),
             early=trees["early_stopped"].astype(float),
             c_used=trees["c_used"].astype(float),
         )
@@ -70,6 +74,12 @@ def accuracy_table(trees: Any) -> Any:
         .reset_index()
     )
     return _ordered(table, method_order(trees))
+
+
+def ungraded_chosen(trees: Any) -> int:
+    """Trees whose chosen answer's comparison was cut off by the grading time limit
+    (`correct` null; never in an evaluation written before that was recorded)."""
+    return int(trees["correct"].isna().sum())
 
 
 def answered_nodes_table(trees: Any) -> Any:

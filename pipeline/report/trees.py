@@ -19,6 +19,7 @@ matplotlib.use("Agg")  # files only; no display on cluster nodes
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 from matplotlib.collections import LineCollection
 from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.lines import Line2D
@@ -221,8 +222,10 @@ def write_tree_pictures(run: RunData, out_dir: Path, count: int) -> dict[str, li
             row = trees[(trees["method"] == method) & (trees["problem_id"] == problem)]
             if mine.empty or row.empty:
                 continue
+            graded = row["correct"].iloc[0]
             verdict = "chosen answer " + (
-                "correct" if bool(row["correct"].iloc[0]) else "incorrect"
+                # null: its comparison was cut off by the grading time limit
+                "ungraded" if pd.isna(graded) else "correct" if graded else "incorrect"
             )
             title = f"{method} · problem {problem} · B={budget} · seed {seed} · {verdict}"
             path = out_dir / f"trees_{safe_name(method)}_{safe_name(problem)}.png"
