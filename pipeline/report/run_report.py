@@ -93,6 +93,9 @@ class ReportNumbers:
     scored_nodes: int
     # per engine: prompt tokens sent, served from its cache, computed, hit rate
     engine_reads: dict[str, dict[str, Any]]
+    # answered nodes without a label: their comparison with the reference was cut off by
+    # the grading time limit (neither correct nor incorrect; precision leaves them out)
+    ungraded_nodes: int = 0
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -110,7 +113,8 @@ def report_numbers(trees: Any, nodes: Any, prices: PricesConfig | None = None) -
     n_trees = len(t)
     answered_trees = int((t["n_answered"] > 0).sum()) if n_trees else 0
     answered = len(nodes)
-    correct = int(nodes["label"].astype(bool).sum()) if answered else 0
+    correct = int(nodes["label"].eq(True).sum()) if answered else 0
+    ungraded = int(nodes["label"].isna().sum()) if answered else 0
     graded = t["correct"].dropna() if n_trees else pd.Series([], dtype=bool)
     tokens = {
         k: int(t[k].sum()) if n_trees else 0
@@ -130,7 +134,8 @@ def report_numbers(trees: Any, nodes: Any, prices: PricesConfig | None = None) -
         answered_tree_rate=_ratio(answered_trees, n_trees),
         answered_nodes=answered,
         correct_nodes=correct,
-        precision=_ratio(correct, answered),
+        precision=_ratio(correct, answered - ungraded),
+        ungraded_nodes=ungraded,
         correct_per_tree=_ratio(correct, n_trees),
         trees_with_correct=int((t["n_correct"] > 0).sum()) if n_trees else 0,
         chosen_correct=int(graded.astype(bool).sum()),
@@ -186,8 +191,12 @@ def _prm_figure(trees: Any, nodes: Any, path: Path) -> Path:
     bins = [i / 20 for i in range(21)]
     ax.hist(scores, bins=bins, color="0.7", label=f"all scored nodes ({len(scores)})")
     if len(nodes):
-        label = nodes["label"].astype(bool)
-        kinds = ((label, "correct", "tab:green"), (~label, "incorrect", "tab:red"))
+        # an ungraded node (null label) is neither
+        label = nodes["label"]
+        kinds = (
+            (label.eq(True), "correct", "tab:green"),
+            (label.eq(False), "incorrect", "tab:red"),
+        )
         for mask, name, color in kinds:
             values = nodes.loc[mask, "score"].to_numpy(float)
             ax.hist(
@@ -338,6 +347,16 @@ def _prm_tokens(n: ReportNumbers, scorer: str | None) -> str:
     return tokens
 
 
+def _answered(n: ReportNumbers) -> str:
+    """Answered nodes, and how many of them are ungraded (their comparison was cut off)."""
+    if not n.ungraded_nodes:
+        return str(n.answered_nodes)
+    return (
+        f"{n.answered_nodes} ({n.ungraded_nodes} ungraded: the comparison with the reference "
+        "was cut off by the time limit; no training row uses them)"
+    )
+
+
 def _totals_rows(n: ReportNumbers, scorer: str | None = None) -> list[list[str]]:
     """The Totals table: counts, correctness, tokens and cost (money only with prices);
     `scorer` is the run's `scorer.kind` (None: unknown, no row)."""
@@ -350,7 +369,7 @@ def _totals_rows(n: ReportNumbers, scorer: str | None = None) -> list[list[str]]
             "answered-tree rate (trees with an answered node)",
             f"{fraction(n.answered_tree_rate or float('nan'))} ({n.answered_trees})",
         ],
-        ["answered nodes", str(n.answered_nodes)],
+        ["answered nodes", _answered(n)],
         ["correct answered nodes", str(n.correct_nodes)],
         [
             "answered-node precision",

@@ -44,6 +44,8 @@ class RunSummary:
     grade_timeouts: int = 0
     answered_nodes: int = 0
     correct_nodes: int = 0
+    # answered nodes without a label (their comparison was cut off): precision leaves them out
+    ungraded_nodes: int = 0
     chosen_correct_trees: int = 0  # `CHOSEN_CORRECT`: the chosen answer matches the reference
     # trees whose chosen answer was graded against a reference (its comparison not cut off)
     graded_trees: int = 0
@@ -65,7 +67,8 @@ class RunSummary:
 
     @property
     def precision(self) -> float | None:
-        return self.correct_nodes / self.answered_nodes if self.answered_nodes else None
+        graded = self.answered_nodes - self.ungraded_nodes
+        return self.correct_nodes / graded if graded else None
 
     def account(self, records: dict[str, list[dict[str, Any]]]) -> None:
         """Add one problem's records (as the search actor returns them)."""
@@ -78,6 +81,7 @@ class RunSummary:
         nodes = records.get("nodes", [])
         self.answered_nodes += len(nodes)
         self.correct_nodes += sum(1 for n in nodes if n.get("label"))
+        self.ungraded_nodes += sum(1 for n in nodes if n.get("label") is None)
         for tree in records.get("trees", []):
             self.count_contamination(tree)
             self.count_gate_drops(tree)
@@ -123,7 +127,8 @@ class RunSummary:
                 f"{self.stopped}: not searched (max_wall_s); rerun to search them",
             )
         table.add_row("grading timeouts", str(self.grade_timeouts))
-        table.add_row("answered nodes", str(self.answered_nodes))
+        ungraded = f" ({self.ungraded_nodes} ungraded)" if self.ungraded_nodes else ""
+        table.add_row("answered nodes", f"{self.answered_nodes}{ungraded}")
         table.add_row("correct answered nodes", f"{self.correct_nodes} (precision {precision})")
         table.add_row(CHOSEN_CORRECT, f"{self.chosen_correct_trees} of {self.graded_trees} graded")
         table.add_row(ANY_NODE_CORRECT, str(self.trees_with_correct_node))
@@ -164,7 +169,9 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
     summary.errors = folder.count("errors")
     summary.problems = summary.searched + summary.errors
     summary.answered_nodes = nodes.num_rows
-    summary.correct_nodes = sum(bool(v) for v in nodes.column("label").to_pylist())
+    labels = nodes.column("label").to_pylist()
+    summary.correct_nodes = sum(bool(v) for v in labels)
+    summary.ungraded_nodes = sum(v is None for v in labels)
     summary.chosen_correct_trees = sum(bool(t["correct"]) for t in trees)
     summary.graded_trees = sum(t["correct"] is not None for t in trees)
     summary.trees_with_correct_node = sum(int(t["n_correct"] or 0) > 0 for t in trees)

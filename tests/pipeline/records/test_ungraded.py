@@ -22,8 +22,11 @@ from common.grading import Verdict, compare, compare_all, too_costly
 from pipeline.records import BuildContext, GradedTree, RecordsConfig, grade_result, records_for
 from pipeline.records.build import rows_for
 from pipeline.records.grading import Compare, answer_key
-from pipeline.records.schema import Row
+from pipeline.records.nodes import NODES_SCHEMA
+from pipeline.records.schema import Row, to_table
+from pipeline.records.trees import TREES_SCHEMA
 from pipeline.report.hygiene import hygiene
+from pipeline.report.run_report import _totals_rows, report_numbers
 from pipeline.run.summary import RunSummary
 from search import SearchResult, parse_search_config, run_search
 from search.answers import AnswerExtraction, extract_answer
@@ -342,3 +345,33 @@ async def test_check_flags_a_kto_row_of_an_ungraded_node() -> None:
     on_seven = {**five, "node_id": built.seven}
     dirty = await hygiene({"kto": [on_seven]}, records["nodes"], records["trees"])
     assert dirty.tables["kto"].checks["kto_label"] == 1
+
+
+async def test_the_run_report_and_summary_count_ungraded_nodes_apart() -> None:
+    """The run report's and the summary's precision is over the graded answered nodes, and
+    both say how many were ungraded (before, an ungraded node counted as a wrong one)."""
+    built = _Tree()
+    result = SearchResult(
+        PROBLEM, "bg_mcts", 0, 300, 100, built.tree, None, None, TokenCounts(), [], "x", 1, 0
+    )
+    graded = await grade_result(
+        result,
+        "12",
+        problem_id="hand",
+        timeout_s=30,
+        extraction=AnswerExtraction.LAST_NUMBER,
+        compare=_timing_out("7"),
+    )
+    records = rows_for(graded, BuildContext(RecordsConfig(), run_id="r"))
+    trees = to_table(records["trees"], TREES_SCHEMA)
+    nodes = to_table(records["nodes"], NODES_SCHEMA).to_pandas()
+    numbers = report_numbers(trees, nodes)
+    assert numbers.precision == pytest.approx(1 / 3)  # the 12 among 12, 5 and 5
+    assert (numbers.answered_nodes, numbers.correct_nodes, numbers.ungraded_nodes) == (4, 1, 1)
+    answered = dict(_totals_rows(numbers))["answered nodes"]
+    assert answered.startswith("4 (1 ungraded")
+    # the run summary (as the search actors' records reach it) counts them the same way
+    summary = RunSummary("r", "/tmp/r")
+    summary.account(records)
+    assert summary.precision == pytest.approx(1 / 3)
+    assert (summary.answered_nodes, summary.ungraded_nodes) == (4, 1)
