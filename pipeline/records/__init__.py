@@ -37,7 +37,8 @@ The modules, in layers: each imports only modules listed above it.
   statement, ``truncated`` when the token cap cut that sentence;
 * `splits` - `split_of`, the held-out split of a problem (hashed on its id);
 * `grading` - `grade_result` labels every answered node (reference or pseudo
-  labels; the rules are there) into a `GradedTree`; `grade_for_records` does so
+  labels; the rules are there: an answer whose comparison timed out is left ungraded,
+  no label and no row) into a `GradedTree`; `grade_for_records` does so
   under a `RecordsConfig`, the training prompt and the split included;
 * `context` - what every builder takes (`BuildContext`: the config, the run id, the
   model names) and a gated builder gives back (`Built`: rows, and what its gates did, one
