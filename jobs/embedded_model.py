@@ -60,17 +60,13 @@ def _check_root(root: Path) -> None:
     before a minute is spent reading the GGUF.  (One this user cannot write in still
     serves a folder written there before, as in a read-only image; writing a new one
     there is refused as it starts, naming the path.)"""
+    from common.folders import folder_problem
     from pipeline.errors import InputError
 
-    blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        raise InputError(f"--root: {blocker} is a file, not a folder")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(
-            f"--root: {root} cannot be made ({exc.filename or root}: {exc.strerror or exc})"
-        ) from None
+    # writable=False: a read-only folder may hold one written before, which still serves
+    problem = folder_problem(root, writable=False)
+    if problem is not None:
+        raise InputError(f"--root: {problem}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from common.folders import folder_problem
 from pipeline.errors import InputError
 
 RESULT = ".result.json"
@@ -59,14 +60,9 @@ def read_result(path: Path) -> dict[str, Any]:
 
 def prepare_work_dir(work: Path) -> Path:
     """The work dir, made if missing; one that cannot be is a `StageError`."""
-    try:
-        work.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StageError(
-            f"--work-dir {work} cannot be made ({exc.strerror or exc}: {exc.filename})"
-        ) from None
-    if not os.access(work, os.W_OK):
-        raise StageError(f"--work-dir {work} is not writable")
+    problem = folder_problem(work)
+    if problem is not None:
+        raise StageError(f"--work-dir: {problem}")
     return work
 
 

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from actors.config import ScorerConfig, ServiceConfig, check_generating_engine
 from pipeline.problems.sources import SourceConfig
 from pipeline.records import RecordsConfig
+from pipeline.records.config import GradeTimeout
 from search.config import SearchConfig
 from search.strict_config import StrictConfig
 
@@ -51,13 +52,7 @@ class ServicesEnvironment(StrictConfig):
         default_factory=ScorerConfig, description="the process reward model's Serve deployment"
     )
     concurrency: int = Field(8, ge=1, description="searches in flight at once")
-    grade_timeout_s: float = Field(
-        5.0,
-        gt=0,
-        description="math-verify time per comparison; a tree's comparisons all end within it plus "
-        "1.5 s for the grading pool's start (`common.grading`), else they count as timeouts "
-        "and their answers are left ungraded (unknown, never labelled incorrect)",
-    )
+    grade_timeout_s: GradeTimeout = 5.0
     ray_num_cpus: int | None = Field(
         None, ge=1, description="local cluster size when starting one; unset: Ray's default"
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -11,6 +11,17 @@ from actors.prompts import check_problem_template
 from pipeline.problems.decontamination import DecontaminationConfig
 from pipeline.records.tree_paths import PairType
 from search.strict_config import StrictConfig
+
+# The grading limit, the same field in the records and in the evaluation configs.
+GradeTimeout = Annotated[
+    float,
+    Field(
+        gt=0,
+        description="math-verify time per comparison; a tree's comparisons all end within it "
+        "plus 1.5 s for the grading pool's start (`common.grading`), else they count as "
+        "timeouts and their answers are left ungraded (unknown, never labelled incorrect)",
+    ),
+]
 
 PseudoLabel = Literal["prm_threshold", "majority"]
 Pairing = Literal["shared_prefix", "best_vs_worst", "random"]
@@ -176,13 +187,7 @@ class RecordsConfig(StrictConfig):
     pseudo_threshold: float = Field(
         0.5, ge=0, le=1, description="prm_threshold: answered nodes with Q >= this are correct"
     )
-    grade_timeout_s: float = Field(
-        5.0,
-        gt=0,
-        description="math-verify time per comparison; a tree's comparisons all end within it plus "
-        "1.5 s for the grading pool's start (`common.grading`), else they count as timeouts "
-        "and their answers are left ungraded (unknown, never labelled incorrect)",
-    )
+    grade_timeout_s: GradeTimeout = 5.0
     self_correction: SelfCorrection = Field(
         "exclude",
         description="paths that answered before their last node (or whose text states more "

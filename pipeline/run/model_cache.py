@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from actors.config import ServiceConfig
+from common.folders import folder_problem
 from pipeline.config import RunConfig
 from pipeline.errors import InputError
 from pipeline.problems.sources import HFSource
@@ -84,18 +85,10 @@ def writable_cache() -> Path:
     from huggingface_hub import constants
 
     cache = Path(constants.HF_HUB_CACHE)
-    where = f"{_cache_variable()}: the Hugging Face cache {cache}"
-    blocker = next((p for p in (cache, *cache.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        raise InputError(f"{where} cannot be made: {blocker} is a file, not a folder")
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(
-            f"{where} cannot be made ({exc.filename or cache}: {exc.strerror or exc})"
-        ) from None
-    if not os.access(cache, os.W_OK | os.X_OK):
-        raise InputError(f"{where} is not writable by this user")
+    where = f"{_cache_variable()} (the Hugging Face cache)"
+    problem = folder_problem(cache)
+    if problem is not None:
+        raise InputError(f"{where}: {problem}")
     return cache
 
 

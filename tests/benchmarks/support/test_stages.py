@@ -83,7 +83,7 @@ def test_a_work_dir_that_cannot_be_made_is_one_line(
 ) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    assert f"--work-dir {blocker / 'work'} cannot be made" in _refused(blocker / "work", capsys)
+    assert f"--work-dir: {blocker} is a file, not a folder" in _refused(blocker / "work", capsys)
 
 
 def test_stage_files_are_written_whole_and_read_back_whole(tmp_path: Path) -> None:

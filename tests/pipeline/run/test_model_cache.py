@@ -117,8 +117,7 @@ def test_an_hf_home_that_is_a_file_is_one_line_and_exit_2(
     config = config_with_models(tmp_path, "tiny-org/policy", "embedded")
     assert prefetch_models.main([str(config)]) == 2
     assert _one_error_line(capsys) == (
-        f"error: HF_HOME: the Hugging Face cache {home / 'hub'} cannot be made: {afile} is a "
-        "file, not a folder"
+        f"error: HF_HOME (the Hugging Face cache): {afile} is a file, not a folder"
     )
     assert prefetch_models.main([str(config), "--list"]) == 0  # lists, writes nothing
 
@@ -134,7 +133,7 @@ def test_an_hf_hub_cache_that_cannot_be_made_names_its_variable(
     config = config_with_models(tmp_path, "tiny-org/policy", "embedded")
     assert prefetch_models.main([str(config)]) == 2
     assert _one_error_line(capsys).startswith(
-        "error: HF_HUB_CACHE: the Hugging Face cache /proc/bgmcts-hub cannot be made ("
+        "error: HF_HUB_CACHE (the Hugging Face cache): /proc/bgmcts-hub cannot be made ("
     )
 
 
