@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors.config import GenPRMSettings
@@ -61,7 +61,7 @@ from actors.prompts import (
     PRM_SYSTEM,
 )
 from search import derive_seed
-from search.protocols import FinishReason, Score, ScoreRequest
+from search.protocols import ClampedCounts, FinishReason, Score, ScoreRequest
 from search.step_text import split_steps
 
 Message = dict[str, str]
@@ -107,11 +107,13 @@ class _Tokens:
     input: int = 0
     output: int = 0
     cached: int = 0  # of `input`, read from the engine's prefix cache
+    clamped: ClampedCounts = field(default_factory=ClampedCounts)  # counts reported wrong
 
     def add(self, completion: Completion) -> None:
         self.input += completion.input_tokens
         self.output += completion.output_tokens
         self.cached += completion.cached_tokens
+        self.clamped += ClampedCounts.of(completion.count_faults)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,8 +217,12 @@ class GenPRMScorer:
                     request.problem, conversation, step, tokens
                 )
         except _Failed as exc:
-            return Score(0.0, None, tokens.input, tokens.output, str(exc), tokens.cached)
-        return Score(value, conversation, tokens.input, tokens.output, None, tokens.cached)
+            return Score(
+                0.0, None, tokens.input, tokens.output, str(exc), tokens.cached, tokens.clamped
+            )
+        return Score(
+            value, conversation, tokens.input, tokens.output, None, tokens.cached, tokens.clamped
+        )
 
     # -------------------------------------------------------------- internals
     async def _score_step(

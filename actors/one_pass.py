@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from actors.config import OnePassSettings
 from actors.engines.base import StepScoringEngine, StepValues
 from actors.errors import EngineError
-from search.protocols import Score, ScoreRequest
+from search.protocols import ClampedCounts, Score, ScoreRequest
 from search.step_text import split_steps, text_lines
 
 # Rendered chat prompts kept per scorer: a few thousand problems' prompts are a few MB;
@@ -94,14 +94,15 @@ class OnePassScorer:
         except EngineError as exc:  # the contract says an error result; a dead engine raises
             return Score(0.0, error=f"one-pass PRM: {exc}")
         problem = _problem(result, len(steps))
+        # counts the engine reported wrong (clamped as they entered): the run counts them
+        clamped = ClampedCounts.of(result.count_faults)
         if problem is not None:
-            return Score(
-                0.0, None, result.input_tokens, 0, f"one-pass PRM: {problem}", result.cached_tokens
-            )
+            error = f"one-pass PRM: {problem}"
+            return Score(0.0, None, result.input_tokens, 0, error, result.cached_tokens, clamped)
         self.steps_scored += len(steps)
         value = node_value(result.values, self.settings.node_value)
         value = min(max(value, 0.0), 1.0)
-        return Score(value, None, result.input_tokens, 0, None, result.cached_tokens)
+        return Score(value, None, result.input_tokens, 0, None, result.cached_tokens, clamped)
 
     def steps(self, request: ScoreRequest) -> list[str]:
         """The steps the engine reads for `request`'s node (its whole path)."""

@@ -6,7 +6,7 @@ import asyncio
 
 from actors.engines.base import Completion, Engine, Sampling
 from actors.prompts import POLICY_INSTRUCTION, policy_messages
-from search.protocols import FinishReason, Generation, GenerationRequest
+from search.protocols import ClampedCounts, FinishReason, Generation, GenerationRequest
 
 
 class EnginePolicy:
@@ -74,6 +74,8 @@ class EnginePolicy:
 def _generation(
     completion: Completion, solution_ends: frozenset[str], *, empty_fails: bool = True
 ) -> Generation:
+    # counts the engine reported wrong (clamped as they entered): the run counts them
+    clamped = ClampedCounts.of(completion.count_faults)
     if completion.finish is FinishReason.ERROR:
         return Generation(
             "",
@@ -82,6 +84,7 @@ def _generation(
             completion.input_tokens,
             completion.error,
             retryable=completion.retryable,
+            clamped=clamped,
         )
     finish = completion.finish
     capped = finish is FinishReason.LENGTH and completion.output_tokens > 0
@@ -91,7 +94,9 @@ def _generation(
         and not capped
         and not completion.text.strip()
     ):
-        return Generation("", 0, FinishReason.ERROR, completion.input_tokens, _empty(completion))
+        return Generation(
+            "", 0, FinishReason.ERROR, completion.input_tokens, _empty(completion), clamped=clamped
+        )
     if finish is FinishReason.STOP_STRING and completion.stop_string in solution_ends:
         # The model began what the prompt's format puts after a solution (a few-shot
         # prompt's next "Problem:"): its solution ended as at the end of sequence.
@@ -102,6 +107,7 @@ def _generation(
         finish,
         completion.input_tokens,
         cached_input_tokens=completion.cached_tokens,
+        clamped=clamped,
     )
 
 

@@ -5,13 +5,16 @@ see nothing for minutes.  Instead each actor wraps its policy and scorer in
 `CountingPolicy` / `CountingScorer` (which count nodes, answered nodes and tokens as the
 requests come back) and a `Reporter` pushes the deltas to one small `ProgressBoard`
 actor every `every_s` seconds (fire-and-forget: a slow board never slows a search).  The
-driver polls `ProgressBoard.snapshot` for the display.
+driver polls `ProgressBoard.snapshot` for the display, and reads it once more at the end
+for the run summary: among its counters, the engine answers whose token counts had to be
+clamped (`search.protocols.ClampedCounts`), which the engine replicas' logs alone would
+say only until the cluster is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -19,7 +22,9 @@ from search.answers import AnswerExtraction, is_answered
 from search.budget import TokenWeights
 from search.config import CostWeights
 from search.protocols import (
+    COUNT_FAULTS,
     TOKEN_KINDS,
+    ClampedCounts,
     Generation,
     GenerationRequest,
     Policy,
@@ -30,6 +35,10 @@ from search.protocols import (
 )
 
 BOARD_NAME = "bgmcts-progress"
+# The engines whose clamped answers are counted, by their counters' prefix (as the token
+# kinds: `prm_` is the scorer's).
+CLAMPED_ENGINES = ("policy", "prm")
+_CLAMPED_PARTS = ("answers", *COUNT_FAULTS)
 
 
 @dataclass
@@ -58,6 +67,24 @@ class Counters:
     replayed_requests: int = 0
     replayed_policy_output_tokens: int = 0
     replayed_prm_output_tokens: int = 0
+    # engine answers whose token counts could not be and were clamped where they entered
+    # (`ClampedCounts`): per engine, the answers, and those with each fault
+    policy_clamped_answers: int = 0
+    policy_clamped_cached_above_sent: int = 0
+    policy_clamped_negative: int = 0
+    policy_clamped_not_a_number: int = 0
+    prm_clamped_answers: int = 0
+    prm_clamped_cached_above_sent: int = 0
+    prm_clamped_negative: int = 0
+    prm_clamped_not_a_number: int = 0
+
+    def count_clamped(self, engine: str, clamped: ClampedCounts) -> None:
+        """Add answers of `engine` (one of `CLAMPED_ENGINES`) whose counts were clamped."""
+        if not clamped:
+            return
+        for part in _CLAMPED_PARTS:
+            name = f"{engine}_clamped_{part}"
+            setattr(self, name, getattr(self, name) + getattr(clamped, part))
 
     def count(self, counts: TokenCounts, cost: TokenWeights) -> None:
         """Add one request's or one score's token counts and what they cost."""
@@ -112,6 +139,13 @@ class ProgressBoard:
         }
 
 
+def clamped_counts(snapshot: Mapping[str, Any], engine: str) -> ClampedCounts:
+    """`engine`'s clamped answers in a board snapshot (`ProgressBoard.snapshot`)."""
+    return ClampedCounts(
+        **{part: int(snapshot.get(f"{engine}_clamped_{part}") or 0) for part in _CLAMPED_PARTS}
+    )
+
+
 class CountingPolicy:
     """Counts what comes back from `policy`; everything else is delegated."""
 
@@ -134,6 +168,8 @@ class CountingPolicy:
         c.nodes += len(generations)
         c.answered += sum(is_answered(g.text, g.finish, self._extraction) for g in generations)
         c.count(TokenCounts.of_request(generations), self._cost)
+        for g in generations:
+            c.count_clamped("policy", g.clamped)
         return generations
 
     async def count_tokens(self, text: str) -> int:
@@ -153,6 +189,7 @@ class CountingScorer:
     async def score(self, request: ScoreRequest) -> Score:
         score = await self._scorer.score(request)
         self._counters.count(TokenCounts.of_score(score), self._cost)
+        self._counters.count_clamped("prm", score.clamped)
         return score
 
     def __getattr__(self, name: str) -> Any:

@@ -9,13 +9,15 @@ continues it; a `Scorer` receives the problem and the path of step texts.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 # What the package re-exports (search/__init__.py): the contract between search and engines.
 __all__ = [
+    "COUNT_FAULTS",
     "TOKEN_KINDS",
+    "ClampedCounts",
     "FinishReason",
     "Generation",
     "GenerationRequest",
@@ -58,6 +60,50 @@ class GenerationRequest:
     seed: int
 
 
+# What an engine's token counts can have wrong (`ClampedCounts`' fields, the names the
+# engines record a fault by: `actors.engines.read_counts`).
+COUNT_FAULTS = ("cached_above_sent", "negative", "not_a_number")
+
+
+@dataclass(frozen=True, slots=True)
+class ClampedCounts:
+    """Engine answers whose token counts could not be, and which were clamped where they
+    entered (made whole numbers of at least 0, cached at most sent): how many answers,
+    and how many of them had each fault.  The search never reads it; it travels with a
+    `Generation` or a `Score` so that the run can say how often its engines did that
+    (the answers' counts themselves are already the clamped ones).
+
+    An answer with two faults counts once in `answers` and once under each fault.
+    """
+
+    answers: int = 0
+    cached_above_sent: int = 0  # more prompt tokens served from the cache than sent
+    negative: int = 0  # a count below zero
+    not_a_number: int = 0  # a count that was no whole number (a string, NaN, 2.5)
+
+    @classmethod
+    def of(cls, faults: Iterable[str]) -> ClampedCounts:
+        """One answer with `faults` (names from `COUNT_FAULTS`; none: no such answer)."""
+        kinds = set(faults)
+        if not kinds:
+            return cls()
+        unknown = kinds - set(COUNT_FAULTS)
+        if unknown:
+            raise ValueError(f"unknown count faults {sorted(unknown)}; known: {COUNT_FAULTS}")
+        return cls(1, **{kind: 1 for kind in kinds})
+
+    def __add__(self, other: ClampedCounts) -> ClampedCounts:
+        return ClampedCounts(
+            self.answers + other.answers,
+            self.cached_above_sent + other.cached_above_sent,
+            self.negative + other.negative,
+            self.not_a_number + other.not_a_number,
+        )
+
+    def __bool__(self) -> bool:
+        return self.answers > 0
+
+
 @dataclass(frozen=True, slots=True)
 class Generation:
     """One generated choice: its text (stop string excluded) and its cost.
@@ -66,7 +112,8 @@ class Generation:
     cache instead of computing them (0: none, or the engine does not say).
     `retryable`: for an `error` choice, whether asking again may help; False when the
     engine already retried the request itself or the server refused it (a 4xx), so no
-    layer above asks again."""
+    layer above asks again.  `clamped`: whether the engine's counts for this choice had
+    to be clamped (`ClampedCounts`)."""
 
     text: str
     output_tokens: int
@@ -75,6 +122,7 @@ class Generation:
     error: str | None = None
     cached_input_tokens: int = 0
     retryable: bool = True
+    clamped: ClampedCounts = ClampedCounts()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +159,8 @@ class Score:
     output_tokens: int = 0
     error: str | None = None
     cached_input_tokens: int = 0  # of input_tokens, read from the engine's prefix cache
+    # the engine answers behind this score whose counts had to be clamped (`ClampedCounts`)
+    clamped: ClampedCounts = ClampedCounts()
 
 
 @runtime_checkable

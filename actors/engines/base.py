@@ -28,15 +28,21 @@ def short_name(model: str) -> str:
     return model.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _check_counts(answer: object, sent: str, cached: str, output: str = "") -> None:
+def _check_counts(
+    answer: Completion | StepValues, sent: str, cached: str, output: str = ""
+) -> None:
     """An engine's answer's token counts as counts that can be, where they enter: whole,
     at least 0, cached at most sent (`actors.engines.read_counts`: clamped, and said
-    once per engine)."""
+    once per engine); the faults found join the answer's `count_faults` (those the engine
+    found when it checked the counts itself, before it made the answer)."""
     values = [getattr(answer, name) for name in (sent, cached, output) if name]
-    checked = checked_counts(*values)
+    faults: set[str] = set()
+    checked = checked_counts(*values, faults=faults)
     for name, value, fixed in zip((sent, cached, output), values, checked, strict=False):
         if type(value) is not int or value != fixed:
             object.__setattr__(answer, name, fixed)  # frozen: set once, as it is made
+    if faults or type(answer.count_faults) is not frozenset:
+        object.__setattr__(answer, "count_faults", frozenset(answer.count_faults) | faults)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +80,9 @@ class Completion:
     `top_logprobs` holds, per generated token, the engine's top alternatives
     when they were asked for.  `retryable` (an `error` completion): False when the engine
     already retried the request or the server refused it, so the serving layer does not
-    send it again (retries are never multiplied).
+    send it again (retries are never multiplied).  `count_faults`: what was wrong with
+    the counts the engine reported, now clamped (names of `search.protocols.COUNT_FAULTS`;
+    empty: nothing).
     """
 
     text: str
@@ -86,6 +94,7 @@ class Completion:
     error: str | None = None
     cached_tokens: int = 0  # of input_tokens, read from the prefix cache (0: none/unknown)
     retryable: bool = True
+    count_faults: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         _check_counts(self, "input_tokens", "cached_tokens", "output_tokens")
@@ -184,13 +193,15 @@ class StepValues:
     * `cached_tokens`: of those, the ones served from the engine's prefix cache (0: none
       or unknown), reported apart from the tokens computed;
     * `error`: set when nothing was scored (then `values` is empty); a path longer than
-      the engine's context is such an error, never an exception.
+      the engine's context is such an error, never an exception;
+    * `count_faults`: as a `Completion`'s.
     """
 
     values: tuple[float, ...]
     input_tokens: int
     cached_tokens: int = 0
     error: str | None = None
+    count_faults: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         _check_counts(self, "input_tokens", "cached_tokens")

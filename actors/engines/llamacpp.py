@@ -282,13 +282,16 @@ class LlamaCppEngine:
         timings = data.get("timings")
         timings = timings if isinstance(timings, Mapping) else {}
         # the server's counts checked as they enter: the hit rate admission steers by is
-        # built on them (`actors.engines.read_counts`)
+        # built on them (`actors.engines.read_counts`); the faults go with the answer
+        faults: set[str] = set()
         prompt_tokens, cached, generated = checked_counts(
             data.get("tokens_evaluated", 0),
             timings.get("cache_n", 0),
             data.get("tokens_predicted", 0),
+            faults=faults,
         )
-        self.prompt_tokens_evaluated += count(timings.get("prompt_n", 0), "computed prompt tokens")
+        computed = count(timings.get("prompt_n", 0), "computed prompt tokens", faults=faults)
+        self.prompt_tokens_evaluated += computed
         self.prompt_tokens_cached += cached
         self.tokens_generated += generated
         finish = _STOP_TYPES.get(str(data.get("stop_type")), FinishReason.LENGTH)
@@ -303,6 +306,7 @@ class LlamaCppEngine:
             stop_string=str(data.get("stopping_word", "")),
             top_logprobs=_top_logprobs(data.get("completion_probabilities") or ()),
             cached_tokens=cached,
+            count_faults=frozenset(faults),
         )
 
     async def render_chat(

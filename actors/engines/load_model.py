@@ -20,6 +20,10 @@ can be timed on a CPU machine.  Its answers (`respond`) are placeholders:
   `judgement_score` gives a score strictly inside (0, 1); the one-token
   judgement's own text is the more likely label.
 * A prompt of `context_length` tokens or more comes back as `context_overflow`.
+* For tests only, `cached_over_sent` makes every answer report more prompt tokens served
+  from its cache than it was sent (both load engines): what an engine's server can do
+  wrong, which the counts' check clamps (`actors.engines.read_counts`) and the run's
+  report names.
 * `render_chat` joins the messages as "role: content" lines; `tokenize`
   splits on whitespace (token ids are positions).
 
@@ -111,6 +115,13 @@ class LoadCurveConfig(EngineConfigBase):
     block_tokens: int = Field(16, ge=1, description="prefix cache block size in tokens")
     time_scale: float = Field(
         1.0, gt=0, description="multiplies every duration (<1 faster, >1 slower than the GPU)"
+    )
+    cached_over_sent: int = Field(
+        0,
+        ge=0,
+        description="for tests only: every answer reports this many more prompt tokens served "
+        "from its cache than it was sent (cached > sent, an engine's fault that the counts' "
+        "check clamps and the run report names); 0: counts that can be",
     )
 
     def batcher(self) -> ContinuousBatcher:
@@ -211,6 +222,8 @@ class LoadModelEngine:
         slow = config.slow_marker is not None and config.slow_marker in prompt
         steps = decode_steps_for(completion.output_tokens, config.slow_factor if slow else 1.0)
         cached = await self.batcher.run(words, completion.text.split(), steps)
+        if config.cached_over_sent:  # a lying engine, for tests: clamped as it is made
+            cached = completion.input_tokens + config.cached_over_sent
         return replace(completion, cached_tokens=cached)
 
     def _answer(self, prompt: str, sampling: Sampling) -> str:

@@ -91,6 +91,7 @@ class LoadModelPRMEngine:
         self.seed = config.seed
         self.name = config.model
         self.read_prefix_cache = config.read_prefix_cache
+        self.cached_over_sent = config.cached_over_sent
         self._vocabulary: dict[str, int] = {}
         # refused here, as every one-pass engine refuses it when it loads
         self.separator_token = separator_id(self._ids, step_separator)
@@ -110,6 +111,8 @@ class LoadModelPRMEngine:
         # prefill what is not cached (all of it when the cache is not read), one forward step;
         # the batcher counts the hit as vLLM does, when the path is admitted
         cached = await self.batcher.run(tokens, (), 1, read_cache=self.read_prefix_cache)
+        if self.cached_over_sent:  # a lying engine, for tests: clamped as it is made
+            cached = len(ids) + self.cached_over_sent
         return StepValues(self._values(prompt, steps), len(ids), cached)
 
     def _values(self, prompt: str, steps: Sequence[str]) -> tuple[float, ...]:

@@ -73,23 +73,35 @@ def values_at(
     cached_tokens: int = 0,
     *,
     source: str,
+    count_faults: frozenset[str] = frozenset(),
 ) -> StepValues:
     """Each step's value from `rows` (one row of class logits per input token), read at the
     separator `positions`; an error StepValues when the rows do not cover the sequence
-    (a pooler that left tokens out: its positions would be another token's)."""
+    (a pooler that left tokens out: its positions would be another token's).
+    `count_faults`: what the engine found wrong with its counts (`StepValues`)."""
     if len(rows) != input_tokens:
         return StepValues(
             (),
             input_tokens,
             cached_tokens,
+            count_faults=count_faults,
             error=f"{source} returned {len(rows)} rows for {input_tokens} tokens; a one-pass "
             "PRM needs one per token: vLLM's pooler must be ALL, not STEP (start the server "
             'with --pooler-config \'{"tok_pooling_type": "ALL"}\')',
         )
     if rows and not len(rows[0]):
-        return StepValues((), input_tokens, cached_tokens, error=f"{source} returned no labels")
+        return StepValues(
+            (),
+            input_tokens,
+            cached_tokens,
+            error=f"{source} returned no labels",
+            count_faults=count_faults,
+        )
     return StepValues(
-        tuple(good_step_probability(rows[p]) for p in positions), input_tokens, cached_tokens
+        tuple(good_step_probability(rows[p]) for p in positions),
+        input_tokens,
+        cached_tokens,
+        count_faults=count_faults,
     )
 
 
@@ -97,10 +109,12 @@ def values_at(
 class TokenRows:
     """What a model gives for one laid-out path: a row of class logits per input token (or,
     when its prefix cache served the first `cached_tokens`, per token after those), and
-    how many of the tokens its prefix cache served (0: none, or not reported)."""
+    how many of the tokens its prefix cache served (0: none, or not reported), and what
+    the engine found wrong with the counts it reported (`StepValues.count_faults`)."""
 
     rows: Sequence[Sequence[float]]
     cached_tokens: int = 0
+    count_faults: frozenset[str] = frozenset()
 
 
 class SuffixValues:
@@ -221,10 +235,17 @@ class OnePassEngine(ABC):
         if isinstance(answer, StepValues):
             return answer
         if values is not None:
-            result = StepValues(values, input_tokens, answer.cached_tokens)
+            result = StepValues(
+                values, input_tokens, answer.cached_tokens, count_faults=answer.count_faults
+            )
         else:
             result = values_at(
-                answer.rows, path.positions, input_tokens, answer.cached_tokens, source=self.source
+                answer.rows,
+                path.positions,
+                input_tokens,
+                answer.cached_tokens,
+                source=self.source,
+                count_faults=answer.count_faults,
             )
         if result.error is None:
             self._suffix.remember(path.input_ids, path.positions, result.values)

@@ -358,20 +358,24 @@ class OpenAIEngine:
         entries = _logprob_entries(choice.get("logprobs"))
         reason = choice.get("finish_reason")
         generated = usage.get("completion_tokens")
-        # the server's counts enter as counts (`actors.engines.read_counts`)
-        prompt_tokens = count(usage.get("prompt_tokens"), "prompt tokens")
+        # the server's counts enter as counts (`actors.engines.read_counts`); what was
+        # wrong with them goes with the answer
+        faults: set[str] = set()
+        prompt_tokens = count(usage.get("prompt_tokens"), "prompt tokens", faults=faults)
         stop_string = ""
         if reason == "length":
             finish = FinishReason.LENGTH
         elif reason == "stop":
             finish, stop_string = self._stop_finish(choice, stop, entries, generated)
         else:
+            output = count(generated, "output tokens", faults=faults)
             return Completion(
                 text,
-                count(generated, "output tokens"),
+                output,
                 FinishReason.ERROR,
                 prompt_tokens,
                 error=f"the server finished with {reason!r}",
+                count_faults=frozenset(faults),
             )
         if generated is None:  # no usage: count what was generated ourselves
             try:
@@ -379,9 +383,10 @@ class OpenAIEngine:
             except EngineError:
                 generated = len(entries)
             generated += finish is FinishReason.EOS
-        generated = count(generated, "output tokens")
+        generated = count(generated, "output tokens", faults=faults)
         if finish is FinishReason.LENGTH and generated < max_tokens:
             finish = FinishReason.CONTEXT_OVERFLOW  # stopped by the context, not max_tokens
+        cached = _cached_tokens(usage, faults)
         return Completion(
             text=text,
             output_tokens=generated,
@@ -389,7 +394,8 @@ class OpenAIEngine:
             input_tokens=prompt_tokens,
             stop_string=stop_string,
             top_logprobs=tuple(top for _, top in entries) if top_logprobs else (),
-            cached_tokens=_cached_tokens(usage),
+            cached_tokens=cached,
+            count_faults=frozenset(faults),
         )
 
     def _stop_finish(
@@ -678,11 +684,11 @@ def _by_logprob(pair: tuple[str, float]) -> float:
     return -pair[1]
 
 
-def _cached_tokens(usage: Mapping[str, Any]) -> int:
+def _cached_tokens(usage: Mapping[str, Any], faults: set[str]) -> int:
     """Prompt tokens the server read from its prefix cache, where it says so (OpenAI's
     `usage.prompt_tokens_details.cached_tokens`; vLLM's server with
-    `--enable-prompt-tokens-details`); 0 where it does not."""
+    `--enable-prompt-tokens-details`); 0 where it does not.  A fault joins `faults`."""
     details = usage.get("prompt_tokens_details") or {}
     if not isinstance(details, Mapping):
         return 0
-    return count(details.get("cached_tokens"), "cached prompt tokens")
+    return count(details.get("cached_tokens"), "cached prompt tokens", faults=faults)

@@ -10,6 +10,12 @@ rate of 250%, or -1.1%; fewer than no tokens computed), and admission steers by 
 hit rate.  So each count is made a whole number of at least 0 and the cached tokens at
 most the prompt tokens, and the first time an engine is seen doing it (per engine module
 and kind of fault) a warning names the engine and the numbers, once per process.
+
+A warning in a replica's log is gone with the cluster, so each answer also says which
+faults its counts had: `count` and `checked_counts` add the fault's name (a field of
+`search.protocols.ClampedCounts`) to the `faults` set they are given, the engine hands
+it to its `Completion` / `StepValues` (`count_faults`), and the run counts those answers
+per engine into its summary, run.json and report (`actors.progress`).
 """
 
 from __future__ import annotations
@@ -52,10 +58,11 @@ def _warn_once(engine: str, fault: str, message: str) -> None:
     )
 
 
-def count(value: Any, what: str, engine: str = "") -> int:
+def count(value: Any, what: str, engine: str = "", faults: set[str] | None = None) -> int:
     """`value` as a whole number of at least 0 (0 for what is no count at all, such as
-    a string, a bool or NaN), with the warning of the module docstring; `what` names it.
-    None is 0 without a word: the engine did not report it."""
+    a string, a bool or NaN), with the warning of the module docstring; `what` names it,
+    and the fault's name goes into `faults`.  None is 0 without a word: the engine did
+    not report it."""
     if type(value) is int and value >= 0:
         return value
     if value is None:
@@ -65,24 +72,37 @@ def count(value: Any, what: str, engine: str = "") -> int:
         with contextlib.suppress(TypeError, ValueError, OverflowError):
             number = float(value)
     if not math.isfinite(number) or not number.is_integer():
+        _found(faults, "not_a_number")
         _warn_once(engine, f"{what} no count", f"reported {what} {value!r:.40}, no count")
         return 0
     if number < 0:
+        _found(faults, "negative")
         _warn_once(engine, f"{what} negative", f"reported {what} {value!r:.40}, below zero")
         return 0
     return int(number)
 
 
+def _found(faults: set[str] | None, fault: str) -> None:
+    if faults is not None:
+        faults.add(fault)
+
+
 def checked_counts(
-    input_tokens: Any, cached_tokens: Any, output_tokens: Any = 0, *, engine: str = ""
+    input_tokens: Any,
+    cached_tokens: Any,
+    output_tokens: Any = 0,
+    *,
+    engine: str = "",
+    faults: set[str] | None = None,
 ) -> tuple[int, int, int]:
     """(input, cached, output) tokens as counts that can be: each a whole number >= 0,
     and cached <= input (module docstring); `engine` names it in the warning (default:
-    the module that called)."""
-    sent = count(input_tokens, "prompt tokens", engine)
-    cached = count(cached_tokens, "cached prompt tokens", engine)
-    output = count(output_tokens, "output tokens", engine)
+    the module that called), and the faults found go into `faults`."""
+    sent = count(input_tokens, "prompt tokens", engine, faults)
+    cached = count(cached_tokens, "cached prompt tokens", engine, faults)
+    output = count(output_tokens, "output tokens", engine, faults)
     if cached > sent:
+        _found(faults, "cached_above_sent")
         _warn_once(
             engine,
             "cached above sent",

@@ -341,10 +341,11 @@ class VLLMEngine(InProcessVLLM):
         output = result.outputs[0]
         prompt_tokens = len(result.prompt_token_ids or ())
         cached = getattr(result, "num_cached_tokens", None)
+        faults: set[str] = set()  # what was wrong with the counts: goes with the answer
         if not isinstance(cached, int):  # a vLLM that does not say: counted as computed
             cached = None
         else:  # checked as it enters: the hit rate admission steers by is built on it
-            _, cached, _ = checked_counts(prompt_tokens, cached)
+            _, cached, _ = checked_counts(prompt_tokens, cached, faults=faults)
             self.prompt_tokens_seen += prompt_tokens
             self.cached_tokens_seen += cached
         generated = len(output.token_ids)
@@ -366,6 +367,7 @@ class VLLMEngine(InProcessVLLM):
                 FinishReason.ERROR,
                 prompt_tokens,
                 error=f"vLLM finished with {output.finish_reason!r}",
+                count_faults=frozenset(faults),
             )
         return Completion(
             text=output.text,
@@ -375,6 +377,7 @@ class VLLMEngine(InProcessVLLM):
             stop_string=stop_string,
             top_logprobs=self._top_logprobs(output.logprobs, top_logprobs),
             cached_tokens=cached or 0,
+            count_faults=frozenset(faults),
         )
 
     def _top_logprobs(self, positions: Any, k: int) -> tuple[TopLogprobs, ...]:

@@ -150,11 +150,15 @@ class VLLMPoolingEngine(InProcessVLLM, OnePassEngine):
         if final is None or getattr(final, "outputs", None) is None:
             return StepValues((), input_tokens, error="vLLM pooling returned no output")
         cached = getattr(final, "num_cached_tokens", None)
-        # checked as it enters (`actors.engines.read_counts`): at most the path, never below 0
-        _, cached, _ = checked_counts(input_tokens, cached if isinstance(cached, int) else 0)
+        # checked as it enters (`actors.engines.read_counts`): at most the path, never below
+        # 0; what was wrong with it goes with the answer
+        faults: set[str] = set()
+        _, cached, _ = checked_counts(
+            input_tokens, cached if isinstance(cached, int) else 0, faults=faults
+        )
         self.prompt_tokens_seen += input_tokens
         self.cached_tokens_seen += cached
-        return TokenRows(final.outputs.data.float().tolist(), cached)
+        return TokenRows(final.outputs.data.float().tolist(), cached, frozenset(faults))
 
     def _failure(self, exc: Exception, input_tokens: int) -> StepValues:
         message = str(exc) or type(exc).__name__

@@ -3,7 +3,8 @@
 A real OpenAI-compatible HTTP server on 127.0.0.1 (`tests.openai_server.FakeServer`)
 answers with a ``usage`` that cannot be: more prompt tokens served from the cache than
 were sent, negative counts, counts that are no numbers.  The engine's answer holds
-counts that can be, and the log says so once per engine and fault.
+counts that can be, the log says so once per engine and fault, and the answer says
+which faults its counts had (`count_faults`: what the run counts and reports).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ async def test_cached_above_sent_is_clamped_and_said_once_naming_the_engine(
         second = await _complete(fake.url, usage, state)
     assert (first.input_tokens, first.cached_tokens) == (100, 100)
     assert (second.input_tokens, second.cached_tokens) == (100, 100)
+    # logged once, but each answer says so: the run counts both
+    assert first.count_faults == second.count_faults == {"cached_above_sent"}
     said = _warnings(caplog)
     assert len(said) == 1, said
     assert said[0].startswith("actors.engines.openai_compat: the engine reported 250 prompt ")
@@ -84,13 +87,19 @@ async def test_cached_above_sent_is_clamped_and_said_once_naming_the_engine(
 
 
 @pytest.mark.parametrize(
-    ("usage", "expected", "fault"),
+    ("usage", "expected", "fault", "kind"),
     [
-        ({"prompt_tokens": -40, "completion_tokens": 2}, (0, 0, 2), "prompt tokens -40"),
+        (
+            {"prompt_tokens": -40, "completion_tokens": 2},
+            (0, 0, 2),
+            "prompt tokens -40",
+            "negative",
+        ),
         (
             {"prompt_tokens": 50, "completion_tokens": -3},
             (50, 0, 0),
             "output tokens -3",
+            "negative",
         ),
         (
             {
@@ -100,6 +109,7 @@ async def test_cached_above_sent_is_clamped_and_said_once_naming_the_engine(
             },
             (50, 0, 2),
             "cached prompt tokens -9",
+            "negative",
         ),
         (
             {
@@ -109,11 +119,13 @@ async def test_cached_above_sent_is_clamped_and_said_once_naming_the_engine(
             },
             (50, 0, 2),
             "cached prompt tokens 'lots', no count",
+            "not_a_number",
         ),
         (
             {"prompt_tokens": 50.5, "completion_tokens": 2},
             (0, 0, 2),
             "prompt tokens 50.5, no count",
+            "not_a_number",
         ),
     ],
 )
@@ -125,11 +137,13 @@ async def test_counts_that_cannot_be_are_clamped_to_counts_that_can(
     usage: dict[str, Any],
     expected: tuple[int, int, int],
     fault: str,
+    kind: str,
 ) -> None:
     state, fake = server
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         answer = await _complete(fake.url, usage, state)
     assert (answer.input_tokens, answer.cached_tokens, answer.output_tokens) == expected
+    assert answer.count_faults == {kind}
     assert answer.finish is not FinishReason.ERROR  # the text itself is fine
     said = _warnings(caplog)
     assert any(fault in line for line in said), said
@@ -139,10 +153,21 @@ def test_every_engines_answer_is_checked_as_it_is_made() -> None:
     # the contract's own types, so an engine added later is covered too
     values = StepValues((0.5,), input_tokens=10, cached_tokens=40)
     assert (values.input_tokens, values.cached_tokens) == (10, 10)
+    assert values.count_faults == {"cached_above_sent"}
     answer = Completion("x", -1, FinishReason.EOS, input_tokens=-5, cached_tokens=3)
     assert (answer.input_tokens, answer.cached_tokens, answer.output_tokens) == (0, 0, 0)
+    # the prompt read as 0, so its 3 cached tokens were more than it: both faults
+    assert answer.count_faults == {"negative", "cached_above_sent"}
     fine = Completion("x", 3, FinishReason.EOS, input_tokens=20, cached_tokens=16)
     assert (fine.input_tokens, fine.cached_tokens, fine.output_tokens) == (20, 16, 3)
+    assert fine.count_faults == frozenset()
+    # what the engine found before it made the answer is kept with what the answer finds
+    found = Completion("x", 3, FinishReason.EOS, 20, count_faults=frozenset({"negative"}))
+    assert found.count_faults == {"negative"}
+    both = StepValues((), "seven", 9, count_faults={"negative"})  # type: ignore[arg-type]
+    assert both.count_faults == {"negative", "not_a_number", "cached_above_sent"}
+    assert isinstance(both.count_faults, frozenset)  # the answer stays hashable
+    hash(both)
 
 
 def test_llamacpps_timings_feed_the_hit_rate_only_as_counts(
@@ -166,9 +191,11 @@ def test_llamacpps_timings_feed_the_hit_rate_only_as_counts(
     seen = engine.prompt_tokens_evaluated + engine.prompt_tokens_cached
     assert 0 <= engine.prompt_tokens_cached / seen <= 1
     assert len(_warnings(caplog)) == 2  # cached above sent; computed prompt tokens below 0
+    assert answer.count_faults == {"cached_above_sent", "negative"}
     broken = dict(data, timings="not a mapping", tokens_evaluated="many")
     answer = LlamaCppEngine._completion(engine, broken, 16)  # type: ignore[arg-type]
     assert (answer.input_tokens, answer.cached_tokens, answer.output_tokens) == (0, 0, 2)
+    assert answer.count_faults == {"not_a_number"}
 
 
 def test_vllms_cache_reads_feed_its_hit_rate_only_as_counts(
@@ -187,9 +214,10 @@ def test_vllms_cache_reads_feed_its_hit_rate_only_as_counts(
     )
     result = SimpleNamespace(outputs=[output], prompt_token_ids=list(range(10)))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        for cached in (40, -3):
+        for cached, fault in ((40, "cached_above_sent"), (-3, "negative")):
             result.num_cached_tokens = cached
             answer = VLLMEngine._completion(engine, result, 16, 0)  # type: ignore[arg-type]
             assert 0 <= answer.cached_tokens <= answer.input_tokens == 10
+            assert answer.count_faults == {fault}
     assert (engine.prompt_tokens_seen, engine.cached_tokens_seen) == (20, 10)
     assert len(_warnings(caplog)) == 2
