@@ -3,6 +3,8 @@
 Every number is recomputed from the run's committed Parquet (`trees` with its anytime
 traces and node scores, `nodes` with the labelled answered nodes), so the report can be
 rewritten at any time (`bgmcts report out/run=<id>`) and says the same thing as the data.
+One thing the Parquet cannot hold comes from run.json: the engine answers whose token
+counts were clamped as they entered (`pipeline.report.clamped_answers`).
 The anytime figures and the PRM percentile table reuse the evaluation report's code
 (`pipeline.report`): a synthesis run is read as a one-method, one-budget grid.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,12 @@ from pipeline.report.anytime import (
     budget_markers,
     early_stopping_methods,
 )
+from pipeline.report.clamped_answers import (
+    ClampedAnswers,
+    clamped_answers_note,
+    clamped_as_json,
+    clamped_from_manifest,
+)
 from pipeline.report.curves import DPI, write_curves
 from pipeline.report.engine_reads import HEADER as READS_HEADER
 from pipeline.report.engine_reads import (
@@ -41,7 +49,7 @@ from pipeline.report.load import RunData, flatten_trace
 from pipeline.report.markdown import fraction, percentiles_markdown
 from pipeline.report.tables import prm_percentiles_table
 from pipeline.report.yields import has_yield, yield_markdown, yield_table
-from pipeline.store.run_folder import RunFolder
+from pipeline.store.run_folder import MANIFEST, RunFolder
 from search.scorer_kinds import DEFAULT_SCORER_KIND
 
 # Two figures per tree, each named once, the same in the run summary, the report and docs:
@@ -96,6 +104,8 @@ class ReportNumbers:
     # answered nodes without a label: their comparison with the reference was cut off by
     # the grading time limit (neither correct nor incorrect; precision leaves them out)
     ungraded_nodes: int = 0
+    # per engine: its answers whose token counts were clamped (from run.json's summary)
+    clamped_answers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -147,7 +157,10 @@ def report_numbers(trees: Any, nodes: Any, prices: PricesConfig | None = None) -
         money_per_correct_node=None if money is None else _ratio(money, correct),
         currency=None if prices is None else prices.currency,
         scored_nodes=sum(len(s or ()) for s in scores),
-        **tokens,
+        policy_output_tokens=tokens["policy_output_tokens"],
+        policy_input_tokens=tokens["policy_input_tokens"],
+        prm_input_tokens=tokens["prm_input_tokens"],
+        prm_output_tokens=tokens["prm_output_tokens"],
     )
 
 
@@ -416,9 +429,11 @@ def report_markdown(
     training: str | None = None,
     yields: str | None = None,
     scorer: str | None = None,
+    clamped: dict[str, ClampedAnswers] | None = None,
 ) -> str:
     """The whole `report.md`: sections joined by blank lines, in reading order; `scorer`
-    is the run's `scorer.kind` (None: unknown, as for a folder without a manifest)."""
+    is the run's `scorer.kind` (None: unknown, as for a folder without a manifest),
+    `clamped` the engines' answers whose counts were clamped (run.json's)."""
     n = numbers
     totals = _totals_rows(n, scorer)
     longest, shortest = _extremes(trees)
@@ -441,7 +456,7 @@ def report_markdown(
         "Prompt tokens each engine was sent (every call's prompt), those it read from its "
         "prefix cache, and the rest, which it computed (prefill).",
         _md_table(READS_HEADER, _reads_rows(n)),
-        *filter(None, [clamped_note(_reads(n))]),
+        *filter(None, [clamped_note(_reads(n)), clamped_answers_note(clamped or {})]),
         "## The five longest trees (wall time)",
         _md_table(_TREE_HEADER, _tree_rows(longest)),
         "## The five shortest trees (wall time)",
@@ -458,7 +473,10 @@ def write_run_report(
     run_dir = Path(run_dir)
     folder = RunFolder.at(run_dir)
     trees, nodes = read_run(folder)
-    numbers = report_numbers(trees, nodes, prices)
+    clamped = clamped_from_manifest(folder.read_manifest(), folder.store.join(MANIFEST))
+    numbers = replace(
+        report_numbers(trees, nodes, prices), clamped_answers=clamped_as_json(clamped)
+    )
     written: list[Path] = []
     figures: list[Path] = []
     percentiles = "(no scored nodes)"
@@ -482,6 +500,7 @@ def write_run_report(
             training_rows_markdown(trees, folder.counts()),
             None if (table := run_yield(trees)) is None else yield_markdown(table),
             scorer,
+            clamped,
         )
     )
     (run_dir / REPORT_JSON).write_text(json.dumps(asdict(numbers), indent=2) + "\n")

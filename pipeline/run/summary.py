@@ -17,6 +17,11 @@ from rich.table import Table
 
 from pipeline.config import PricesConfig, parse_config
 from pipeline.errors import InputError
+from pipeline.report.clamped_answers import (
+    ClampedAnswers,
+    clamped_from_manifest,
+    clamped_sentences,
+)
 from pipeline.report.run_report import (
     ANY_NODE_CORRECT,
     CHOSEN_CORRECT,
@@ -64,6 +69,9 @@ class RunSummary:
     contaminated: dict[str, int] = field(default_factory=dict)
     # quality gate (<record>.<gate>) -> training rows it kept out (`trees.gate_drops`)
     gate_drops: dict[str, int] = field(default_factory=dict)
+    # engine ("policy", "scorer") -> its answers whose token counts were clamped, over the
+    # run's invocations that reached their end (`pipeline.report.clamped_answers`)
+    clamped: dict[str, ClampedAnswers] = field(default_factory=dict)
 
     @property
     def precision(self) -> float | None:
@@ -127,6 +135,9 @@ class RunSummary:
                 f"{self.stopped}: not searched (max_wall_s); rerun to search them",
             )
         table.add_row("grading timeouts", str(self.grade_timeouts))
+        if self.clamped:
+            said = clamped_sentences(self.clamped)
+            table.add_row("clamped token counts", "\n".join(said))
         ungraded = f" ({self.ungraded_nodes} ungraded)" if self.ungraded_nodes else ""
         table.add_row("answered nodes", f"{self.answered_nodes}{ungraded}")
         table.add_row("correct answered nodes", f"{self.correct_nodes} (precision {precision})")
@@ -181,6 +192,8 @@ def summarize_run_dir(run_dir: str | Path) -> RunSummary:
         summary.count_gate_drops(tree)
     summary.grade_timeouts = sum(int(t.get("grade_timeouts") or 0) for t in trees)
     summary.rows = folder.counts()
+    # not in the Parquet (the counts there are the clamped ones): what run.json recorded
+    summary.clamped = clamped_from_manifest(folder.read_manifest(), folder.store.join(MANIFEST))
     return summary
 
 

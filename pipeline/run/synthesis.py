@@ -37,6 +37,14 @@ from pipeline.config import RunConfig
 from pipeline.errors import EmptySelection, InputError, OutputFullError, OutputLocationError
 from pipeline.problems.sources import check_source
 from pipeline.records import SCHEMAS
+from pipeline.report.clamped_answers import (
+    CLAMPED_KEY,
+    ClampedAnswers,
+    clamped_as_json,
+    clamped_from_board,
+    clamped_from_manifest,
+    merge_clamped,
+)
 from pipeline.report.engine_reads import COLUMNS as READ_COLUMNS
 from pipeline.report.engine_reads import EngineReads, engine_reads
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
@@ -56,7 +64,7 @@ from pipeline.store.filesystem import (
     out_of_space,
 )
 from pipeline.store.lease import Lease
-from pipeline.store.run_folder import RunFolder
+from pipeline.store.run_folder import MANIFEST, RunFolder
 from pipeline.store.sink import ParquetSink
 
 ProgressTarget = TextIO | Literal["stderr"] | None
@@ -257,7 +265,12 @@ def _synthesize(
     # neither, a committed tree has no log to clean (no listing per tree on a bucket).
     logged = config.replay.enabled or bool(request_log.logged_trees(folder.store))
     summary = RunSummary(run_id, folder.location)
-    write_manifest(config, folder)
+    # what earlier invocations of this run recorded: run.json keeps the run's total
+    summary.clamped = _earlier_clamped(folder)
+    if summary.clamped:  # kept in run.json while this invocation runs
+        write_manifest(config, folder, summary={CLAMPED_KEY: clamped_as_json(summary.clamped)})
+    else:
+        write_manifest(config, folder)
     summary.problems = selection
     if selection:
         if not verbose:
@@ -283,7 +296,7 @@ def _synthesize(
         live = _live_progress(board, config, selection, progress, progress_every_s)
         try:
             _commit_stream(dataset, sink, summary, folder, logged, live)
-            _record_board(summary, board)
+            _record_board(summary, board, config)
         finally:
             if live is not None:
                 live.stop()
@@ -407,9 +420,19 @@ def _engine_reads(folder: RunFolder) -> dict[str, EngineReads]:
     return engine_reads(pd.concat([t.to_pandas() for t in tables] or [pd.DataFrame()]))
 
 
-def _record_board(summary: RunSummary, board: Any) -> None:
-    """From the board's last snapshot: what the request logs answered instead of the
-    engines, and the trees each actor admitted and ran at once (`actors.progress`)."""
+def _earlier_clamped(folder: RunFolder) -> dict[str, ClampedAnswers]:
+    """The engine answers whose counts were clamped in earlier invocations of this run, as
+    its run.json says (none for a new run); a run.json that cannot be read is replaced
+    by this invocation's, as it always was: a warning, not a failed run."""
+    try:
+        return clamped_from_manifest(folder.read_manifest(), folder.store.join(MANIFEST))
+    except InputError as exc:
+        print(f"warning: {exc}; earlier clamped counts are not carried over", file=sys.stderr)
+        return {}
+
+
+def _record_board(summary: RunSummary, board: Any, config: RunConfig) -> None:
+    """The board's last snapshot into the summary (`record_snapshot`)."""
     import ray
 
     try:
@@ -417,12 +440,21 @@ def _record_board(summary: RunSummary, board: Any) -> None:
     except Exception as exc:  # only summary numbers: never fail a finished run
         print(f"warning: board counts unavailable: {redact_text(exc)}", file=sys.stderr)
         return
+    record_snapshot(summary, snap, config)
+
+
+def record_snapshot(summary: RunSummary, snap: dict[str, Any], config: RunConfig) -> None:
+    """From a progress board's snapshot (`actors.progress`): what the request logs answered
+    instead of the engines, the trees each actor admitted and ran at once, and the engine
+    answers whose token counts were clamped, added to earlier invocations'."""
     summary.replayed_requests = int(snap.get("replayed_requests", 0))
     summary.replayed_tokens = int(snap.get("replayed_policy_output_tokens", 0)) + int(
         snap.get("replayed_prm_output_tokens", 0)
     )
     summary.admitted_per_actor = int(snap.get("admitted") or 0) or None
     summary.peak_in_flight_per_actor = int(snap.get("peak_in_flight") or 0) or None
+    engines = {"policy": config.policy.engine.kind, "scorer": config.scorer.engine.kind}
+    summary.clamped = merge_clamped(summary.clamped, clamped_from_board(snap, engines))
 
 
 def search_stage(
@@ -479,4 +511,5 @@ def _summary_fields(summary: RunSummary) -> dict[str, Any]:
         "wall_time_s": round(summary.wall_time_s, 1),
         "admitted_per_actor": summary.admitted_per_actor,
         "peak_in_flight_per_actor": summary.peak_in_flight_per_actor,
+        CLAMPED_KEY: clamped_as_json(summary.clamped),
     }
