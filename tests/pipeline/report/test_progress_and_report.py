@@ -92,6 +92,9 @@ def _recomputed(run_dir: Path) -> dict[str, Any]:
     trees = pq.read_table(run_dir / "trees").to_pylist()
     nodes = pq.read_table(run_dir / "nodes").to_pylist()
     correct = sum(bool(n["label"]) for n in nodes)
+    # an answer whose comparison outlived the grading limit (a cold grading pool on a busy
+    # machine) has no label: precision is over the graded ones
+    graded = sum(n["label"] is not None for n in nodes)
     cost = sum(t["c_used"] for t in trees)
     money = (
         sum(t["policy_output_tokens"] for t in trees) * 2.0
@@ -102,7 +105,7 @@ def _recomputed(run_dir: Path) -> dict[str, Any]:
         "answered_trees": sum(t["n_answered"] > 0 for t in trees),
         "answered_nodes": len(nodes),
         "correct_nodes": correct,
-        "precision": correct / len(nodes),
+        "precision": correct / graded,
         "trees_with_correct": sum(t["n_correct"] > 0 for t in trees),
         "chosen_correct": sum(bool(t["correct"]) for t in trees),
         "chosen_graded": sum(t["correct"] is not None for t in trees),
