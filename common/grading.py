@@ -52,6 +52,8 @@ _POOL_WORKERS = 2
 # What a call may take past its limit: a cold pool's start, or a wait for a busy worker.
 # `compare` and `compare_all` return within `timeout_s + POOL_START_ALLOWANCE_S`.
 POOL_START_ALLOWANCE_S = 1.5
+# How long `pool_ready` waits for a pool to start: a start took about 10 s at load 9.
+POOL_READY_WAIT_S = 120.0
 # Kept back from the allowance for what follows the deadline: cancelling the comparison
 # (its worker is killed in pebble's own thread) and waking the caller on a busy loop.
 _RETURN_RESERVE_S = 0.25
@@ -302,6 +304,22 @@ def warm_up() -> None:
     A process that will grade calls it early, so that its first comparisons do not
     spend their limit on the pool's start."""
     _pool_start()
+
+
+async def pool_ready(timeout_s: float = POOL_READY_WAIT_S) -> bool:
+    """Wait (at most `timeout_s`) for the comparison pool to be up, starting it if need be;
+    whether it is.
+
+    `compare` counts a cold pool's start inside its bound, so on a busy machine, where the
+    start takes longer than the limit, the first comparisons of a process time out and
+    their answers are left ungraded.  A caller that labels training data waits here first:
+    its labels then do not depend on how busy the machine was when it began."""
+    start = _pool_start()
+    try:
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(start.ready)), timeout_s)
+    except Exception:  # not up in time, or it cannot start: `compare` says so in its verdicts
+        return False
+    return True
 
 
 def _stop(ready: concurrent.futures.Future[Any]) -> None:

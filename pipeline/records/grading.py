@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from actors.prompts import POLICY_INSTRUCTION
-from common.grading import Verdict, compare_all, too_costly
+from common.grading import Verdict, compare_all, pool_ready, too_costly
 from pipeline.records.config import PseudoLabel, RecordsConfig
 from pipeline.records.splits import split_of
 from pipeline.records.training_text import TrainingText, training_text
@@ -228,6 +228,11 @@ async def grade_for_records(
     (`instruction`, the search's user-turn template, with `prompt.search_prompt`; else
     `prompt.template`) and the problem's held-out split."""
     template = instruction if config.prompt.search_prompt else config.prompt.template
+    if reference is not None or config.pseudo_label == "majority":
+        # The comparisons' limit is for the answers, not for the grading pool's start: a
+        # cold start on a busy machine would time them out and leave them ungraded, so
+        # the rows would depend on the load.
+        await pool_ready()
     return await grade_result(
         result,
         reference,

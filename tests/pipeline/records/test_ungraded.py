@@ -13,7 +13,11 @@ grading pool's start), not a fake grader.  One test times out for real, through
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +42,7 @@ PROBLEM = "Tom has 5 apples and buys 7 more. How many apples does he have?"
 TRAINING = ("sft", "dpo", "step_dpo", "kto", "prm")
 # every row visible: no edit-distance, top-k or near-duplicate gate that one path's absence
 # could move (a near duplicate kept instead of an ungraded one would be a new row)
+REPO = Path(__file__).resolve().parents[3]
 OPEN = {"min_edit_distance": 0, "sft_top_k": 0, "near_duplicate": 1.0}
 CONFIGS = {
     "default": {"gates": OPEN},
@@ -375,3 +380,47 @@ async def test_the_run_report_and_summary_count_ungraded_nodes_apart() -> None:
     summary.account(records)
     assert summary.precision == pytest.approx(1 / 3)
     assert (summary.answered_nodes, summary.ungraded_nodes) == (4, 1)
+
+
+SLOW_START = """
+import asyncio, json, time
+import common.grading as grading
+from pipeline.records import RecordsConfig, records_for
+from search.answers import AnswerExtraction
+from tests.pipeline.records.test_ungraded import OPEN, _search
+
+start = grading._PoolStart._start
+
+def slow_start(self):  # a start as slow as on a machine at load 9 (about 10 s seen)
+    time.sleep(4)
+    start(self)
+
+grading._PoolStart._start = slow_start
+
+async def main():
+    result = await _search(2)
+    config = RecordsConfig.model_validate({"gates": OPEN, "grade_timeout_s": 1.0})
+    records = await records_for(
+        result, "12", problem_id="p", run_id="r", config=config, extraction=AnswerExtraction.BOXED
+    )
+    labels = {r["node_id"]: r["label"] for r in records["tree_nodes"]}
+    expected = {n.id: n.answer == "12" for n in result.answered_nodes}
+    got = {str(k): labels[k] for k in expected}
+    want = {str(k): v for k, v in expected.items()}
+    print(json.dumps([got, want, records["trees"][0]["grade_timeouts"]]))
+
+asyncio.run(main())
+"""
+
+
+def test_a_grading_pool_slower_to_start_than_the_limit_still_labels_every_answer() -> None:
+    """In a fresh interpreter (a cold pool) whose pool takes 4 s to start, longer than the
+    1 s limit and its 1.5 s allowance: the records wait for the pool before they compare,
+    so every answer is labelled as the mathematics says, none left ungraded by the load."""
+    out = subprocess.run(
+        [sys.executable, "-c", SLOW_START], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    labels, expected, timeouts = json.loads(out.stdout.splitlines()[-1])
+    assert expected and labels == expected
+    assert timeouts == 0
