@@ -35,22 +35,31 @@ TOKEN = "hf_report_FAKE_token_0123456789"
 LINE = re.compile(r"trees (\d+)/(\d+) done, (\d+) in flight.*\| nodes (\d+) \|")
 
 
+ENGINE = {
+    "kind": "load_model",
+    "output_tokens": 16,
+    "answer_every": 3,
+    "decode_base_ms": 9.375,
+    "decode_per_seq_ms": 0,
+}
+
+
 def _config(root: Path, problems: Path) -> dict[str, Any]:
     return run_config(
         problems,
         root,
         budget=192,
-        engine={
-            "kind": "load_model",
-            "output_tokens": 16,
-            "answer_every": 3,
-            "decode_base_ms": 9.375,
-            "decode_per_seq_ms": 0,
-        },
+        engine=ENGINE,
         run_id="progress",
         prices={"policy_output": 2.0, "prm_input": 0.5},
         trees_per_actor=3,
         ray_num_cpus=2,
+        # the scorer's engine reports more cached prompt tokens than it was sent in every
+        # answer (a setting for tests): clamped in its replica, said in run.json and report
+        scorer={
+            "engine": {**ENGINE, "cached_over_sent": 7},
+            "genprm": {"max_analysis_tokens": 4},
+        },
     )
 
 
@@ -214,6 +223,35 @@ def test_trees_written_before_the_yield_columns_are_left_out_of_the_yield(
     assert table["searches"].sum() == len(kept)
     assert table["policy_output_tokens"].sum() == kept["policy_output_tokens"].sum()
     assert table["dpo_pairs"].sum() == kept["dpo_pairs"].sum()
+
+
+@pytest.mark.e2e
+def test_an_engines_out_of_range_counts_reach_run_json_and_the_report(
+    run: tuple[Path, str],
+) -> None:
+    # clamped in the scorer's replica before anything was stored, they were said only in
+    # that replica's log: the trees hold the clamped counts and show nothing
+    run_dir, _ = run
+    clamped = json.loads((run_dir / "run.json").read_text())["summary"]["clamped_answers"]
+    assert set(clamped) == {"scorer"}  # the policy's engine counts right
+    scorer = clamped["scorer"]
+    n = scorer["answers"]
+    assert scorer == {
+        "engine": "load_model",
+        "answers": n,
+        "cached_above_sent": n,
+        "negative": 0,
+        "not_a_number": 0,
+    }
+    # GenPRM asks for an analysis and a judgement for every node it scores
+    assert n >= 2 * json.loads((run_dir / REPORT_JSON).read_text())["scored_nodes"]
+    markdown = (run_dir / REPORT_MD).read_text()
+    assert (
+        f"The scorer engine (load_model) reported out-of-range token counts in {n} answers "
+        f"(cached > sent: {n}); they were clamped as they entered." in markdown
+    )
+    reads = json.loads((run_dir / REPORT_JSON).read_text())["engine_reads"]["scorer"]
+    assert reads["hit_rate"] == 1.0 and reads["clamped_trees"] == 0  # clamped counts stored
 
 
 @pytest.mark.e2e
