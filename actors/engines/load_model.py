@@ -124,6 +124,17 @@ class LoadCurveConfig(EngineConfigBase):
         "check clamps and the run report names); 0: counts that can be",
     )
 
+    @model_validator(mode="after")
+    def _a_step_takes_time(self) -> LoadCurveConfig:
+        # the curve's ceiling is sequences per step time: a step of no time has none (its
+        # batcher divided by zero in its loop, and every request waited for ever)
+        if self.decode_base_ms == 0 and self.decode_per_seq_ms == 0:
+            raise ValueError(
+                "decode_base_ms and decode_per_seq_ms are both 0: a decode step would take "
+                "no time; set one of them above 0"
+            )
+        return self
+
     def batcher(self) -> ContinuousBatcher:
         """A simulated engine on this curve (its fields in ms and ns, the curve's in
         seconds), with its own prefix cache."""

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from actors.config import ScorerConfig, ServiceConfig
 from actors.engines.base import Completion, Engine, Sampling
@@ -256,3 +257,12 @@ def test_decode_steps_pay_for_the_context_the_batch_holds() -> None:
     )
     assert curve.ceiling_at(0) == pytest.approx(4 / 0.001)
     assert curve.ceiling_at(1000) == pytest.approx(4 / (0.001 + 4 * 1000 * 1e-5))
+
+
+def test_a_curve_whose_step_takes_no_time_is_refused_when_the_config_is_read() -> None:
+    """Both step costs 0 divided by zero in the batcher's loop, and every request waited
+    for ever without a word."""
+    with pytest.raises(ValidationError, match="decode_base_ms and decode_per_seq_ms are both 0"):
+        LoadModelConfig.model_validate(
+            {"kind": "load_model", "decode_base_ms": 0, "decode_per_seq_ms": 0}
+        )
