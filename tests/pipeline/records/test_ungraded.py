@@ -228,13 +228,11 @@ class _Tree:
         self.twelve = add(0, " Tom has 5 + 7 = 12 apples. The answer is 12.", 0.9)
 
 
-async def test_a_hand_built_tree_keeps_every_label_that_rests_on_the_timeout_out() -> None:
+async def _hand_graded() -> tuple[_Tree, GradedTree]:
+    """The hand-built tree graded against 12, its answer 7's comparison timing out."""
     built = _Tree()
     result = SearchResult(
         PROBLEM, "bg_mcts", 0, 300, 100, built.tree, None, None, TokenCounts(), [], "x", 1, 0
-    )
-    config = RecordsConfig.model_validate(
-        {"gates": OPEN, "self_correction": "include", "max_pairs_per_problem": 9}
     )
     graded = await grade_result(
         result,
@@ -243,6 +241,14 @@ async def test_a_hand_built_tree_keeps_every_label_that_rests_on_the_timeout_out
         timeout_s=30,
         extraction=AnswerExtraction.LAST_NUMBER,
         compare=_timing_out("7"),
+    )
+    return built, graded
+
+
+async def test_a_hand_built_tree_keeps_every_label_that_rests_on_the_timeout_out() -> None:
+    built, graded = await _hand_graded()
+    config = RecordsConfig.model_validate(
+        {"gates": OPEN, "self_correction": "include", "max_pairs_per_problem": 9}
     )
     records = rows_for(graded, BuildContext(config, run_id="r"))
     used = _used(records)
@@ -331,18 +337,7 @@ async def test_check_flags_a_kto_row_of_an_ungraded_node() -> None:
     """`bgmcts check`'s kto_label: our rows are clean; a kto row of a node the nodes table
     holds as ungraded (a table written by an older build, or edited) is dirty, whatever its
     label (before, a false label on it passed: bool(None) is False)."""
-    built = _Tree()
-    result = SearchResult(
-        PROBLEM, "bg_mcts", 0, 300, 100, built.tree, None, None, TokenCounts(), [], "x", 1, 0
-    )
-    graded = await grade_result(
-        result,
-        "12",
-        problem_id="hand",
-        timeout_s=30,
-        extraction=AnswerExtraction.LAST_NUMBER,
-        compare=_timing_out("7"),
-    )
+    built, graded = await _hand_graded()
     records = rows_for(graded, BuildContext(RecordsConfig.model_validate({"gates": OPEN})))
     clean = await hygiene({"kto": records["kto"]}, records["nodes"], records["trees"])
     assert clean.tables["kto"].checks["kto_label"] == 0
@@ -355,18 +350,7 @@ async def test_check_flags_a_kto_row_of_an_ungraded_node() -> None:
 async def test_the_run_report_and_summary_count_ungraded_nodes_apart() -> None:
     """The run report's and the summary's precision is over the graded answered nodes, and
     both say how many were ungraded (before, an ungraded node counted as a wrong one)."""
-    built = _Tree()
-    result = SearchResult(
-        PROBLEM, "bg_mcts", 0, 300, 100, built.tree, None, None, TokenCounts(), [], "x", 1, 0
-    )
-    graded = await grade_result(
-        result,
-        "12",
-        problem_id="hand",
-        timeout_s=30,
-        extraction=AnswerExtraction.LAST_NUMBER,
-        compare=_timing_out("7"),
-    )
+    _, graded = await _hand_graded()
     records = rows_for(graded, BuildContext(RecordsConfig(), run_id="r"))
     trees = to_table(records["trees"], TREES_SCHEMA)
     nodes = to_table(records["nodes"], NODES_SCHEMA).to_pandas()
