@@ -104,15 +104,21 @@ def _invocation(run: Path, snapshot: dict[str, Any], problems: Path) -> RunSumma
     return summary
 
 
+def _copied_run(records_run: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the shared run to write to, and a one-problem source file for its config."""
+    run = tmp_path / "out" / records_run.name
+    shutil.copytree(records_run, run)
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text('{"id": "p", "question": "1 + 1?", "answer": "2"}\n')
+    return run, problems
+
+
 def test_answers_an_engine_counted_wrong_are_in_run_json_the_summary_and_the_report(
     records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # the counts were clamped before they were stored: the trees show nothing, and the
     # summary, run.json and the report said nothing either (only a replica's log did)
-    run = tmp_path / "out" / records_run.name
-    shutil.copytree(records_run, run)
-    problems = tmp_path / "problems.jsonl"
-    problems.write_text('{"id": "p", "question": "1 + 1?", "answer": "2"}\n')
+    run, problems = _copied_run(records_run, tmp_path)
     cached = ClampedCounts.of({"cached_above_sent"})
     first = _board(policy=cached + cached)
     _invocation(run, first, problems)
@@ -163,10 +169,7 @@ def test_answers_an_engine_counted_wrong_are_in_run_json_the_summary_and_the_rep
 def test_a_run_whose_engines_counted_right_says_nothing_of_it(
     records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = tmp_path / "out" / records_run.name
-    shutil.copytree(records_run, run)
-    problems = tmp_path / "problems.jsonl"
-    problems.write_text('{"id": "p", "question": "1 + 1?", "answer": "2"}\n')
+    run, problems = _copied_run(records_run, tmp_path)
     summary = _invocation(run, _board(), problems)
     assert not summary.clamped
     assert json.loads((run / "run.json").read_text())["summary"]["clamped_answers"] == {}
