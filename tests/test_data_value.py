@@ -2,8 +2,9 @@
 the per-method run configs, grading (real math-verify) and the table with its last lines
 (the statistics and grading helpers themselves: tests/benchmarks/support/).
 
-The TRL half (training and generation) is tested in tests/trl/test_data_value.py; the
-summary here reads a result of the same shape `benchmarks.data_value.train` writes.
+The TRL half (training and generation) is tested in tests/trl/test_self_improve.py, on the
+checkpoint one step of the self-improvement loop trains; the summary here reads a result of
+the same shape `benchmarks.data_value.train` writes.
 """
 
 from __future__ import annotations

@@ -12,7 +12,10 @@ held-out problems from every checkpoint.  Nothing here can check that the search
 that the two methods spent the same total-token budget, and that the result names
 what it measured.  That whole loop is the self-improvement scenario (tests/scenarios.py);
 the landing gate runs one step of it (`--round0-only`: round 0's search, two SFT steps on
-its rows, the probe answered by the base model and the new checkpoint).
+its rows, the probe answered by the base model and the new checkpoint), and reads that step
+again to check the benchmarks' TRL half (`benchmarks.data_value.train`, which the data-value
+benchmark uses too): the checkpoint is a full fine-tune, answers hold no echoed prompt,
+greedy answers do not depend on the batch, and a checkpoint trains on from itself.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +39,11 @@ MAIN_PYTHON = Path(os.environ.get("BGMCTS_MAIN_PYTHON", REPO / ".venv" / "bin" /
 # and the loop went past 1,800 s.  So the deadline is set for a starved loop; a hang still
 # ends well inside CI's 90 minutes.
 TIMEOUT_S = 3600
+# Two held-out prompts of different lengths, so a batch of both pads one of them.
+HELD_OUT = [
+    "Ana has 5 apples. Then Ana gets 7 more apples. How many apples does Ana have now?",
+    "Ben has 9 marbles. Then Ben gives away 4 marbles. How many marbles does Ben have now?",
+]
 
 
 def self_improve(work: Path, *extra: str) -> str:
@@ -77,15 +86,22 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     return {"work": work, "stdout": self_improve(work)}
 
 
-def test_one_round_searches_then_trains_sft_on_its_rows(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+@pytest.fixture(scope="module")
+def step(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One step of the loop (`--round0-only`), read by every test below that is not a
+    scenario: the benchmark's TRL half (`benchmarks.data_value.train`) is checked on the
+    checkpoint this step trained, rather than on one trained again for the purpose."""
+    work = tmp_path_factory.mktemp("self-improve-step")
+    stdout = self_improve(work, "--round0-only")
+    result = json.loads((work / "round0.result.json").read_text())
+    return {"work": work, "stdout": stdout, "result": result}
+
+
+def test_one_round_searches_then_trains_sft_on_its_rows(step: dict[str, Any]) -> None:
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-    work = tmp_path_factory.mktemp("self-improve-step")
-    values = dict(
-        line.split("=", 1) for line in self_improve(work, "--round0-only").splitlines()[-5:]
-    )
+    work = step["work"]
+    values = dict(line.split("=", 1) for line in step["stdout"].splitlines()[-5:])
     assert list(values) == [
         "round0_trees",
         "round0_sft_rows",
@@ -102,6 +118,104 @@ def test_one_round_searches_then_trains_sft_on_its_rows(
     for key in ("pass_at_1_base", "pass_at_1_round0"):
         assert 0.0 <= float(values[key]) <= 1.0
     assert not (work / "round0-policy.gguf").exists()  # it stopped after one step
+
+
+def test_training_ran_its_steps_and_saved_a_checkpoint_that_differs_from_base(
+    step: dict[str, Any],
+) -> None:
+    import torch
+
+    from benchmarks.data_value.train import load_model
+
+    stats = step["result"]["train"]["round0"]
+    rows = (step["work"] / "round0.sft.jsonl").read_text().splitlines()
+    assert stats["rows"] == len(rows) and stats["steps"] == 2
+    assert stats["first_loss"] is not None and stats["last_loss"] is not None
+    assert 0 < stats["train_loss"] < 20
+    ckpt = step["work"] / "ckpt-round0"
+    config = json.loads((ckpt / "config.json").read_text())
+    assert "quantization_config" not in config  # a plain float checkpoint
+    base, tuned = load_model(None), load_model(str(ckpt))
+    changed = [
+        name
+        for (name, a), (_, b) in zip(base.named_parameters(), tuned.named_parameters(), strict=True)
+        if not torch.equal(a, b)
+    ]
+    assert len(changed) > 10  # a full fine-tune moves every layer, not one head
+
+
+def test_base_and_checkpoint_drew_every_probe_answer_without_the_prompt(
+    step: dict[str, Any],
+) -> None:
+    job = json.loads((step["work"] / "round0.job.json").read_text())
+    prompts, k = job["sample"]["prompts"], job["sample"]["samples"]
+    samples = step["result"]["samples"]
+    assert set(samples) == {"base", "round0"}
+    for draws in samples.values():
+        assert [len(d) for d in draws] == [k] * len(prompts)
+        for prompt, texts in zip(prompts, draws, strict=True):
+            assert all(isinstance(t, str) and t.strip() for t in texts)
+            # the prompt is not echoed back: only the new tokens are decoded
+            assert not any(t.startswith(prompt) for t in texts)
+
+
+def test_greedy_answers_do_not_depend_on_the_batch() -> None:
+    from benchmarks.data_value.train import generate, load_tokenizer
+
+    lengths = {len(load_tokenizer().encode(p)) for p in HELD_OUT}
+    assert len(lengths) == 2  # the two prompts of one batch differ: one is padded
+    alone = generate(None, HELD_OUT, batch_size=1, max_new_tokens=12)
+    together = generate(None, HELD_OUT, batch_size=2, max_new_tokens=12)
+    assert alone == together and all(t.strip() for t in alone)
+
+
+def test_a_checkpoint_trains_on_from_itself_and_draws_k_answers(step: dict[str, Any]) -> None:
+    """The self-improvement loop's round 1 starts from the round-0 checkpoint (``init``),
+    and pass@k draws several answers per prompt, seeded."""
+    from benchmarks.data_value.train import generate, load_model, run_job
+
+    work = step["work"]
+    job = {
+        "train": {
+            "next": {
+                "rows": str(work / "round0.sft.jsonl"),
+                "out_dir": str(work / "ckpt-next"),
+                "init": str(work / "ckpt-round0"),
+            }
+        },
+        "models": {},
+        "hyper": {
+            "steps": 1,
+            "batch_size": 2,
+            "learning_rate": 5e-5,
+            "seed": 0,
+            "max_length": 512,
+            "eval_batch_size": 2,
+            "max_new_tokens": 8,
+        },
+        "sample": {"prompts": HELD_OUT, "models": ["next"], "samples": 3, "temperature": 1.0},
+    }
+    result = run_job(job)
+    assert result["train"]["next"]["steps"] == 1
+    base, start = load_model(None), load_model(str(work / "ckpt-round0"))
+    tuned = load_model(str(work / "ckpt-next"))
+
+    def distance(x: Any, y: Any) -> float:
+        return sum(
+            float((p - q).abs().sum()) for p, q in zip(x.parameters(), y.parameters(), strict=True)
+        )
+
+    # one step from the round-0 checkpoint: nearer to it than to the base it left
+    assert 0 < distance(tuned, start) < distance(tuned, base)
+    draws = result["samples"]["next"]
+    assert [len(d) for d in draws] == [3, 3]
+    again = generate(
+        str(work / "ckpt-next"), HELD_OUT, batch_size=2, max_new_tokens=8, samples=3,
+        temperature=1.0,
+    )  # fmt: skip
+    assert [t for d in draws for t in d] == again  # seeded: the same draws again
+    # a second run of the same stage reuses the checkpoint instead of training again
+    assert run_job({**job, "sample": None})["train"]["next"] == result["train"]["next"]
 
 
 def last_values(stdout: str) -> dict[str, str]:
