@@ -47,6 +47,12 @@ from pipeline.report.engine_reads import (
 )
 from pipeline.report.load import RunData, flatten_trace
 from pipeline.report.markdown import fraction, percentiles_markdown
+from pipeline.report.row_cost import (
+    COLUMNS_READ,
+    cost_per_row,
+    cost_per_row_markdown,
+    rows_per_gpu_hour_markdown,
+)
 from pipeline.report.tables import prm_percentiles_table
 from pipeline.report.yields import has_yield, yield_markdown, yield_table
 from pipeline.store.run_folder import MANIFEST, RunFolder
@@ -106,6 +112,8 @@ class ReportNumbers:
     ungraded_nodes: int = 0
     # per engine: its answers whose token counts were clamped (from run.json's summary)
     clamped_answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the run's tokens and money per kept row of each training table (`row_cost`)
+    cost_per_row: dict[str, Any] = field(default_factory=dict)
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -405,6 +413,24 @@ def _totals_rows(n: ReportNumbers, scorer: str | None = None) -> list[list[str]]
     return rows
 
 
+_COST_INTRO = (
+    "What the whole run spent, divided by the rows each training table kept: every table "
+    "comes from the same searches, so these do not add up across tables. Sent: every "
+    "engine call's prompt; computed: those not read from the engine's prefix cache (as in "
+    "the engines' table below)."
+)
+
+
+def cost_sections(cost: dict[str, Any] | None, gpu_hours: dict[str, Any] | None) -> list[str]:
+    """The cost-per-kept-row section (and rows per GPU-hour where the run has a GPU shape);
+    none without a cost (a report built from numbers alone)."""
+    if not cost:
+        return []
+    parts = ["## Cost per kept row", _COST_INTRO, cost_per_row_markdown(cost)]
+    gpu = rows_per_gpu_hour_markdown(gpu_hours)
+    return parts + ([gpu] if gpu else [])
+
+
 def _optional_sections(
     training: str | None, yields: str | None, scorer: str | None = None
 ) -> list[str]:
@@ -430,10 +456,12 @@ def report_markdown(
     yields: str | None = None,
     scorer: str | None = None,
     clamped: dict[str, ClampedAnswers] | None = None,
+    gpu_hours: dict[str, Any] | None = None,
 ) -> str:
     """The whole `report.md`: sections joined by blank lines, in reading order; `scorer`
     is the run's `scorer.kind` (None: unknown, as for a folder without a manifest),
-    `clamped` the engines' answers whose counts were clamped (run.json's)."""
+    `clamped` the engines' answers whose counts were clamped (run.json's), `gpu_hours`
+    the rows per GPU-hour its last invocation measured (run.json's)."""
     n = numbers
     totals = _totals_rows(n, scorer)
     longest, shortest = _extremes(trees)
@@ -452,6 +480,7 @@ def report_markdown(
         "averaged over trees, plotted at the mean consumed tokens.",
         *(f"![{f.stem.replace('_', ' ')}]({f.name})" for f in figures),
         *_optional_sections(training, yields, scorer),
+        *cost_sections(n.cost_per_row, gpu_hours),
         "## What the engines computed",
         "Prompt tokens each engine was sent (every call's prompt), those it read from its "
         "prefix cache, and the rest, which it computed (prefill).",
@@ -473,9 +502,14 @@ def write_run_report(
     run_dir = Path(run_dir)
     folder = RunFolder.at(run_dir)
     trees, nodes = read_run(folder)
-    clamped = clamped_from_manifest(folder.read_manifest(), folder.store.join(MANIFEST))
+    manifest = folder.read_manifest()
+    clamped = clamped_from_manifest(manifest, folder.store.join(MANIFEST))
+    counts = folder.counts()
+    tokens = trees.select([c for c in COLUMNS_READ if c in trees.column_names]).to_pandas()
     numbers = replace(
-        report_numbers(trees, nodes, prices), clamped_answers=clamped_as_json(clamped)
+        report_numbers(trees, nodes, prices),
+        clamped_answers=clamped_as_json(clamped),
+        cost_per_row=cost_per_row(tokens, counts, prices),
     )
     written: list[Path] = []
     figures: list[Path] = []
@@ -497,14 +531,22 @@ def write_run_report(
             figures,
             trees,
             percentiles,
-            training_rows_markdown(trees, folder.counts()),
+            training_rows_markdown(trees, counts),
             None if (table := run_yield(trees)) is None else yield_markdown(table),
             scorer,
             clamped,
+            _gpu_hours(manifest),
         )
     )
     (run_dir / REPORT_JSON).write_text(json.dumps(asdict(numbers), indent=2) + "\n")
     return [*written, run_dir / REPORT_MD, run_dir / REPORT_JSON]
+
+
+def _gpu_hours(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """run.json's rows per GPU-hour (`pipeline.run.gpu_hours`), if its run had a GPU shape."""
+    summary = manifest.get("summary")
+    block = summary.get("gpu_hours") if isinstance(summary, dict) else None
+    return block if isinstance(block, dict) else None
 
 
 def scorer_from_config(config: dict[str, Any]) -> str | None:

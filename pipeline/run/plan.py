@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -30,6 +30,7 @@ from actors.scorer_kinds import scorer_kind
 from pipeline.config import RunConfig
 from pipeline.errors import InputError
 from pipeline.problems.sources import ProblemRow, load_problems
+from pipeline.run.gpu_hours import GPU_HOURS_KEY, GpuShape, gpu_shape
 from pipeline.run.token_estimate import Committed, TokenEstimate, estimate_tokens, token_rows
 from pipeline.store.filesystem import check_reachable
 from pipeline.store.resume import pending
@@ -53,6 +54,9 @@ class RunPlan:
     cluster_needs: tuple[str, ...] = ()  # engine packages missing here, with their pip hint
     warnings: tuple[str, ...] = ()  # model folders not here, each naming its field
     tokens: TokenEstimate | None = None  # policy and scorer tokens of the problems to do
+    gpus: GpuShape | None = None  # the GPUs the services hold (None: no GPU shape)
+    # rows per GPU-hour the run's last invocation measured (run.json), if it had GPUs
+    measured_gpu_hours: dict[str, Any] | None = None
 
     @property
     def budget_total(self) -> int:
@@ -198,7 +202,49 @@ def plan_run(config: RunConfig, sample: int = 5) -> RunPlan:
         tokens=estimate_tokens(
             config, len(todo), Committed.read(folder), problem_chars=_mean_chars(todo)
         ),
+        gpus=gpu_shape(config),
+        measured_gpu_hours=_measured_gpu_hours(folder),
     )
+
+
+def _measured_gpu_hours(folder: RunFolder) -> dict[str, Any] | None:
+    """run.json's rows per GPU-hour from the run's last invocation; None for a new run, or
+    a run.json without them (a dry run reads, so one that cannot be read says nothing)."""
+    try:
+        summary = folder.read_manifest().get("summary")
+    except InputError:
+        return None
+    block = summary.get(GPU_HOURS_KEY) if isinstance(summary, dict) else None
+    return block if isinstance(block, dict) and block.get("gpu_hours") else None
+
+
+def gpu_rows(plan: RunPlan) -> list[tuple[str, str]]:
+    """The dry run's rows about GPUs: what it holds, and why it gives no rows per GPU-hour
+    before the run (`pipeline.run.gpu_hours`); none for a config without a GPU shape."""
+    if plan.gpus is None:
+        return []
+    gpus = plan.gpus.gpus
+    held = "autoscaled" if gpus is None else f"{gpus:g}"
+    rows = [("GPUs held", f"{held} ({plan.gpus.describe()})")]
+    measured = plan.measured_gpu_hours
+    if measured:
+        per_hour = measured.get("rows_per_gpu_hour") or {}
+        said = ", ".join(f"{t} {v:,.1f}" for t, v in per_hour.items() if v)
+        rows.append(
+            (
+                "kept rows per GPU-hour",
+                f"{said or 'none'} (measured by this run's last invocation, run.json)",
+            )
+        )
+    else:
+        rows.append(
+            (
+                "kept rows per GPU-hour",
+                "not estimated before a run: rows per tree depend on how often the policy "
+                "solves these problems; run.json and the report measure it at the end",
+            )
+        )
+    return rows
 
 
 def _mean_chars(problems: list[ProblemRow]) -> float | None:
@@ -228,6 +274,8 @@ def render_plan(plan: RunPlan, file: TextIO | None = None) -> None:
     if plan.tokens is not None:
         for what, value in token_rows(plan.tokens, plan.todo, plan.budget):
             table.add_row(what, value)
+    for what, value in gpu_rows(plan):
+        table.add_row(what, value)
     table.add_row("search", plan.algorithm)
     table.add_row("policy engine", plan.policy)
     table.add_row("scorer engine", plan.scorer)

@@ -45,10 +45,11 @@ from pipeline.report.clamped_answers import (
     clamped_from_manifest,
     merge_clamped,
 )
-from pipeline.report.engine_reads import COLUMNS as READ_COLUMNS
-from pipeline.report.engine_reads import EngineReads, engine_reads
+from pipeline.report.engine_reads import engine_reads
+from pipeline.report.row_cost import COLUMNS_READ, COST_PER_ROW_KEY, cost_per_row
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
 from pipeline.run.cluster import on_head_node, quiet_ray, start_ray
+from pipeline.run.gpu_hours import GPU_HOURS_KEY, gpu_shape, rows_per_gpu_hour
 from pipeline.run.interrupt import raise_if_interrupted
 from pipeline.run.live import LiveProgress
 from pipeline.run.plan import check_engines
@@ -272,6 +273,8 @@ def _synthesize(
     else:
         write_manifest(config, folder)
     summary.problems = selection
+    # the rows earlier invocations wrote: rows per GPU-hour counts this one's only
+    rows_before = folder.counts() if gpu_shape(config) is not None else {}
     if selection:
         if not verbose:
             quiet_ray()
@@ -306,7 +309,7 @@ def _synthesize(
     raise_if_interrupted()
     if config.compact:
         _compact(folder, lease)
-    _finish_run(config, folder, summary, start)
+    _finish_run(config, folder, summary, start, rows_before)
     return summary
 
 
@@ -392,16 +395,32 @@ def _commit_stream(
                 live.set_total(live.total - len(errors) - result.skipped)
 
 
-def _finish_run(config: RunConfig, folder: RunFolder, summary: RunSummary, start: float) -> None:
-    """Sweep the request logs, count the rows, and write the final run.json and report."""
+def _finish_run(
+    config: RunConfig,
+    folder: RunFolder,
+    summary: RunSummary,
+    start: float,
+    rows_before: dict[str, int],
+) -> None:
+    """Sweep the request logs, count the rows, and write the final run.json and report
+    (`rows_before`: the rows counted when this invocation began)."""
     # A retried attempt of a tree that another attempt had already committed (Ray Data
     # redoes a lost actor's tasks) logs after that tree's clean: sweep once at the end.
     request_log.clean_done(folder.store, folder.searched_problem_ids)
     request_log.remove_if_empty(folder.store)
     summary.rows = folder.counts()
     summary.wall_time_s = time.perf_counter() - start
-    reads = {name: r.as_dict() for name, r in _engine_reads(folder).items()}
-    write_manifest(config, folder, summary={**_summary_fields(summary), "engine_reads": reads})
+    tokens = _token_columns(folder)
+    ended: dict[str, Any] = {
+        "engine_reads": {name: r.as_dict() for name, r in engine_reads(tokens).items()},
+        COST_PER_ROW_KEY: cost_per_row(tokens, summary.rows, config.prices),
+    }
+    shape = gpu_shape(config)
+    if shape is not None:
+        ended[GPU_HOURS_KEY] = rows_per_gpu_hour(
+            shape, rows_before, summary.rows, summary.wall_time_s
+        )
+    write_manifest(config, folder, summary={**_summary_fields(summary), **ended})
     try:
         with folder.local_copy(write_back=REPORT_FILES) as run_dir:
             write_run_report(run_dir, config.prices, config.scorer.kind)
@@ -409,15 +428,15 @@ def _finish_run(config: RunConfig, folder: RunFolder, summary: RunSummary, start
         print(f"warning: the run report could not be written: {redact_text(exc)}", file=sys.stderr)
 
 
-def _engine_reads(folder: RunFolder) -> dict[str, EngineReads]:
-    """Per engine, the prompt tokens sent, read from its cache and computed over the
-    committed trees (`pipeline.report.engine_reads`): four columns read, not the trees."""
+def _token_columns(folder: RunFolder) -> Any:
+    """The committed trees' token counts (pandas), for the engines' reads and the cost per
+    kept row (`pipeline.report.engine_reads`, `pipeline.report.row_cost`): seven columns
+    read, not the trees."""
     import pandas as pd  # type: ignore[import-untyped]
 
-    columns = [c for pair in READ_COLUMNS.values() for c in pair]
     schema = SCHEMAS["trees"]  # a column an older part lacks is read as nulls
-    tables = folder.tables("trees", columns=columns, schema=schema)
-    return engine_reads(pd.concat([t.to_pandas() for t in tables] or [pd.DataFrame()]))
+    tables = folder.tables("trees", columns=list(COLUMNS_READ), schema=schema)
+    return pd.concat([t.to_pandas() for t in tables] or [pd.DataFrame(columns=COLUMNS_READ)])
 
 
 def _earlier_clamped(folder: RunFolder) -> dict[str, ClampedAnswers]:
