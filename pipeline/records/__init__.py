@@ -61,6 +61,9 @@ The modules, in layers: each imports only modules listed above it.
   and ``trees`` rows (the tests' real-model fixture), and `rebuild_records`, a run's
   every record type built again from those rows under a records config (to relabel an
   old run, or to see what other gates would have kept).
+* `dropped` - `rows_and_drops`: `rows_for` watched, each drop it counted named with the
+  candidate it kept out (the tree explorer shows them on the nodes), and
+  `explain_stored_tree`, the same for a tree a run stored.
 
 Everything here is pure (no file I/O, no Ray); a sink writes the tables.
 """

@@ -9,13 +9,18 @@
   side by side in ``trees.gate_drops``, and `gate_unit` reads a key's unit back from there;
 * `BuildContext.shared_columns`: the columns every row of one problem holds the same
   value in (problem id, run id, split, label source, difficulty, reference), written
-  once here for every record type.
+  once here for every record type;
+* `note` and `watching`: which candidate each counted drop was (its answered node, or a
+  pair's two), seen only by a caller that watches (`pipeline.records.dropped`); the
+  counts and the rows are the same whether anyone watches or not.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -75,6 +80,34 @@ def count(drops: Drops, key: str, dropped: int) -> None:
         drops[key] += dropped
 
 
+# (gate key, node ids): one entry per path or pair kept out, or per prm step relabelled
+Noted = list[tuple[str, tuple[int, ...]]]
+# Where `note` writes while a caller watches one tree's rows being built; None (the run's
+# own builds) makes `note` a no-op, so the builders' rows and counts never depend on it.
+_WATCHING: ContextVar[Noted | None] = ContextVar("gate_witness", default=None)
+
+
+def note(key: str, *node_ids: int) -> None:
+    """Tell a watching caller that gate `key` kept out the candidate of `node_ids`: a
+    path's answered node, a pair's (chosen, rejected), or a relabelled prm step's node.
+    Every drop a builder counts is noted once, beside its `count`."""
+    seen = _WATCHING.get()
+    if seen is not None:
+        seen.append((key, node_ids))
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[Noted]:
+    """The drops `note`d inside the block, in order (the block's own: a watcher inside
+    another keeps its notes from the outer one)."""
+    seen: Noted = []
+    token = _WATCHING.set(seen)
+    try:
+        yield seen
+    finally:
+        _WATCHING.reset(token)
+
+
 def gate_counts(built: Iterable[Built]) -> Drops:
     """Every count of `built` by key, as ``trees.gate_drops`` holds them: the keys of the
     three units never meet (`gate_unit` tells them apart), so nothing is added across units."""
@@ -104,7 +137,10 @@ __all__ = [
     "Built",
     "Drops",
     "GateUnit",
+    "Noted",
     "count",
     "gate_counts",
     "gate_unit",
+    "note",
+    "watching",
 ]

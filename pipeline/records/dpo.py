@@ -42,7 +42,7 @@ from collections import Counter
 import pyarrow as pa  # type: ignore[import-untyped]
 from rapidfuzz.distance import Levenshtein
 
-from pipeline.records.context import BuildContext, Built, Drops, count
+from pipeline.records.context import BuildContext, Built, Drops, count, note
 from pipeline.records.grading import GradedTree
 from pipeline.records.paths import GatedPaths, gated
 from pipeline.records.schema import MESSAGES_TYPE, doc_field, record_schema, shared_fields
@@ -182,10 +182,12 @@ def _pairs(
             continue
         if gates.min_q_margin is not None and c.q - r.q < gates.min_q_margin:
             count(dropped, "dpo.q_margin", 1)
+            note("dpo.q_margin", c.id, r.id)
             continue
         distance = Levenshtein.distance(graded.training(c).text, graded.training(r).text)
         if distance < gates.min_edit_distance:
             count(dropped, "dpo.edit_distance", 1)
+            note("dpo.edit_distance", c.id, r.id)
             continue
         used.update((c.id, r.id))
         pairs.append((c, r, div, distance))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from pipeline.records.context import BuildContext, Built, Drops, count
+from pipeline.records.context import BuildContext, Built, Drops, count, note
 from pipeline.records.grading import GradedTree
 from pipeline.records.paths import GatedPaths, gated, ordered, ungraded_paths
 from pipeline.records.schema import (
@@ -65,6 +65,9 @@ def kto_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None
         # counted under the first gate each fails: ungraded comes before every other
         dropped: Drops = ungraded_paths(graded, "kto")
         count(dropped, "kto.not_mixed", len(candidates) - len(graded.ungraded))
+        for n in candidates:
+            if n.id not in graded.ungraded:
+                note("kto.not_mixed", n.id)
         return Built([], dropped_paths=dropped)
     selected, dropped = gated(graded, context, paths).select(candidates, "kto")
     shared = context.shared_columns(graded, KTO_SCHEMA)

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pipeline.records.config import RecordsConfig
-from pipeline.records.context import BuildContext, Drops, count
+from pipeline.records.context import BuildContext, Drops, Noted, count, note, watching
 from pipeline.records.equations import states_false_equation
 from pipeline.records.grading import GradedTree
 from pipeline.records.trajectories import (
@@ -85,6 +85,7 @@ class GatedPaths:
     """The answered paths of one graded tree, each judged once under one records config."""
 
     __slots__ = ("_pools", "config", "graded", "verdicts")
+    _pools: tuple[list[Node], list[Node], Drops, Noted] | None
 
     def __init__(self, graded: GradedTree, config: RecordsConfig) -> None:
         if config.self_correction not in ("exclude", "include", "only"):
@@ -92,7 +93,7 @@ class GatedPaths:
         self.graded = graded
         self.config = config
         self.verdicts = {n.id: self._judge(n) for n in graded.answered()}
-        self._pools: tuple[list[Node], list[Node], Drops] | None = None
+        self._pools = None
 
     def _judge(self, node: Node) -> Verdict:
         graded, gates = self.graded, self.config.gates
@@ -168,12 +169,17 @@ class GatedPaths:
                     kept.append(n)
                 else:
                     drops[f"{record}.{first}"] += 1
+                    note(f"{record}.{first}", n.id)
             return kept
 
         picked = passed(nodes, lambda v: v.before_dedupe)
         if dedupe:
             distinct = distinct_trajectories(picked, self.graded, near_duplicate)
             count(drops, f"{record}.duplicate", len(picked) - len(distinct))
+            kept = {n.id for n in distinct}
+            for n in picked:
+                if n.id not in kept:
+                    note(f"{record}.duplicate", n.id)
             picked = distinct
         picked = passed(picked, lambda v: v.after_dedupe)
         return [(n, self.verdicts[n.id].answers) for n in picked], drops
@@ -186,11 +192,16 @@ class GatedPaths:
             answered = [n for n in self.graded.answered() if n.id in labels]
             good = ordered([n for n in answered if labels[n.id]])
             bad = sorted((n for n in answered if not labels[n.id]), key=lambda n: (n.q, n.id))
-            chosen, chosen_drops = self.select(good, "chosen", dedupe=True)
-            rejected, rejected_drops = self.select(bad, "rejected", dedupe=True)
-            drops = chosen_drops + rejected_drops + ungraded_paths(self.graded, "")
-            self._pools = ([n for n, _ in chosen], [n for n, _ in rejected], drops)
-        chosen_nodes, rejected_nodes, drops = self._pools
+            # the pools are judged once but counted by each table that pairs them: what
+            # they kept out is noted again under each table's name, below
+            with watching() as noted:
+                chosen, chosen_drops = self.select(good, "chosen", dedupe=True)
+                rejected, rejected_drops = self.select(bad, "rejected", dedupe=True)
+                drops = chosen_drops + rejected_drops + ungraded_paths(self.graded, "")
+            self._pools = ([n for n, _ in chosen], [n for n, _ in rejected], drops, noted)
+        chosen_nodes, rejected_nodes, drops, noted = self._pools
+        for key, node_ids in noted:
+            note(f"{record}.{key}", *node_ids)
         # fresh lists: a table may reorder its candidates (dpo's random pairing shuffles)
         return Pools(
             list(chosen_nodes),
@@ -214,7 +225,10 @@ def ungraded_paths(graded: GradedTree, record: str) -> Drops:
     ``<record>.ungraded`` (no record: ``ungraded``): the drops of a table that takes its
     candidates by label, and so never meets them in `GatedPaths.select`."""
     drops: Drops = Counter()
-    count(drops, f"{record}.ungraded" if record else "ungraded", len(graded.ungraded))
+    key = f"{record}.ungraded" if record else "ungraded"
+    count(drops, key, len(graded.ungraded))
+    for node_id in sorted(graded.ungraded):
+        note(key, node_id)
     return drops
 
 

@@ -46,7 +46,14 @@ from collections import Counter
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from pipeline.records.config import PrmConfig
-from pipeline.records.context import PRM_FALSE_EQUATION, BuildContext, Built, Drops, count
+from pipeline.records.context import (
+    PRM_FALSE_EQUATION,
+    BuildContext,
+    Built,
+    Drops,
+    count,
+    note,
+)
 from pipeline.records.equations import states_false_equation
 from pipeline.records.grading import GradedTree
 from pipeline.records.paths import GatedPaths, gated
@@ -148,6 +155,7 @@ def prm_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None
         row = _row(graded, node, text, answers, below, threshold, config.prm)
         if row is None:
             count(dropped, "prm.ungraded", 1)
+            note("prm.ungraded", node.id)
         else:
             rows.append(row | shared)
     if config.prm.unanswered_branches:
@@ -161,6 +169,7 @@ def prm_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None
             row = _row(graded, leaf, text, answers, below, threshold, config.prm)
             if row is None:
                 count(dropped, "prm.ungraded", 1)
+                note("prm.ungraded", leaf.id)
             else:
                 rows.append(row | shared)
     relabelled: Drops = Counter()
@@ -179,6 +188,9 @@ def _false_equation_is_bad(row: Row) -> int:
     if first is None:
         return 0
     relabelled = sum(labels[first:])
+    for step, label in enumerate(labels[first:], start=first):
+        if label:  # one note per step relabelled, on the node whose text holds it
+            note(PRM_FALSE_EQUATION, row["step_node_ids"][step])
     row["labels"] = labels[:first] + [False] * (len(steps) - first)
     row["values"] = row["values"][:first] + [0.0] * (len(steps) - first)
     return relabelled

@@ -39,7 +39,7 @@ from dataclasses import replace
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from pipeline.records.context import BuildContext, Built, Drops, count
+from pipeline.records.context import BuildContext, Built, Drops, count, note
 from pipeline.records.grading import GradedTree
 from pipeline.records.paths import GatedPaths, gated, ordered, ungraded_paths
 from pipeline.records.schema import (
@@ -94,6 +94,9 @@ def sft_candidates(
     correct = [n for n in graded.answered() if graded.label(n)]
     picked = ordered([n for n in correct if n.q >= config.min_sft_score])
     count(dropped, "sft.min_score", len(correct) - len(picked))
+    for n in correct:
+        if n.q < config.min_sft_score:
+            note("sft.min_score", n.id)
     dropped += ungraded_paths(graded, "sft")
     selected, gated_out = gated(graded, context, paths).select(picked, "sft")
     shared = context.shared_columns(graded, SFT_SCHEMA)
@@ -113,6 +116,8 @@ def capped(candidates: Built, top_k: int) -> Built:
         return candidates
     dropped = candidates.dropped_paths.copy()
     count(dropped, "sft.top_k", len(candidates.rows) - top_k)
+    for row in candidates.rows[top_k:]:
+        note("sft.top_k", row["node_id"])
     return replace(candidates, rows=candidates.rows[:top_k], dropped_paths=dropped)
 
 

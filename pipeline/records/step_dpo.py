@@ -28,7 +28,7 @@ from collections import Counter
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from pipeline.records.context import BuildContext, Built, Drops, count
+from pipeline.records.context import BuildContext, Built, Drops, count, note
 from pipeline.records.grading import GradedTree
 from pipeline.records.paths import GatedPaths, gated
 from pipeline.records.schema import Row, doc_field, record_schema, shared_fields
@@ -103,9 +103,11 @@ def step_dpo_rows(
         reached = below[owners[r.id][shared].id]
         if reached.correct or reached.ungraded:
             count(dropped_pairs, "step_dpo.rejected_step", 1)
+            note("step_dpo.rejected_step", c.id, r.id)
             continue
         if gates.min_q_margin is not None and c.q - r.q < gates.min_q_margin:
             count(dropped_pairs, "step_dpo.q_margin", 1)
+            note("step_dpo.q_margin", c.id, r.id)
             continue
         used.update((c.id, r.id))
         seen.add(step)
