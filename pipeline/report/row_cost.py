@@ -86,13 +86,13 @@ def run_tokens(trees: Any) -> dict[str, int | None]:
     }
     reads = engine_reads(trees)
     policy_sent, policy_cached = COLUMNS["policy"]
-    policy_known = _known(trees, policy_sent) and _known(trees, policy_cached)
     # a prompt is never empty: none sent while the policy generated is an engine that
     # reports no prompt tokens, not a free prompt
-    if policy_known and reads["policy"].sent == 0 and totals["policy_output_tokens"]:
-        policy_known = False
-    totals["policy_prompt_sent_tokens"] = reads["policy"].sent if policy_known else None
-    totals["policy_prompt_computed_tokens"] = reads["policy"].computed if policy_known else None
+    reported = reads["policy"].sent > 0 or not totals["policy_output_tokens"]
+    sent_known = _known(trees, policy_sent) and reported
+    computed_known = sent_known and _known(trees, policy_cached)
+    totals["policy_prompt_sent_tokens"] = reads["policy"].sent if sent_known else None
+    totals["policy_prompt_computed_tokens"] = reads["policy"].computed if computed_known else None
     scorer_known = _known(trees, COLUMNS["scorer"][1])
     totals["prm_input_tokens"] = reads["scorer"].sent
     totals["prm_prompt_computed_tokens"] = reads["scorer"].computed if scorer_known else None
@@ -158,6 +158,11 @@ def cost_per_row_markdown(cost: Mapping[str, Any]) -> str:
         notes.append(
             "The policy's prompt tokens are unknown: its trees were written before the "
             "engines' cache reads were counted, or its engine reports no prompt tokens."
+        )
+    elif tokens["policy_prompt_computed_tokens"] is None:
+        notes.append(
+            "The policy's computed prompt tokens are unknown: its trees were written before "
+            "the engines' cache reads were counted."
         )
     if tokens["prm_prompt_computed_tokens"] is None:
         notes.append(

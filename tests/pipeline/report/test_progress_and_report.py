@@ -254,6 +254,51 @@ def test_an_engines_out_of_range_counts_reach_run_json_and_the_report(
     assert reads["hit_rate"] == 1.0 and reads["clamped_trees"] == 0  # clamped counts stored
 
 
+def _cells(text: str) -> dict[str, list[str]]:
+    """A markdown table's rows by their first cell."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines()]
+    return {r[0]: r[1:] for r in rows if len(r) > 2}
+
+
+@pytest.mark.e2e
+def test_cost_per_kept_row_and_rows_per_gpu_hour_are_the_same_in_run_json_and_the_report(
+    run: tuple[Path, str],
+) -> None:
+    from pipeline.report.row_cost import TOKEN_FIELDS
+
+    run_dir, _ = run
+    summary = json.loads((run_dir / "run.json").read_text())["summary"]
+    cost = summary["cost_per_row"]
+    assert json.loads((run_dir / REPORT_JSON).read_text())["cost_per_row"] == cost
+    trees = pq.read_table(run_dir / "trees").to_pylist()
+    output = sum(t["policy_output_tokens"] for t in trees)
+    assert cost["tokens"]["policy_output_tokens"] == output
+    assert cost["currency"] == "USD" and cost["money"] > 0  # the run's prices
+    markdown = (run_dir / REPORT_MD).read_text()
+    section = markdown.split("## Cost per kept row", 1)[1].split("\n## ", 1)[0]
+    costs, measured = section.split("Measured over the invocation")
+    table = _cells(costs)
+    sft = cost["tables"]["sft"]
+    assert sft["rows"] > 0
+    assert sft["policy_output_tokens"] == pytest.approx(output / sft["rows"])
+    for name, entry in cost["tables"].items():
+        cells = table[name]
+        assert int(cells[0].replace(",", "")) == entry["rows"]
+        if not entry["rows"]:
+            assert set(cells[1:]) == {"no rows"}, cells
+            continue
+        shown = [float(c.replace(",", "")) for c in cells[1:]]
+        values = [entry[f] for f in TOKEN_FIELDS] + [entry["money"]]
+        assert shown == pytest.approx(values, abs=0.05), name
+    # the load model's two replicas are two simulated GPUs; the rows are this run's
+    gpu = summary["gpu_hours"]
+    assert gpu["gpus"] == 2.0 and gpu["wall_time_s"] == summary["wall_time_s"]
+    assert gpu["rows"]["sft"] == sft["rows"]
+    per_hour_shown = _cells(measured)
+    for name, per_hour in gpu["rows_per_gpu_hour"].items():
+        assert float(per_hour_shown[name][-1].replace(",", "")) == pytest.approx(per_hour, abs=0.05)
+
+
 @pytest.mark.e2e
 def test_report_command_rewrites_the_report(run: tuple[Path, str]) -> None:
     from jobs.cli import main
