@@ -67,6 +67,9 @@ class Counters:
     replayed_requests: int = 0
     replayed_policy_output_tokens: int = 0
     replayed_prm_output_tokens: int = 0
+    # engine requests sent again after a failure or a time-out (`actors.serve`), per engine
+    policy_retried_requests: int = 0
+    prm_retried_requests: int = 0
     # engine answers whose token counts could not be and were clamped where they entered
     # (`ClampedCounts`): per engine, the answers, and those with each fault
     policy_clamped_answers: int = 0

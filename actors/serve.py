@@ -364,6 +364,8 @@ class _Resilience:
     timeout_s: float
     retries: int
     backoff_s: float
+    # called once per retry (the search actor counts them for the run's metrics)
+    on_retry: Callable[[], None] | None = None
 
     async def call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
         """`make()` under a timeout, retried with exponential backoff; re-raises the last error.
@@ -380,6 +382,8 @@ class _Resilience:
                 if attempt == self.retries:
                     raise
                 delay = self.backoff_s * 2**attempt * random.uniform(0.5, 1.0)
+                if self.on_retry is not None:
+                    self.on_retry()
                 log.warning(
                     "%s failed (%s: %s); retry %d in %.3gs",
                     what,
@@ -408,8 +412,14 @@ class _Client:
         self._streams: dict[Hashable, DeploymentHandle[Any]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        # pending futures belong to one event loop: a copy starts with none
-        return {**self.__dict__, "_coalescers": {}, "_streams": {}}
+        # pending futures belong to one event loop: a copy starts with none; nor does it
+        # count its retries where the original does
+        resilience = replace(self._resilience, on_retry=None)
+        return {**self.__dict__, "_coalescers": {}, "_streams": {}, "_resilience": resilience}
+
+    def count_retries(self, on_retry: Callable[[], None]) -> None:
+        """Call `on_retry` for every request this client sends again."""
+        self._resilience.on_retry = on_retry
 
     def _key(self) -> str | None:
         """The routing key of a request made here: its tree's bucket (None: any replica)."""

@@ -382,12 +382,14 @@ def run_night(
     exhausted = summary.problems < night.limit  # the source ended inside the slice
     if exhausted:
         night = ledger.end_at(night.date, summary.problems)
+    _record_night(night, spend_cap=spend_cap)
     if spend_cap is None:
         return summary, night
     while True:
         spent = run_spent(config, night.run_id)
         # "envelope" is the ledger's key for the spend cap: every ledger written so far has it.
         ledger.mark(night.date, "running", spent=spent, envelope=spend_cap)
+        _record_night(night, spent=spent, spend_cap=spend_cap)
         if summary.stopped:  # the wall-time cap: the rest of the slice is the rerun's
             return summary, night
         # Top up only the last night: a later night already starts after this slice.
@@ -403,3 +405,13 @@ def run_night(
         exhausted = summary.problems < night.limit
         if exhausted:
             night = ledger.end_at(night.date, summary.problems)
+
+
+def _record_night(
+    night: NightSlice, *, spent: float | None = None, spend_cap: float | None = None
+) -> None:
+    """The night's slice, spend and cap on Ray's metrics endpoint (`pipeline.run.metrics`)."""
+    from pipeline.run.metrics import record_night
+
+    run, date, skip, limit = night.run_id, night.date, night.skip, night.limit
+    record_night(run, date, skip=skip, limit=limit, spent=spent, spend_cap=spend_cap)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from actors.admission import (
@@ -79,11 +80,15 @@ class SearchActor:
         self.breaker = EngineBreaker(self.run.engine_failure_limit, on_open=self._breaker_opened)
         self.counters = Counters()
         cost = self.run.search.cost
+        serve_policy = ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy)
+        serve_scorer = ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer)
+        serve_policy.count_retries(self._retried("policy"))
+        serve_scorer.count_retries(self._retried("prm"))
         # innermost: a replayed answer is counted and judged like one from the engine
         self.policy = BreakerPolicy(
             CountingPolicy(
                 ReplayPolicy(
-                    ServePolicy(serve.get_app_handle(POLICY_APP), self.run.policy),
+                    serve_policy,
                     self.counters,
                     service_salt(self.run.policy),
                 ),
@@ -95,7 +100,7 @@ class SearchActor:
         )
         self.scorer = CountingScorer(
             ReplayScorer(
-                ServeScorer(serve.get_app_handle(SCORER_APP), self.run.scorer),
+                serve_scorer,
                 self.counters,
                 service_salt(self.run.scorer),
             ),
@@ -135,6 +140,15 @@ class SearchActor:
         self.context_length: int | None = getattr(
             engine, "context_length", getattr(engine, "max_model_len", None)
         )
+
+    def _retried(self, engine: str) -> Callable[[], None]:
+        """What counts one retried request of `engine` (the board's prefix: policy, prm)."""
+        name = f"{engine}_retried_requests"
+
+        def count() -> None:
+            setattr(self.counters, name, getattr(self.counters, name) + 1)
+
+        return count
 
     def _breaker_opened(self, failures: int) -> None:
         log.error(

@@ -52,6 +52,7 @@ from pipeline.run.cluster import on_head_node, quiet_ray, start_ray
 from pipeline.run.gpu_hours import GPU_HOURS_KEY, gpu_shape, rows_per_gpu_hour
 from pipeline.run.interrupt import raise_if_interrupted
 from pipeline.run.live import LiveProgress
+from pipeline.run.metrics import RunMetrics
 from pipeline.run.plan import check_engines
 from pipeline.run.stream_rows import results_of
 from pipeline.run.summary import RunSummary
@@ -294,13 +295,19 @@ def _synthesize(
             .options(name=board_name, **on_head_node())
             .remote()
         )
+        # Live metrics on Ray's Prometheus endpoint (`pipeline.run.metrics`), fed from the
+        # board and from each commit below
+        metrics = RunMetrics.for_run(config)
+        metrics.select(selection)
+        poller = metrics.poll(lambda: ray.get(board.snapshot.remote(), timeout=10))
         problems = problem_stream(config.source, config.output_root, run_id)
         dataset = search_stage(problems, config, SearchActor, board_name, wall_cap=wall_cap)
         live = _live_progress(board, config, selection, progress, progress_every_s)
         try:
-            _commit_stream(dataset, sink, summary, folder, logged, live)
+            _commit_stream(dataset, sink, summary, folder, logged, live, metrics)
             _record_board(summary, board, config)
         finally:
+            poller.stop()  # after a last read of the board's counts
             if live is not None:
                 live.stop()
             ray.kill(board)
@@ -361,9 +368,11 @@ def _commit_stream(
     folder: RunFolder,
     logged: bool,
     live: LiveProgress | None,
+    metrics: RunMetrics | None = None,
 ) -> None:
     """Commit each finished tree the moment the stream hands it over, and count the
-    tallies (source errors, problems done earlier) into the summary and the display."""
+    tallies (source errors, problems done earlier) into the summary, the display and the
+    metrics."""
     # prefetch_batches=0: with Ray Data's default prefetch, the iterator holds each
     # finished tree until the next one arrives (measured: a fast tree waited for a
     # slow one), so a tree would be committed one tree late.
@@ -375,10 +384,14 @@ def _commit_stream(
             raise_if_interrupted()
             if result.kind == "stopped":  # left at the wall-time cap: nothing to commit
                 summary.stopped += 1
+                if metrics is not None:
+                    metrics.stopped()
                 continue
             if result.kind == "problem":
                 sink.write_batch(result.records)
                 summary.account(result.records)
+                if metrics is not None:
+                    metrics.committed(result.records)
                 # committed: its request log is no longer needed (a failed
                 # search's is kept, so the next attempt replays it)
                 committed = {t["problem_id"] for t in result.records.get("trees", [])}
@@ -393,6 +406,8 @@ def _commit_stream(
             summary.skipped += result.skipped
             if live is not None:
                 live.set_total(live.total - len(errors) - result.skipped)
+            if metrics is not None:
+                metrics.tally(errors, result.skipped)
 
 
 def _finish_run(
