@@ -68,6 +68,9 @@ def test_dry_run_of_a_gpu_config_plans_it_and_names_what_the_cluster_needs(
     )
     assert found is not None, flat
     assert int(found[1].replace(",", "")) > 20 * 4_020_000 and float(found[2]) > 20
+    # the GPUs it holds; rows per GPU-hour only after a run (docs/sizing.md says why)
+    assert "GPUs held 2 (policy 1 x 1 GPU, scorer 1 x 1 GPU)" in flat
+    assert "kept rows per GPU-hour not estimated before a run" in flat
     assert "vllm:Qwen/Qwen2.5-7B-Instruct" in done.stdout
     assert "vllm:GenPRM/GenPRM-7B" in done.stdout
     # policy and scorer both need vLLM: one line, the package named once
