@@ -5,6 +5,8 @@
     bgmcts report   out/run=local                    totals of a run folder, from its Parquet
     bgmcts check    out/run=local                    every training row checked as a trainer
                                                      reads it; last line dirty_rows=<int>
+    bgmcts explore  out/run=local                    the run's trees as one HTML page to open
+                                                     in a browser (explorer.html)
     bgmcts compact  --run-dir out/run=local          a run's parts merged into a few shards
                                                      per record type (runs do it themselves)
     bgmcts nightly  --config configs/nightly.yaml    the next slice of the source, dated output
@@ -26,6 +28,7 @@ Each subcommand is also a module (`python -m jobs.synthesize` ...), which is wha
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from jobs import (
@@ -33,6 +36,7 @@ from jobs import (
     compact,
     embedded_model,
     evaluate,
+    explore,
     export_gguf,
     nightly,
     prefetch_models,
@@ -59,20 +63,38 @@ def _write_report(args: argparse.Namespace) -> int:
     path = Path(args.folder)
     if not remote and (path / "eval_trees.parquet").is_file():
         return evaluate.report_folder(path)
+    from pipeline.report.explorer import EXPLORER_HTML
     from pipeline.report.run_report import REPORT_FILES
     from pipeline.run.summary import refresh_run_report
     from pipeline.store.run_folder import local_run_dir
 
     # A bucket's run (s3://.../run=<id>) is read through a local copy of its committed
     # parts; the report files are written back next to them.
-    with local_run_dir(args.folder, write_back=REPORT_FILES) as local:
+    with local_run_dir(args.folder, write_back=(*REPORT_FILES, EXPLORER_HTML)) as local:
         summary, _, written = refresh_run_report(local)
         if remote:
             summary.run_dir = args.folder
         summary.render()
+        explorer = _write_explorer(local)
     where = f"{args.folder.rstrip('/')}/{written[-2].name}" if remote else written[-2]
     print(f"report: {where} ({len(written) - 2} images)")
+    if explorer is not None:
+        print(f"explorer: {args.folder.rstrip('/')}/{explorer} (open it in a browser)")
     return OK
+
+
+def _write_explorer(run_dir: Path) -> str | None:
+    """The tree explorer beside the report (`bgmcts explore`); its file name, or None with
+    one line on stderr when the run's trees cannot be drawn (the report stands alone)."""
+    from pipeline.errors import InputError
+    from pipeline.report.explorer import EXPLORER_HTML, write_explorer
+
+    try:
+        write_explorer(run_dir)
+    except InputError as exc:
+        print(f"warning: explorer.html not written: {exc}", file=sys.stderr)
+        return None
+    return EXPLORER_HTML
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("nightly", nightly, "nightly slice of the source"),
         ("evaluate", evaluate, "methods x budgets x seeds, with a report"),
         ("check", check, "check a run's training rows as a trainer reads them (exit 1: dirty)"),
+        ("explore", explore, "a run's trees as one self-contained HTML page (explorer.html)"),
         ("compact", compact, "merge a run folder's parts into a few shards per record type"),
         ("train-prm", train_prm, "train a one-pass PRM checkpoint on runs' prm rows"),
         ("export-gguf", export_gguf, "a fine-tuned llama checkpoint as a GGUF for llama.cpp"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -67,4 +68,20 @@ def records_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = Path(sink.run_dir)
     for table in ("sft", "kto", "nodes", "trees", "prm"):
         assert len(list((run / table).glob("*.parquet"))) > 1, table
+    return run
+
+
+@pytest.fixture(scope="session")
+def explored_run(records_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of `records_run` with the run.json of the config it was built under (default
+    records, last-number answers) and the files `bgmcts report` writes: report.md and the
+    tree explorer's explorer.html.  Read it; copy it before changing it."""
+    from jobs import cli
+
+    run = tmp_path_factory.mktemp("explored") / "out" / records_run.name
+    shutil.copytree(records_run, run)
+    config = {"search": {"answer_extraction": "last_number"}, "records": {}}
+    (run / "run.json").write_text(json.dumps({"run_id": "records", "config": config}))
+    assert cli.main(["report", str(run)]) == 0
+    assert (run / "report.md").is_file() and (run / "explorer.html").is_file()
     return run
