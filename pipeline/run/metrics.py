@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 PREFIX = "bgmcts_"
 Kind = Literal["counter", "gauge"]
-Feed = Literal["committed", "board", "nightly"]
+Feed = Literal["selection", "committed", "board", "nightly"]
 
 RUN: tuple[str, ...] = ("run",)
 ENGINE: tuple[str, ...] = ("run", "engine", "engine_kind")
@@ -76,7 +76,7 @@ METRICS: tuple[Metric, ...] = (
         "trees_selected",
         "gauge",
         RUN,
-        "committed",
+        "selection",
         "problems this invocation searches: the selection less problems committed by an "
         "earlier invocation and bad source rows",
     ),
@@ -84,7 +84,7 @@ METRICS: tuple[Metric, ...] = (
         "budget_cost_units",
         "gauge",
         RUN,
-        "committed",
+        "selection",
         "cost units the selected trees may spend at most: trees_selected x the budget B",
     ),
     _m("trees_started", "counter", RUN, "board", "trees the search actors started"),
@@ -469,3 +469,26 @@ def record_night(
         recorder.set(BY_NAME["night_spent_cost_units"], spent, tags)
     if spend_cap is not None:
         recorder.set(BY_NAME["night_spend_cap_cost_units"], spend_cap, tags)
+
+
+FEEDS = {
+    "selection": "the selection, less each tally",
+    "committed": "each commit",
+    "board": "progress board",
+    "nightly": "nightly ledger",
+}
+
+
+def markdown_table() -> str:
+    """docs/metrics.md's table of every metric (tests check the doc holds it as is)."""
+    lines = [
+        "| metric (as scraped) | type | tags | counts | from |",
+        "|---|---|---|---|---|",
+    ]
+    for metric in METRICS:
+        tags = ", ".join(f"`{tag}`" for tag in metric.tags)
+        what = metric.help.replace("|", "\\|")
+        lines.append(
+            f"| `{metric.exported}` | {metric.kind} | {tags} | {what} | {FEEDS[metric.feed]} |"
+        )
+    return "\n".join(lines)

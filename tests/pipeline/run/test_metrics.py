@@ -210,3 +210,13 @@ def test_ray_recorder_skips_increments_ray_would_refuse(value: int) -> None:
     from pipeline.run.metrics import RayRecorder
 
     RayRecorder().inc(BY_NAME["trees_committed"], value, {"run": "r1"})  # no error, no metric
+
+
+def test_the_docs_list_every_metric_as_recorded() -> None:
+    """docs/metrics.md holds the table `markdown_table` writes from `METRICS`."""
+    from pathlib import Path
+
+    from pipeline.run.metrics import markdown_table
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
+    assert markdown_table() in doc, "paste pipeline.run.metrics.markdown_table() into the doc"
