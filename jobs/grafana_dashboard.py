@@ -124,10 +124,17 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
         (
             Panel(
                 "Prompt tokens per second",
-                "Prompt tokens sent to each engine, and those it read from its prefix cache.",
+                "Prompt tokens sent to each engine, those it read from its prefix cache, and "
+                "those it computed (sent - cached).",
                 (
                     (rate("prompt_tokens_sent", "run, engine"), "sent {{engine}} {{run}}"),
                     (rate("prompt_tokens_cached", "run, engine"), "cached {{engine}} {{run}}"),
+                    (
+                        f"{rate('prompt_tokens_sent', 'run, engine')} - "
+                        f"({rate('prompt_tokens_cached', 'run, engine')} or "
+                        f"{rate('prompt_tokens_sent', 'run, engine')} * 0)",
+                        "computed {{engine}} {{run}}",
+                    ),
                 ),
             ),
             Panel(
