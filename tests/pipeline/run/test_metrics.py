@@ -220,3 +220,17 @@ def test_the_docs_list_every_metric_as_recorded() -> None:
 
     doc = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
     assert markdown_table() in doc, "paste pipeline.run.metrics.markdown_table() into the doc"
+
+
+def test_the_search_actor_counts_each_engine_s_retries_on_its_board_counters() -> None:
+    from types import SimpleNamespace
+
+    from pipeline.run.search_actor import SearchActor
+
+    actor = SimpleNamespace(counters=Counters())
+    policy, scorer = SearchActor._retried(actor, "policy"), SearchActor._retried(actor, "prm")  # type: ignore[arg-type]
+    policy()
+    policy()
+    scorer()
+    taken = actor.counters.take()
+    assert taken["policy_retried_requests"] == 2 and taken["prm_retried_requests"] == 1
