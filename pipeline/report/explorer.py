@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -109,7 +110,7 @@ def _bad(where: str, field: str, value: Any) -> InputError:
 
 def explorer_data(folder: RunFolder) -> dict[str, Any]:
     """Everything the page shows, as JSON-able values (the page's only input)."""
-    trees = folder.read("trees").to_pylist()
+    trees = sorted(folder.read("trees").to_pylist(), key=lambda t: _natural(t["problem_id"]))
     nodes: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in folder.read("tree_nodes").to_pylist():
         nodes[str(row["problem_id"])].append(row)
@@ -155,6 +156,12 @@ def _check_nodes(folder: RunFolder, problem_id: str, rows: Sequence[Mapping[str,
         fault = "has a node whose parent is not an earlier node (or a root with a parent)"
     if fault is not None:
         raise InputError(f"{folder.location}: table tree_nodes: problem {problem_id!r} {fault}")
+
+
+def _natural(problem_id: Any) -> list[Any]:
+    """A sort key that puts arith/0/2 before arith/0/10."""
+    parts = re.split(r"(\d+)", str(problem_id))
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts]
 
 
 async def _explain(
