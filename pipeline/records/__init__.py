@@ -57,6 +57,9 @@ The modules, in layers: each imports only modules listed above it.
   `trees` and `eval_trees` share and the data-yield tables sum, live in `schema`);
 * `build` - `records_for`: one result graded and turned into every record type
   (and what decontamination removes), the paths gated once, each builder run once;
+* `problem_trees` - a problem searched by more than one tree (the night allocator's probe
+  and second tree): `forest` joins them under one root, `further_rows` keeps a later
+  tree's rows that are no near duplicate of the committed ones, within the per-problem caps;
 * `rebuild` - `rebuild_result`, a `SearchResult` rebuilt from its ``tree_nodes``
   and ``trees`` rows (the tests' real-model fixture), and `rebuild_records`, a run's
   every record type built again from those rows under a records config (to relabel an

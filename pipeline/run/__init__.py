@@ -7,6 +7,8 @@
 * `cluster` - joining or starting the Ray cluster;
 * `live` - the live progress display; `summary` - the final totals of a run;
 * `plan` - what a run would do (`--dry-run`), without Ray;
+* `allocation` - the night allocator (pure): a probe tree per problem, then the rest of
+  the night's tokens to the problems whose probes promise the most kept rows;
 * `nightly` - the nightly ledger: each date's slice of the source, and its spend cap;
   `night_ledger` - the ledger's files: their schema, and the one reading (checked whole)
   that the dry run and the real run both plan from.

@@ -1,0 +1,383 @@
+"""One night's token budget given to the problems that yield training data (pure: no Ray, no I/O).
+
+A night of N problems at budget B spends at most T = N x B.  Uniform B (the default) gives
+every problem one BG-MCTS tree at B.  With `AllocationConfig.enabled` every problem gets two
+independent trees instead, each an exact BG-MCTS search at a B fixed before it starts:
+
+1. a *probe* tree at ``probe_fraction x B``;
+2. a *second* tree whose B this module decides from the probe's outcome, or none.
+
+Problems arrive in windows of `AllocationConfig.window` (in the source's order); once a
+window's probes are committed, `NightAllocator.allocate` gives out that window's pool:
+its share of T (window size x B) less what its probes spent, plus what earlier windows
+left (`carry`).  So the night never spends more than T (every tree's C_used <= its B,
+and the probes' spend plus the second trees' Bs never exceed the shares handed out), and
+the allocation is a function of the committed probes alone, window after window: a
+killed night that reruns its committed probes gets the same second-tree budgets.
+
+What more budget is worth (`expected_rows`)
+    The per-problem caps of the records config (``sft_top_k`` SFT rows,
+    ``max_pairs_per_problem`` DPO and step-DPO pairs) hold across a problem's two trees
+    (`pipeline.records.problem_trees`), so a table whose cap the probe already filled
+    gains nothing.  A problem's share p of right answers gets a Beta posterior from the
+    probe's graded answered nodes (``prior`` plus k right, j wrong).  A second tree that
+    reaches m answered nodes then adds, in expectation:
+
+    * pairs (dpo, step_dpo): P(the tree is mixed) x min(headroom, m / 2), where
+      P(mixed) = 1 - E[p^m] - E[(1-p)^m]: a pair needs a right and a wrong answer in one
+      tree, and every node is used in at most one pair;
+    * sft: min(headroom, m E[p]) (right answers, up to the cap);
+    * prm, kto (no per-problem cap): m (one row per answered path).
+
+    m = the second tree's B / the tokens per answered node the night's probes needed so
+    far (a running estimate, from committed probes only).  A mixed probe is worth most
+    (pairs need both); a probe whose answers were all right is worth little once its SFT
+    rows are in (its many right answers make p near 1); a probe with wrong answers only,
+    or none, is worth something (its posterior leaves room for a right answer).
+
+How the pool is given out
+    Greedily by the best expected value per token: each step gives one problem the
+    increase (in multiples of ``step_fraction x B``, at least ``min_tree_fraction x B``
+    for a tree not yet started) whose average gain per token is the highest of all the
+    window's problems (the value is not concave in B: a pair needs two answers first, so
+    one small step may be worth nothing where a larger one is worth much).  It stops when
+    the pool is spent or no increase gains anything; what is left carries to the next
+    window.  ``min_fraction`` first gives every problem a second tree so that its two
+    trees hold at least that share of B (easy problems kept represented);
+    ``max_multiple`` caps a problem's two trees at that many B.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+from pydantic import Field, model_validator
+from scipy.special import betaln
+
+from pipeline.records import RecordsConfig
+from search.strict_config import StrictConfig
+
+PAIR_TABLES = ("dpo", "step_dpo")
+MAX_ANSWERS = 64
+ROW_TABLES = ("sft", "dpo", "step_dpo", "prm", "kto")
+
+
+class TableWeights(StrictConfig):
+    """What one kept row of each training table is worth to the allocator."""
+
+    sft: float = Field(
+        0.5,
+        ge=0,
+        description="one sft row; below a pair's: any solved problem gives sft rows, and the "
+        "probe already gives most of what the per-problem cap allows",
+    )
+    dpo: float = Field(
+        1.0,
+        ge=0,
+        description="one dpo pair: only a tree with both right and wrong answers gives one",
+    )
+    step_dpo: float = Field(1.0, ge=0, description="one step_dpo pair (as dpo)")
+    prm: float = Field(
+        0.0,
+        ge=0,
+        description="one prm row; 0: every answered path gives one, whatever the problem, so "
+        "budget buys them at the same rate anywhere",
+    )
+    kto: float = Field(0.0, ge=0, description="one kto row; 0 for prm's reason")
+
+
+class AllocationConfig(StrictConfig):
+    """The night-level allocator: a probe tree per problem, then the rest of the night's
+    tokens to the problems whose probes promise the most kept rows."""
+
+    enabled: bool = Field(
+        False,
+        description="false: every problem one tree at `budget` (uniform B); true: a probe "
+        "tree, then a second tree whose B the allocator decides",
+    )
+    probe_fraction: float = Field(
+        0.65, gt=0, lt=1, description="the probe tree's B, as a share of `budget`"
+    )
+    window: int = Field(
+        64, ge=1, description="problems whose probes are allocated together, in source order"
+    )
+    min_fraction: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="every problem's two trees get at least this share of `budget` (above "
+        "probe_fraction: a second tree for every problem, easy ones kept represented)",
+    )
+    max_multiple: float = Field(
+        4.0, gt=0, description="a problem's two trees together hold at most this many `budget`"
+    )
+    min_tree_fraction: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="no second tree smaller than this share of `budget` (too small to answer)",
+    )
+    step_fraction: float = Field(
+        0.05, gt=0, le=1, description="the allocator's step, as a share of `budget`"
+    )
+    hold_below: float = Field(
+        0.25,
+        ge=0,
+        description="an increase whose expected rows per token are below this share of what "
+        "the night's earlier windows got per token is not given: its tokens carry to later "
+        "windows (a stretch of easy problems leaves its share to the problems after it); the "
+        "night's last window gives out everything; 0: every window gives out its whole pool",
+    )
+    prior: tuple[float, float] | None = Field(
+        None,
+        description="Beta prior (a, b) of a problem's share of right answers, before its probe; "
+        "null: fitted to the night's committed probes so far (beta-binomial maximum "
+        "likelihood), (1, 1) until a probe has a graded answer",
+    )
+    weights: TableWeights = Field(
+        default_factory=TableWeights, description="what one kept row of each table is worth"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> AllocationConfig:
+        if self.prior is not None and min(self.prior) <= 0:
+            raise ValueError("prior: both Beta parameters must be > 0")
+        if self.max_multiple < max(self.min_fraction, self.probe_fraction):
+            raise ValueError("max_multiple is below min_fraction or probe_fraction")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutcome:
+    """What the allocator reads of one committed probe tree."""
+
+    problem_id: str
+    spent: float  # the probe's C_used (cost units, <= its B)
+    correct: int  # answered nodes labelled right
+    incorrect: int  # answered nodes labelled wrong
+    answered: int  # answered nodes, graded or not
+    rows: Mapping[str, int] = field(default_factory=dict)  # kept rows per table
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPlan:
+    """One window's second-tree budgets (0: no second tree), in the window's order."""
+
+    budgets: tuple[int, ...]
+    pool: float  # what the window could give out
+    carry: float  # what it left to the next window
+    tokens_per_answer: float  # the running estimate it used
+    prior: tuple[float, float]  # the Beta prior it used
+
+
+def expected_rows(
+    outcome: ProbeOutcome,
+    answers: float,
+    config: AllocationConfig,
+    caps: Mapping[str, float],
+    prior: tuple[float, float] = (1.0, 1.0),
+) -> float:
+    """The weighted rows a second tree with `answers` answered nodes adds (module docstring);
+    a fractional count interpolates between the two whole ones."""
+    if answers <= 0:
+        return 0.0
+    uncapped = (config.weights.prm + config.weights.kto) * answers
+    # past `MAX_ANSWERS` the capped tables are full whatever the probe said (the caps are a
+    # few rows): the sum over K stays short
+    low = math.floor(min(answers, MAX_ANSWERS))
+    share = min(answers, MAX_ANSWERS) - low
+    # many probes share their counts: the value of whole counts is cached across them
+    key = (
+        outcome.correct,
+        outcome.incorrect,
+        tuple(sorted(outcome.rows.items())),
+        config.weights,
+        tuple(sorted(caps.items())),
+        prior,
+    )
+    value = _expected_rows(*key, low)
+    if share > 0:
+        value += share * (_expected_rows(*key, low + 1) - value)
+    return value + uncapped
+
+
+@lru_cache(maxsize=1 << 16)
+def _expected_rows(
+    correct: int,
+    incorrect: int,
+    committed: tuple[tuple[str, int], ...],
+    weights: TableWeights,
+    cap_items: tuple[tuple[str, float], ...],
+    prior: tuple[float, float],
+    m: int,
+) -> float:
+    """Over the beta-binomial count K of right answers among m (the posterior after the
+    probe): sft rows min(room, K); pairs of the problem's forest (both trees: a right
+    answer of one pairs with a wrong one of the other) min(right, wrong) less the pairs
+    already committed, within the room (prm and kto rows, m, are `expected_rows`')."""
+    if m <= 0:
+        return 0.0
+    a, b = prior[0] + correct, prior[1] + incorrect
+    rows_now, caps = dict(committed), dict(cap_items)
+    rooms = {
+        table: max(0.0, caps.get(table, math.inf) - rows_now.get(table, 0)) for table in ROW_TABLES
+    }
+    base = _log_beta(a, b)
+    value = 0.0
+    for k in range(m + 1):
+        chance = math.exp(
+            math.lgamma(m + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(m - k + 1)
+            + _log_beta(a + k, b + m - k)
+            - base
+        )
+        pairable = min(correct + k, incorrect + m - k)
+        rows = weights.sft * min(rooms["sft"], k)
+        for table in PAIR_TABLES:
+            new = max(0.0, pairable - rows_now.get(table, 0))
+            rows += getattr(weights, table) * min(rooms[table], new)
+        value += chance * rows
+    return value
+
+
+# the grid the fitted prior is chosen on: a and b from 0.05 to 20, evenly in log space
+_GRID = tuple(0.05 * 400 ** (i / 39) for i in range(40))
+
+
+def fit_prior(graded: Mapping[tuple[int, int], int]) -> tuple[float, float]:
+    """The Beta(a, b) on `_GRID` that makes the probes' (right, graded) counts most likely
+    (beta-binomial); `graded` maps (right, graded) to how many probes had it."""
+    seen = {key: n for key, n in graded.items() if key[1] > 0}
+    if not seen:
+        return (1.0, 1.0)
+
+    a, b = np.meshgrid(_GRID, _GRID, indexing="ij")
+    likelihood = np.zeros_like(a)
+    for (k, total), n in sorted(seen.items()):
+        likelihood += n * (betaln(a + k, b + total - k) - betaln(a, b))
+    i, j = np.unravel_index(int(np.argmax(likelihood)), likelihood.shape)
+    return (_GRID[i], _GRID[j])
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def record_caps(records: RecordsConfig) -> dict[str, float]:
+    """The per-problem caps of each table (inf: none)."""
+    top_k = records.gates.sft_top_k
+    pairs = float(records.max_pairs_per_problem)
+    return {"sft": float(top_k) if top_k else math.inf, "dpo": pairs, "step_dpo": pairs}
+
+
+@dataclass(slots=True)
+class NightAllocator:
+    """Second-tree budgets window by window; state: what earlier windows left and saw."""
+
+    config: AllocationConfig
+    budget: int  # the night's B per problem: T = problems x budget
+    records: RecordsConfig = field(default_factory=RecordsConfig)
+    carry: float = 0.0
+    probe_spent: float = 0.0  # every probe so far
+    probe_answers: int = 0
+    graded: Counter[tuple[int, int]] = field(default_factory=Counter)  # (right, graded) -> probes
+    value_given: float = 0.0  # expected weighted rows of every second tree so far
+    tokens_given: int = 0  # and their budgets
+
+    @property
+    def probe_budget(self) -> int:
+        return max(1, math.floor(self.config.probe_fraction * self.budget))
+
+    def allocate(self, outcomes: Sequence[ProbeOutcome], *, last: bool = False) -> WindowPlan:
+        """The second-tree budgets of one window, given its committed probes in order;
+        `last`: the night's last window (nothing is held back for later)."""
+        config, budget = self.config, self.budget
+        for o in outcomes:
+            if not 0 <= o.spent <= self.probe_budget:
+                raise ValueError(
+                    f"probe of {o.problem_id} spent {o.spent}, its B is {self.probe_budget}"
+                )
+        pool = self.carry + sum(budget - o.spent for o in outcomes)
+        self.probe_spent += sum(o.spent for o in outcomes)
+        self.probe_answers += sum(o.answered for o in outcomes)
+        self.graded.update((o.correct, o.correct + o.incorrect) for o in outcomes)
+        prior = config.prior or fit_prior(self.graded)
+        # no answer yet in the whole night: assume the probe's B buys one
+        per_answer = (
+            self.probe_spent / self.probe_answers if self.probe_answers else self.probe_budget
+        )
+        per_answer = max(per_answer, 1.0)
+        # each problem's own answers per token, shrunk toward the night's by one answer's
+        # worth: a probe that answered nothing needed more than its B for one answer
+        rates = [(o.answered + 1) / (o.spent + per_answer) for o in outcomes]
+        step = max(1, math.floor(config.step_fraction * budget))
+        smallest = max(step, math.ceil(config.min_tree_fraction * budget))
+        most = [max(0, math.floor(config.max_multiple * budget - o.spent)) for o in outcomes]
+        given = [0] * len(outcomes)
+        floor_total = max(0.0, config.min_fraction - config.probe_fraction) * budget
+        if floor_total > 0:
+            for i, o in enumerate(outcomes):
+                given[i] = min(
+                    most[i], max(smallest, math.floor(config.min_fraction * budget - o.spent))
+                )
+        left = pool - sum(given)
+        if left < 0:  # cannot happen when min_fraction <= 1 (each share covers it); stay safe
+            given, left = [0] * len(outcomes), pool
+        caps = record_caps(self.records)
+        value: list[dict[int, float]] = [{} for _ in outcomes]  # problem -> {B: worth}
+
+        def worth(i: int, b: int) -> float:
+            if b not in value[i]:
+                value[i][b] = expected_rows(outcomes[i], b * rates[i], config, caps, prior)
+            return value[i][b]
+
+        def best_step(i: int) -> tuple[float, int]:
+            """(gain per token, new B) of problem i's best increase within what is left."""
+            now = given[i]
+            base = worth(i, now) if now else 0.0
+            found = (0.0, now)
+            b = now + (smallest if now == 0 else step)
+            while b <= min(most[i], now + left):
+                rate = (worth(i, b) - base) / (b - now)
+                if rate > found[0] + 1e-12:
+                    found = (rate, b)
+                b += step
+            return found
+
+        offers = [best_step(i) for i in range(len(outcomes))]
+        floor = 0.0  # the least gain per token worth giving now
+        if not last and self.tokens_given > 0:
+            floor = config.hold_below * self.value_given / self.tokens_given
+        while True:
+            # the best gain per token; ties to the earlier problem (deterministic)
+            pick = max(range(len(offers)), key=lambda k: (offers[k][0], -k), default=None)
+            if pick is None or offers[pick][0] <= 0 or offers[pick][0] < floor:
+                break
+            left -= offers[pick][1] - given[pick]
+            given[pick] = offers[pick][1]
+            offers = [
+                best_step(k) if k == pick or offers[k][1] - given[k] > left else offers[k]
+                for k in range(len(offers))
+            ]
+        self.carry = left
+        self.value_given += sum(worth(i, b) for i, b in enumerate(given) if b)
+        self.tokens_given += sum(given)
+        return WindowPlan(tuple(given), pool, left, per_answer, prior)
+
+
+__all__ = [
+    "AllocationConfig",
+    "NightAllocator",
+    "ProbeOutcome",
+    "TableWeights",
+    "WindowPlan",
+    "expected_rows",
+    "fit_prior",
+    "record_caps",
+]
