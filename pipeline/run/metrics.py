@@ -267,19 +267,25 @@ class Recorder(Protocol):
 
 
 class RayRecorder:
-    """Records through `ray.util.metrics`, one Ray metric object per metric and process.
+    """Records through `ray.util.metrics`, one Ray metric object per metric, made on first
+    use.  One recorder per run: its objects belong to the Ray connection they were made in
+    (a test process may shut Ray down and start it again between runs).
 
     Metrics are an aid: a failure to record is logged once and never fails a run."""
 
+    def __init__(self) -> None:
+        self._objects: dict[str, Any] = {}
+        self._lock = threading.Lock()  # the board poller's thread and the driver's
+
     def _object(self, metric: Metric) -> Any:
-        with _objects_lock:
-            made = _objects.get(metric.name)
+        with self._lock:
+            made = self._objects.get(metric.name)
             if made is None:
                 from ray.util import metrics
 
                 kind = metrics.Counter if metric.kind == "counter" else metrics.Gauge
                 made = kind(metric.name, description=metric.help, tag_keys=metric.tags)
-                _objects[metric.name] = made
+                self._objects[metric.name] = made
             return made
 
     def inc(self, metric: Metric, value: float, tags: Mapping[str, str]) -> None:
@@ -298,10 +304,7 @@ class RayRecorder:
                 log.warning("metric %s not recorded: %s", metric.name, exc)
 
 
-# per process: one Ray metric object per name, and one warning per metric that failed
-_objects: dict[str, Any] = {}
-_objects_lock = threading.Lock()
-_warned: set[str] = set()
+_warned: set[str] = set()  # per process: one warning per metric that failed
 
 
 def _number(value: Any) -> float:
