@@ -21,6 +21,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from scipy.special import stdtrit
+
 from common.grading import Verdict
 from pipeline.records import BuildContext, RecordsConfig, grade_result, rows_for
 from pipeline.records.problem_trees import forest, further_rows, uncapped
@@ -196,4 +198,87 @@ async def simulate_night(
     return tally
 
 
-__all__ = ["NightTally", "problem_kind", "simulate_night", "solve_chance"]
+KINDS = ("easy", "medium", "hard")
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the 95% Student-t interval of a mean over seeds."""
+    n, mean = len(values), sum(values) / len(values)
+    if n < 2:
+        return (mean, math.nan, math.nan)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(stdtrit(n - 1, 0.975)) * sd / math.sqrt(n)
+    return (mean, mean - half, mean + half)
+
+
+def _per_mtok(tally: NightTally, table: str, scorer: bool) -> float:
+    rows = tally.rows["dpo"] + tally.rows["step_dpo"] if table == "pairs" else tally.rows[table]
+    return rows / (tally.scorer_tokens if scorer else tally.policy_tokens) * 1e6
+
+
+def _shown(values: Sequence[float], digits: int = 1) -> str:
+    mean, low, high = mean_interval(values)
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def comparison(
+    uniform: Sequence[NightTally], allocated: Sequence[NightTally]
+) -> tuple[list[str], dict[str, float]]:
+    """Markdown tables of paired nights (one per seed) and the figures the last lines print:
+    kept rows per 1M policy and per 1M computed scorer tokens (95% intervals over seeds),
+    the kept rows' difficulty mix, and where the allocator's second-tree tokens went."""
+    lines: list[str] = []
+    tables = (*ROW_TABLES, "pairs")
+    for scorer in (False, True):
+        unit = "1M computed scorer tokens" if scorer else "1M policy tokens (C_used)"
+        lines += ["", f"kept rows per {unit}, mean [95% interval] over seeds", ""]
+        lines += ["| table | uniform B | allocator | ratio |", "|---|---|---|---|"]
+        for table in tables:
+            u = [_per_mtok(t, table, scorer) for t in uniform]
+            a = [_per_mtok(t, table, scorer) for t in allocated]
+            ratio = [x / y if y else math.nan for x, y in zip(a, u, strict=True)]
+            lines.append(f"| {table} | {_shown(u)} | {_shown(a)} | {_shown(ratio, 2)} |")
+    lines += ["", "where the kept rows come from (problems by the chance one solution is right: "]
+    lines[-1] += "easy > 0.9, hard < 0.1), summed over seeds"
+    lines += ["", "| rows | kind | uniform B | allocator |", "|---|---|---|---|"]
+    for label, names in (("sft", ("sft",)), ("pairs", ("dpo", "step_dpo"))):
+        totals = [
+            sum(t.by_kind.get(k, Counter())[n] for t in nights for k in KINDS for n in names)
+            for nights in (uniform, allocated)
+        ]
+        for kind in KINDS:
+            cells = []
+            for nights, total in zip((uniform, allocated), totals, strict=True):
+                rows = sum(t.by_kind.get(kind, Counter())[n] for t in nights for n in names)
+                cells.append(f"{rows} ({rows / max(1, total):.0%})")
+            lines.append(f"| {label} | {kind} | {cells[0]} | {cells[1]} |")
+    probes, tokens = Counter[str](), Counter[str]()
+    for t in allocated:
+        probes.update(t.probes)
+        tokens.update(t.second_tokens)
+    lines += ["", "| probe outcome | problems | mean second-tree B | share of second-tree tokens |"]
+    lines += ["|---|---|---|---|"]
+    for outcome, n in sorted(probes.items()):
+        share = tokens[outcome] / max(1, sum(tokens.values()))
+        lines.append(f"| {outcome} | {n} | {tokens[outcome] / n:,.0f} | {share:.0%} |")
+
+    def mean(nights: Sequence[NightTally], table: str) -> float:
+        return sum(_per_mtok(t, table, False) for t in nights) / len(nights)
+
+    figures = {
+        "pairs_per_mtok_ratio": mean(allocated, "pairs") / mean(uniform, "pairs"),
+        "sft_per_mtok_ratio": mean(allocated, "sft") / mean(uniform, "sft"),
+        "tokens_over_budget": math.ceil(sum(t.over_budget for t in (*uniform, *allocated))),
+    }
+    return lines, figures
+
+
+__all__ = [
+    "KINDS",
+    "NightTally",
+    "comparison",
+    "mean_interval",
+    "problem_kind",
+    "simulate_night",
+    "solve_chance",
+]
