@@ -36,6 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What each measurement measures: the code whose change can move its figures.
 MEASURES: dict[str, tuple[str, ...]] = {
+    "benchmarks.night_allocation": (
+        "benchmarks/night_allocation.py",
+        "pipeline/evaluation/night_allocation.py",
+        "pipeline/run/allocation.py",
+        "pipeline/records/problem_trees.py",
+        "search/simulated.py",
+    ),
     "benchmarks.node_loss": (
         "benchmarks/node_loss.py",
         "pipeline/store/request_log.py",
