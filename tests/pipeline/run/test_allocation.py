@@ -172,3 +172,15 @@ def test_the_fitted_prior_follows_the_probes() -> None:
     a, b = fit_prior({(2, 4): 100})
     assert a > 1 and b > 1 and abs(a - b) < 0.5 * a
     assert fit_prior({}) == (1.0, 1.0)
+
+
+def test_a_killed_night_replays_its_committed_probes_to_the_same_budgets() -> None:
+    windows = [
+        [probe(i + 10 * w, (i + w) % 5, (2 * i + w) % 3) for i in range(10)] for w in range(4)
+    ]
+    whole = night(windows)
+    # killed after two windows: a fresh allocator replays the committed probes in order
+    rerun = NightAllocator(ON, B)
+    replayed = [rerun.allocate(w).budgets for w in windows[:2]]
+    assert replayed == whole[:2]
+    assert [rerun.allocate(w).budgets for w in windows[2:]] == whole[2:]
