@@ -20,20 +20,21 @@ What more budget is worth (`expected_rows`)
     ``max_pairs_per_problem`` DPO and step-DPO pairs) hold across a problem's two trees
     (`pipeline.records.problem_trees`), so a table whose cap the probe already filled
     gains nothing.  A problem's share p of right answers gets a Beta posterior from the
-    probe's graded answered nodes (``prior`` plus k right, j wrong).  A second tree that
-    reaches m answered nodes then adds, in expectation:
+    probe's graded answered nodes (k right, j wrong) on a prior (``prior``, or by default
+    one fitted to the night's committed probes so far: `fit_prior`).  A second tree that
+    reaches m answered nodes, K ~ BetaBinomial(m) of them right, adds in expectation:
 
-    * pairs (dpo, step_dpo): P(the tree is mixed) x min(headroom, m / 2), where
-      P(mixed) = 1 - E[p^m] - E[(1-p)^m]: a pair needs a right and a wrong answer in one
-      tree, and every node is used in at most one pair;
-    * sft: min(headroom, m E[p]) (right answers, up to the cap);
-    * prm, kto (no per-problem cap): m (one row per answered path).
+    * sft rows: min(room, K);
+    * pairs (dpo, step_dpo): min(k + K, j + m - K) less the pairs already committed, within
+      the room: the problem's trees are paired as one forest, so a right answer of the
+      second tree pairs with a wrong one of the probe, and a node serves one pair;
+    * prm, kto rows (no per-problem cap): m (one row per answered path).
 
-    m = the second tree's B / the tokens per answered node the night's probes needed so
-    far (a running estimate, from committed probes only).  A mixed probe is worth most
-    (pairs need both); a probe whose answers were all right is worth little once its SFT
-    rows are in (its many right answers make p near 1); a probe with wrong answers only,
-    or none, is worth something (its posterior leaves room for a right answer).
+    m = the second tree's B x the problem's answered nodes per token, shrunk toward the
+    night's running mean by one answer (from committed probes only: a probe that answered
+    nothing needed more than its B for one answer).  A mixed probe is worth most (pairs
+    need both); a probe whose answers were all right is worth little once its SFT rows are
+    in; a probe with wrong answers only is worth something (a right answer would pair).
 
 How the pool is given out
     Greedily by the best expected value per token: each step gives one problem the
@@ -41,10 +42,11 @@ How the pool is given out
     for a tree not yet started) whose average gain per token is the highest of all the
     window's problems (the value is not concave in B: a pair needs two answers first, so
     one small step may be worth nothing where a larger one is worth much).  It stops when
-    the pool is spent or no increase gains anything; what is left carries to the next
-    window.  ``min_fraction`` first gives every problem a second tree so that its two
-    trees hold at least that share of B (easy problems kept represented);
-    ``max_multiple`` caps a problem's two trees at that many B.
+    the pool is spent, no increase gains anything, or the best gains less per token than
+    ``hold_below`` of what the night's earlier windows got (not in the night's last
+    window); what is left carries to the next window.  ``min_fraction`` first gives every
+    problem a second tree so that its two trees hold at least that share of B (easy
+    problems kept represented); ``max_multiple`` caps a problem's two trees at that many B.
 """
 
 from __future__ import annotations
@@ -101,7 +103,12 @@ class AllocationConfig(StrictConfig):
         "tree, then a second tree whose B the allocator decides",
     )
     probe_fraction: float = Field(
-        0.65, gt=0, lt=1, description="the probe tree's B, as a share of `budget`"
+        0.65,
+        gt=0,
+        lt=1,
+        description="the probe tree's B, as a share of `budget`; 0.65 was the best of 0.3-0.8 "
+        "on the simulated world (benchmarks.night_allocation, seeds 0-1): a smaller probe is "
+        "in BG-MCTS's costly early regime and often ends without an answer",
     )
     window: int = Field(
         64, ge=1, description="problems whose probes are allocated together, in source order"
