@@ -57,11 +57,39 @@ def _config(tmp_path: Path, **extra: Any) -> RunConfig:
     )
 
 
+def _set(part: Path, column: str, values: list[int]) -> None:
+    table = pq.read_table(part)
+    at = table.column_names.index(column)
+    field = table.schema.field(column)
+    pq.write_table(table.set_column(at, field, pa.array(values, field.type)), part)
+
+
+def _copied(records_run: Path, tmp_path: Path) -> Path:
+    """A copy of the shared run whose policy engine reported its prompt tokens and both
+    engines their cache reads.  The shared run's trees were rebuilt from logged trees
+    without them (0 sent: an engine that reports no prompt tokens); here each tree's
+    requests held twice its output in prompt tokens, sent four times (once per choice),
+    three quarters of it read from the policy's cache, and half of each path from the
+    scorer's."""
+    run = tmp_path / "out" / records_run.name
+    shutil.copytree(records_run, run)
+    for part in sorted((run / "trees").glob("*.parquet")):
+        table = pq.read_table(part)
+        output = table.column("policy_output_tokens").to_pylist()
+        paths = table.column("prm_input_tokens").to_pylist()
+        _set(part, "policy_input_tokens", [2 * n for n in output])
+        _set(part, "policy_prompt_sent_tokens", [8 * n for n in output])
+        _set(part, "policy_prompt_cached_tokens", [6 * n for n in output])
+        _set(part, "prm_prompt_cached_tokens", [n // 2 for n in paths])
+    return run
+
+
 def _finished(records_run: Path, tmp_path: Path, **extra: Any) -> tuple[Path, RunConfig]:
-    """A copy of the shared run, ended by the run's own code (run.json and the report)."""
+    """A copy of the shared run (`_copied`, unless the test made one), ended by the
+    run's own code (run.json and the report)."""
     run = tmp_path / "out" / records_run.name
     if not run.exists():
-        shutil.copytree(records_run, run)
+        _copied(records_run, tmp_path)
     config = _config(tmp_path, **extra)
     folder = RunFolder.at(run)
     summary = RunSummary("records", run)
@@ -76,7 +104,14 @@ def _cost(run: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
 
 
 def _section(markdown: str) -> str:
-    return markdown.split("## Cost per kept row", 1)[1].split("\n## ", 1)[0]
+    """The cost-per-row section, up to its rows per GPU-hour (which name the tables too)."""
+    section = markdown.split("## Cost per kept row", 1)[1].split("\n## ", 1)[0]
+    return section.split("Measured over the invocation", 1)[0]
+
+
+def _gpu_section(markdown: str) -> str:
+    section = markdown.split("## Cost per kept row", 1)[1].split("\n## ", 1)[0]
+    return "Measured over the invocation" + section.split("Measured over the invocation", 1)[1]
 
 
 def _table(section: str) -> dict[str, list[str]]:
@@ -133,7 +168,7 @@ def test_run_json_report_json_and_report_md_say_the_same_cost_per_row_with_price
     # the report's Totals weigh the same money
     assert report["money"] == pytest.approx(cost["money"])
     table = _table(_section(markdown))
-    header = _section(markdown).split("\n\n")[1].splitlines()[0]
+    header = next(x for x in _section(markdown).splitlines() if x.startswith("| table |"))
     assert header.endswith("| money (USD) |"), header
     for name in TRAINING_TYPES:
         entry, n = cost["tables"][name], rows[name]
@@ -148,14 +183,13 @@ def test_run_json_report_json_and_report_md_say_the_same_cost_per_row_with_price
         shown = [_number(c) for c in cells[1:]]
         expected = [entry[f] for f in TOKEN_FIELDS] + [entry["money"]]
         assert shown == pytest.approx(expected, abs=0.05), name  # one decimal; money six
-        assert shown[-1] == pytest.approx(entry["money"], abs=5e-7)
+        assert shown[-1] == pytest.approx(entry["money"], abs=1e-6)  # six decimals
 
 
 def test_without_prices_there_is_no_money_and_a_table_without_rows_says_no_rows(
     records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = tmp_path / "out" / records_run.name
-    shutil.copytree(records_run, run)
+    run = _copied(records_run, tmp_path)
     shutil.rmtree(run / "dpo")  # a run that kept no DPO pairs
     run, _ = _finished(records_run, tmp_path)
     manifest, report, markdown = _cost(run)
@@ -196,8 +230,7 @@ def _drop_cache_columns(run: Path, *, null: bool) -> None:
 def test_a_run_from_before_the_cache_columns_says_unknown_and_does_not_crash(
     records_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], null: bool
 ) -> None:
-    run = tmp_path / "out" / records_run.name
-    shutil.copytree(records_run, run)
+    run = _copied(records_run, tmp_path)
     _drop_cache_columns(run, null=null)
     run, _ = _finished(records_run, tmp_path, prices=PRICES)
     manifest, report, markdown = _cost(run)
@@ -217,6 +250,23 @@ def test_a_run_from_before_the_cache_columns_says_unknown_and_does_not_crash(
     assert cli.main(["report", str(run)]) == OK, capsys.readouterr().err
 
 
+def test_an_engine_that_reports_no_prompt_tokens_leaves_them_unknown_not_free(
+    records_run: Path, tmp_path: Path
+) -> None:
+    # the shared run as it is: its policy generated, and its trees say no prompt was sent
+    run = tmp_path / "out" / records_run.name
+    shutil.copytree(records_run, run)
+    assert sum(pq.read_table(run / "trees").column("policy_prompt_sent_tokens").to_pylist()) == 0
+    run, _ = _finished(records_run, tmp_path)
+    manifest, report, markdown = _cost(run)
+    sft = manifest["cost_per_row"]["tables"]["sft"]
+    assert sft["policy_prompt_sent_tokens"] is None
+    assert sft["policy_prompt_computed_tokens"] is None
+    assert sft["policy_output_tokens"] > 0  # known
+    assert report["cost_per_row"] == manifest["cost_per_row"]
+    assert "or its engine reports no prompt tokens" in _section(markdown)
+
+
 def test_rows_per_gpu_hour_of_a_load_model_run_are_in_run_json_and_the_report(
     records_run: Path, tmp_path: Path
 ) -> None:
@@ -232,7 +282,7 @@ def test_rows_per_gpu_hour_of_a_load_model_run_are_in_run_json_and_the_report(
     assert block["rows"] == rows  # nothing before this invocation
     hours = 2 * block["wall_time_s"] / 3600
     assert block["gpu_hours"] == pytest.approx(hours, rel=1e-3)
-    section = _section(markdown)
+    section = _gpu_section(markdown)
     said = re.search(r"([\d,.]+) s on (.+?), ([\d.]+) GPU-hours", section)
     assert said is not None, section
     assert _number(said[1]) == pytest.approx(block["wall_time_s"], abs=0.5)
