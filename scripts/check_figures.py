@@ -116,6 +116,12 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "pipeline/report/engine_reads.py",
     ),
     "benchmarks.grading_worst_case": ("benchmarks/grading_worst_case.py", "common/grading.py"),
+    "benchmarks.explorer_open": (
+        "benchmarks/explorer_open.py",
+        "pipeline/report/explorer.py",
+        "pipeline/report/explorer_page.html",
+        "tests/browser.py",
+    ),
     # timings of a command or a test, not of a benchmark module
     "make-synth": (  # `make synth` on a clean clone
         "Makefile",
@@ -162,6 +168,7 @@ REQUIRED: tuple[tuple[str, str, int], ...] = (
     ("README.md", "make-synth", 1),  # the time and rows of the README's first command
     ("docs/scorers.md", "benchmarks.vllm_path", 1),  # rows per GPU-hour, read and stock
     ("docs/sizing.md", "benchmarks.engine_saturation", 2),  # goodput on the measured curve
+    ("README.md", "benchmarks.explorer_open", 1),  # a 1,500-node tree opens within 2 s
 )
 
 # Not checked: the dated history names its own commits, the others are generated.
