@@ -7,7 +7,9 @@ there too: the agent prefixes the name with ``ray_`` and a counter's with ``_tot
 end, so `bgmcts_trees_committed` is scraped as ``ray_bgmcts_trees_committed_total``.  A
 process sends what it recorded to its agent every `metrics_report_interval_ms` (10 s by
 default), so a scrape lags by up to that; the last increments of a job whose driver exits
-within that time may never reach the agent (run.json keeps the final figures).
+within that time may never reach the agent (run.json keeps the final figures).  The agent
+forgets a gauge that was not set again within two report intervals, so the driver sets its
+gauges again at every poll of the board (and a night's every `REFRESH_S`).
 
 Every metric is recorded in the driver, from numbers it already counts, so the search
 pays nothing for them (no call per request; a few per committed tree and per poll):
@@ -39,6 +41,7 @@ import contextlib
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -265,6 +268,10 @@ class Recorder(Protocol):
 
     def set(self, metric: Metric, value: float, tags: Mapping[str, str]) -> None: ...
 
+    def refresh(self) -> None:
+        """Set every gauge again at its level (module docstring: a gauge not set again
+        for two report intervals leaves the endpoint)."""
+
 
 class RayRecorder:
     """Records through `ray.util.metrics`, one Ray metric object per metric, made on first
@@ -275,6 +282,7 @@ class RayRecorder:
 
     def __init__(self) -> None:
         self._objects: dict[str, Any] = {}
+        self._levels: dict[Any, tuple[Metric, float, dict[str, str]]] = {}  # gauges as set
         self._lock = threading.Lock()  # the board poller's thread and the driver's
 
     def _object(self, metric: Metric) -> Any:
@@ -293,7 +301,15 @@ class RayRecorder:
             self._record(metric, "inc", value, tags)
 
     def set(self, metric: Metric, value: float, tags: Mapping[str, str]) -> None:
+        with self._lock:
+            self._levels[metric.name, tuple(sorted(tags.items()))] = (metric, value, dict(tags))
         self._record(metric, "set", value, tags)
+
+    def refresh(self) -> None:
+        with self._lock:
+            levels = list(self._levels.values())
+        for metric, value, tags in levels:
+            self._record(metric, "set", value, tags)
 
     def _record(self, metric: Metric, how: str, value: float, tags: Mapping[str, str]) -> None:
         try:
@@ -398,6 +414,7 @@ class RunMetrics:
                 self._inc(name, self._grown(key, snapshot), engine=engine, engine_kind=kind)
             started = _number(snapshot.get("trees_started"))
             self._set("trees_in_flight", max(0.0, started - _number(snapshot.get("trees_done"))))
+            self.recorder.refresh()  # the selection's gauges, set once, stay on the endpoint
 
     def _grown(self, key: str, snapshot: Mapping[str, Any]) -> float:
         now = _number(snapshot.get(key))
@@ -446,6 +463,30 @@ class BoardPoller:
         self.poll()
 
 
+_NIGHT: list[RayRecorder] = []  # the process's night recorder, kept fresh by a thread
+REFRESH_S = 5.0  # well inside the two report intervals (10 s each by default) a gauge lasts
+
+
+def _night_recorder() -> RayRecorder:
+    """The recorder of a night's gauges, set again every `REFRESH_S` for as long as the
+    process lives (a night's job goes on to publish after its last synthesis)."""
+    with _NIGHT_LOCK:
+        if not _NIGHT:
+            recorder = RayRecorder()
+            _NIGHT.append(recorder)
+
+            def keep() -> None:
+                while True:
+                    time.sleep(REFRESH_S)
+                    recorder.refresh()
+
+            threading.Thread(target=keep, name="metrics-night", daemon=True).start()
+        return _NIGHT[0]
+
+
+_NIGHT_LOCK = threading.Lock()
+
+
 def record_night(
     run_id: str,
     date: str,
@@ -464,7 +505,7 @@ def record_night(
         ray = sys.modules.get("ray")  # not imported: not up (and no import just to ask)
         if ray is None or not ray.is_initialized():
             return
-        recorder = RayRecorder()
+        recorder = _night_recorder()
     tags = {"run": run_id, "date": date}
     recorder.set(BY_NAME["night_slice_start"], skip, tags)
     recorder.set(BY_NAME["night_slice_end"], skip + limit, tags)

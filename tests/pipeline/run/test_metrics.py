@@ -54,6 +54,9 @@ class Kept:
         assert metric.kind == "gauge"
         self.levels[self._key(metric, tags)] = value
 
+    def refresh(self) -> None:
+        self.refreshed = getattr(self, "refreshed", 0) + 1
+
     def count(self, name: str, **tags: str) -> float:
         return self.counts.get((name, tuple(sorted({"run": "r1", **tags}.items()))), 0)
 
@@ -139,6 +142,7 @@ def test_board_snapshots_add_only_what_grew_per_engine() -> None:
     assert kept.count("output_tokens", **scorer) == 7
     assert kept.count("requests_retried", **policy) == 2
     assert kept.count("requests_replayed") == 1
+    assert kept.refreshed == 3  # every poll sets the gauges again: Ray's agent drops stale ones
 
 
 def test_every_board_counter_a_metric_reads_is_one_the_board_keeps() -> None:
