@@ -110,7 +110,13 @@ def test_ray_job_submit_to_the_multi_node_cluster_writes_the_run_to_the_bucket(
                 submit = subprocess.run(
                     command, cwd=tmp_path, capture_output=True, text=True, timeout=JOB_DEADLINE_S
                 )
-                if "No available agent to submit job" not in submit.stdout + submit.stderr:
+                said = submit.stdout + submit.stderr
+                # the agent not up yet, or a request the loaded dashboard dropped before any
+                # job existed: retried (tests/test_ray_job_submit.py says why)
+                created = "submitted successfully" in said
+                if created or not (
+                    "No available agent to submit job" in said or "ConnectionError" in said
+                ):
                     break
                 time.sleep(2)
             assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]

@@ -37,11 +37,12 @@ import asyncio
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from actors.prompts import POLICY_INSTRUCTION
 from pipeline.config import parse_config
@@ -52,6 +53,7 @@ from pipeline.report.run_report import scorer_from_config
 from pipeline.store.run_folder import MANIFEST, RunFolder
 from search.answers import AnswerExtraction
 
+T = TypeVar("T")
 EXPLORER_HTML = "explorer.html"
 TEMPLATE = "explorer_page.html"  # package data beside this module
 DATA_MARK = "__EXPLORER_DATA__"
@@ -122,7 +124,7 @@ def explorer_data(folder: RunFolder) -> dict[str, Any]:
     for tree in trees:
         _check_nodes(folder, str(tree["problem_id"]), nodes.get(str(tree["problem_id"]), []))
     rules = RunRules.of(folder)
-    explained = asyncio.run(_explain(trees, nodes, rules))
+    explained = _run_to_end(_explain(trees, nodes, rules))
     problems = []
     for tree, (rebuilt, dropped) in zip(trees, explained, strict=True):
         pid = str(tree["problem_id"])
@@ -162,6 +164,18 @@ def _natural(problem_id: Any) -> list[Any]:
     """A sort key that puts arith/0/2 before arith/0/10."""
     parts = re.split(r"(\d+)", str(problem_id))
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts]
+
+
+def _run_to_end(work: Coroutine[Any, Any, T]) -> T:
+    """`work` run to its end from synchronous code, whether or not the caller is itself
+    inside an event loop (`bgmcts report` called from async code, a notebook): there
+    `asyncio.run` refuses, so the work gets a loop of its own in a thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(work)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, work).result()
 
 
 async def _explain(
