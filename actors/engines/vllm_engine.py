@@ -199,7 +199,9 @@ class InProcessVLLM:
         vllm = import_vllm()
         try:
             args = self._async_engine_args(vllm, kwargs)
-            self._llm: Any = vllm.AsyncLLMEngine.from_engine_args(args)
+            self._llm: Any = vllm.AsyncLLMEngine.from_engine_args(
+                args, stat_loggers=ray_stat_loggers()
+            )
         except Exception as exc:  # vLLM raises many types while starting
             raise EngineError(f"vLLM could not start {model!r}{self.starting_for}: {exc}") from exc
         self._vllm: Any = vllm
@@ -402,6 +404,22 @@ class VLLMEngine(InProcessVLLM):
             return decoded
         tokenizer = self._tokenizer
         return str(tokenizer.decode([token_id])) if tokenizer is not None else str(token_id)
+
+
+def ray_stat_loggers() -> list[Any] | None:
+    """vLLM's engine metrics (requests running and waiting, KV cache use, tokens, latencies)
+    through Ray's metrics agent when the engine runs in a Ray process, a Serve replica: they
+    are then on Ray's Prometheus endpoint beside Ray's and this project's (docs/metrics.md),
+    as Ray Serve LLM puts them there.  Outside Ray, vLLM's default loggers (None), whose
+    Prometheus registry nothing would serve.  `engine_args: {disable_log_stats: true}`
+    turns vLLM's metrics off either way."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
+
+    return [RayPrometheusStatLogger]
 
 
 def vllm_engine_args(

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import AsyncIterator
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +49,26 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
+@pytest.fixture(scope="module")
+def metrics_port() -> Iterator[int]:
+    """A local Ray cluster started before the engine, as a Serve replica's engine starts
+    inside one: the engine then sends vLLM's metrics to Ray's metrics agent.  The port of
+    the agent's Prometheus endpoint."""
+    import ray
+
+    from tests.conftest import start_local_ray
+
+    if not HAS_VLLM:
+        pytest.skip("needs vllm (scripts/test-vllm-cpu.sh)")
+    start_local_ray()
+    here = ray.get_runtime_context().get_node_id()
+    (port,) = [n["MetricsExportPort"] for n in ray.nodes() if n["NodeID"] == here]
+    yield int(port)
+    ray.shutdown()
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def engine(model_dir: Path) -> AsyncIterator[VLLMEngine]:
+async def engine(model_dir: Path, metrics_port: int) -> AsyncIterator[VLLMEngine]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, for vllm-cpu
     engine = VLLMEngine(
         VLLMConfig(
@@ -202,3 +222,28 @@ async def test_search_keeps_the_budget(engine: VLLMEngine) -> None:
     assert 0 < result.c_used <= budget
     assert len(result.tree) > 2
     assert result.tokens.failed_generations == 0
+
+
+@needs_vllm
+async def test_vllms_metrics_reach_rays_prometheus_endpoint(
+    engine: VLLMEngine, prompt: str, metrics_port: int
+) -> None:
+    """In a Ray process the engine logs through vLLM's `RayPrometheusStatLogger`, so vLLM's
+    own metrics are scraped from Ray's endpoint beside Ray's (``vllm:`` becomes ``vllm_``,
+    Ray adds ``ray_``).  Ray's agent takes a process's metrics every 10 s: a bounded poll."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    await engine.complete(prompt, Sampling(max_tokens=4, stop=(), temperature=0.8, seed=1))
+    name = "ray_vllm_generation_tokens_total"
+    deadline = time.monotonic() + 60
+    while True:
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            families = list(text_string_to_metric_families(answer.read().decode()))
+        tokens = sum(s.value for family in families for s in family.samples if s.name == name)
+        if tokens > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert tokens > 0, f"no {name} on Ray's endpoint within 60 s"
+    names = {s.name for family in families for s in family.samples}
+    assert any(n.startswith("ray_vllm_") and "kv_cache" in n for n in names)
