@@ -30,7 +30,9 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     fake = SimpleNamespace(
         AsyncEngineArgs=engine_args,
-        AsyncLLMEngine=SimpleNamespace(from_engine_args=lambda args: SimpleNamespace()),
+        AsyncLLMEngine=SimpleNamespace(
+            from_engine_args=lambda args, stat_loggers=None: SimpleNamespace()
+        ),
         SamplingParams=object,
     )
     monkeypatch.setattr(vllm_engine, "import_vllm", lambda: fake)
@@ -86,3 +88,13 @@ def test_a_key_set_twice_is_refused(seen: list[dict[str, Any]]) -> None:
 def test_the_config_refuses_an_empty_batch() -> None:
     with pytest.raises(ValidationError, match="max_num_seqs"):
         VLLMConfig(model="m", max_num_seqs=0)
+
+
+def test_outside_ray_vllm_keeps_its_default_stat_loggers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a Ray process vLLM logs through `RayPrometheusStatLogger` (scraped from Ray's
+    endpoint in tests/vllm/test_vllm_engine.py); outside one, vLLM's defaults (None).  A
+    process with no Ray connected, whatever cluster this test session has started."""
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    assert vllm_engine.ray_stat_loggers() is None
