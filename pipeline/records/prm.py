@@ -149,33 +149,38 @@ def prm_rows(graded: GradedTree, context: BuildContext, paths: GatedPaths | None
     )
     shared = context.shared_columns(graded, PRM_SCHEMA)
     threshold = config.pseudo_threshold
+    # the paths to label, each as (its last node, its text, the answers along it)
+    paths_to_label = [(node, graded.training(node).text, answers) for node, answers in selected]
+    if config.prm.unanswered_branches:
+        paths_to_label += _unanswered_branches(graded)
     rows: list[Row] = []
-    for node, answers in selected:
-        text = graded.training(node).text
+    for node, text, answers in paths_to_label:
         row = _row(graded, node, text, answers, below, threshold, config.prm)
         if row is None:
             count(dropped, "prm.ungraded", 1)
             note("prm.ungraded", node.id)
         else:
             rows.append(row | shared)
-    if config.prm.unanswered_branches:
-        for leaf in tree.nodes:
-            if leaf.parent_id is None or leaf.children or leaf.answered:
-                continue
-            if not leaf.expandable or has_empty_step(tree, leaf):  # failed, or holds no text
-                continue
-            text = tidy(tree.assistant_text(leaf), graded.fold_blank_lines)
-            answers = sum(n.answered for n in tree.path(leaf))
-            row = _row(graded, leaf, text, answers, below, threshold, config.prm)
-            if row is None:
-                count(dropped, "prm.ungraded", 1)
-                note("prm.ungraded", leaf.id)
-            else:
-                rows.append(row | shared)
     relabelled: Drops = Counter()
     if config.gates.false_equation:
         count(relabelled, PRM_FALSE_EQUATION, sum(_false_equation_is_bad(row) for row in rows))
     return Built(rows, dropped_paths=dropped, relabelled_steps=relabelled)
+
+
+def _unanswered_branches(graded: GradedTree) -> list[tuple[Node, str, int]]:
+    """The scored paths that never answered (prm.unanswered_branches), as (the leaf they end
+    at, their text, the answers along them): leaves that neither failed nor hold an empty
+    step."""
+    tree = graded.result.tree
+    branches = []
+    for leaf in tree.nodes:
+        if leaf.parent_id is None or leaf.children or leaf.answered:
+            continue
+        if not leaf.expandable or has_empty_step(tree, leaf):  # failed, or holds no text
+            continue
+        text = tidy(tree.assistant_text(leaf), graded.fold_blank_lines)
+        branches.append((leaf, text, sum(n.answered for n in tree.path(leaf))))
+    return branches
 
 
 def _false_equation_is_bad(row: Row) -> int:
