@@ -38,6 +38,7 @@ from actors.config import (
 from pipeline.errors import InputError
 from pipeline.problems.sources import SourceConfig
 from pipeline.records import RecordsConfig
+from pipeline.run.allocation import AllocationConfig
 from pipeline.store.filesystem import check_output_root
 from pipeline.store.request_log import RequestLogConfig
 from search.budget import TokenWeights
@@ -235,6 +236,13 @@ class RunConfig(StrictConfig):
     )
     allow_empty: bool = Field(
         False, description="an empty source selection is fine (else: exit 2 with a message)"
+    )
+    allocation: AllocationConfig = Field(
+        default_factory=AllocationConfig,
+        description="the night allocator (pipeline.run.allocation): off by default (every "
+        "problem one tree at `budget`); enabled: a probe tree at probe_fraction x budget for "
+        "every problem, then a second tree whose budget the allocator gives window by window "
+        "from the night's total (problems x budget), never past it",
     )
 
     @field_validator("actor_resources")

@@ -378,6 +378,31 @@ class NightAllocator:
         return WindowPlan(tuple(given), pool, left, per_answer, prior)
 
 
+def plan_lines(config: AllocationConfig, budget: int, problems: int) -> list[tuple[str, str]]:
+    """What `--dry-run` says of an enabled allocator for a night of `problems` at `budget`:
+    the probe's B, the night's total and its windows."""
+    probe = max(1, math.floor(config.probe_fraction * budget))
+    windows = math.ceil(problems / config.window) if problems else 0
+    return [
+        (
+            "night allocator",
+            f"on: a probe tree per problem at B={probe:,} (probe_fraction "
+            f"{config.probe_fraction:g} x {budget:,}), then second trees from what is left",
+        ),
+        (
+            "the night's total",
+            f"{problems * budget:,} cost units ({problems} problems x B={budget:,}); probes "
+            f"and second trees together never spend more",
+        ),
+        (
+            "allocation windows",
+            f"{windows} of up to {config.window} problems in source order; a problem's two "
+            f"trees hold at most {config.max_multiple:g} x B, at least "
+            f"{config.min_fraction:g} x B",
+        ),
+    ]
+
+
 __all__ = [
     "AllocationConfig",
     "NightAllocator",
@@ -386,5 +411,6 @@ __all__ = [
     "WindowPlan",
     "expected_rows",
     "fit_prior",
+    "plan_lines",
     "record_caps",
 ]

@@ -30,6 +30,7 @@ from actors.scorer_kinds import scorer_kind
 from pipeline.config import RunConfig
 from pipeline.errors import InputError
 from pipeline.problems.sources import ProblemRow, load_problems
+from pipeline.run.allocation import AllocationConfig, plan_lines
 from pipeline.run.gpu_hours import GPU_HOURS_KEY, GpuShape, gpu_shape
 from pipeline.run.token_estimate import Committed, TokenEstimate, estimate_tokens, token_rows
 from pipeline.store.filesystem import check_reachable
@@ -57,6 +58,8 @@ class RunPlan:
     gpus: GpuShape | None = None  # the GPUs the services hold (None: no GPU shape)
     # rows per GPU-hour the run's last invocation measured (run.json), if it had GPUs
     measured_gpu_hours: dict[str, Any] | None = None
+    problems: int = 0  # problems in the selection (bad rows not counted)
+    allocation: AllocationConfig | None = None  # the night allocator, when enabled
 
     @property
     def budget_total(self) -> int:
@@ -204,6 +207,8 @@ def plan_run(config: RunConfig, sample: int = 5) -> RunPlan:
         ),
         gpus=gpu_shape(config),
         measured_gpu_hours=_measured_gpu_hours(folder),
+        problems=len(loaded.problems),
+        allocation=config.allocation if config.allocation.enabled else None,
     )
 
 
@@ -276,6 +281,9 @@ def render_plan(plan: RunPlan, file: TextIO | None = None) -> None:
             table.add_row(what, value)
     for what, value in gpu_rows(plan):
         table.add_row(what, value)
+    if plan.allocation is not None:
+        for what, value in plan_lines(plan.allocation, plan.budget, plan.problems):
+            table.add_row(what, value)
     table.add_row("search", plan.algorithm)
     table.add_row("policy engine", plan.policy)
     table.add_row("scorer engine", plan.scorer)

@@ -104,6 +104,11 @@ def synthesize(
     if wall_cap is None:
         wall_cap = WallCap.start(config)
     install_log_redaction()
+    if config.allocation.enabled:  # refused before any work, not run as uniform B
+        raise InputError(
+            "allocation.enabled: the night allocator plans a night (--dry-run prints it) but "
+            "does not run in the synthesis stream yet; set allocation.enabled: false"
+        )
     run_id = config.resolved_run_id
     selection = check_source(config.source)  # config errors: one line, before any work
     check_engines(config)  # a missing engine package or model file: the same, before Ray
