@@ -44,16 +44,11 @@ from jobs import (
     synthesize,
     train_prm,
 )
-from jobs.exits import OK, add_verbose, guarded
+from jobs.exits import OK, add_verbose, guarded_run_folder
 
 
 def _report(args: argparse.Namespace) -> int:
-    # a folder that is no run, or a bucket that denies access: fix the argument (exit 2)
-    return guarded(
-        lambda: _write_report(args),
-        verbose=args.verbose,
-        bad_input=(FileNotFoundError, PermissionError),
-    )
+    return guarded_run_folder(_write_report, args)
 
 
 def _write_report(args: argparse.Namespace) -> int:

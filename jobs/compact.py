@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.exits import OK, add_verbose, guarded, run_alone
+from jobs.exits import OK, add_verbose, guarded_run_folder, run_alone
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,12 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded(
-        lambda: _compact(args),
-        verbose=args.verbose,
-        # no run folder, a bucket that denies access: fix the argument
-        bad_input=(FileNotFoundError, PermissionError),
-    )
+    return guarded_run_folder(_compact, args)
 
 
 def _compact(args: argparse.Namespace) -> int:

@@ -64,6 +64,12 @@ def add_run_options(parser: argparse.ArgumentParser, *, config: str, dry_run: st
     add_verbose(parser)
 
 
+def add_run_folder(parser: argparse.ArgumentParser) -> None:
+    """The one run folder a job reads, as its positional `run_dir`."""
+    # A string, not a Path: Path("s3://b/x") would fold the "//" of a bucket URI.
+    parser.add_argument("run_dir", help="a run folder: out/run=<id> or s3://bucket/prefix/run=<id>")
+
+
 def run_config(args: argparse.Namespace, **overrides: Any) -> RunConfig:
     """The run config that the options of `add_run_options` name: --config, with
     --output-root (when given) and `overrides` over its own values."""
@@ -79,6 +85,24 @@ def guarded_publishing(job: Callable[[argparse.Namespace], int], args: argparse.
     from pipeline.publish.hub import HubPublishError
 
     return guarded(lambda: job(args), verbose=args.verbose, failures=(HubPublishError,))
+
+
+def guarded_run_folder(
+    job: Callable[[argparse.Namespace], int],
+    args: argparse.Namespace,
+    *,
+    bad_input: tuple[type[BaseException], ...] = (),
+    failures: tuple[type[BaseException], ...] = (),
+) -> int:
+    """`guarded` `job(args)` for a job that reads run folders (--verbose from `args`): a
+    folder that is not there, or a bucket that denies access, is an argument to fix (exit
+    2), as are the `bad_input` types; `failures` as `guarded`'s."""
+    return guarded(
+        lambda: job(args),
+        verbose=args.verbose,
+        bad_input=(FileNotFoundError, PermissionError, *bad_input),
+        failures=failures,
+    )
 
 
 def guarded(
@@ -153,10 +177,12 @@ __all__ = [
     "INTERRUPTED",
     "OK",
     "WALL_TIME",
+    "add_run_folder",
     "add_run_options",
     "add_verbose",
     "guarded",
     "guarded_publishing",
+    "guarded_run_folder",
     "run_alone",
     "run_config",
 ]

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.exits import OK, add_verbose, guarded, run_alone
+from jobs.exits import OK, add_run_folder, add_verbose, guarded_run_folder, run_alone
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # A string, not a Path: Path("s3://b/x") would fold the "//" of a bucket URI.
-    parser.add_argument("run_dir", help="a run folder: out/run=<id> or s3://bucket/prefix/run=<id>")
+    add_run_folder(parser)
     parser.add_argument(
         "--output", default=None, help="the HTML file to write (default: explorer.html in the run)"
     )
@@ -33,13 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded(
-        lambda: _explore(args),
-        verbose=args.verbose,
-        # no run folder, a bucket that denies access, a Parquet part pyarrow cannot read
-        # (`UnreadablePart`), tree_nodes rows that make no tree: fix the argument
-        bad_input=(FileNotFoundError, PermissionError, ValueError),
-    )
+    # a Parquet part pyarrow cannot read (`UnreadablePart`), tree_nodes rows that make no
+    # tree: fix the argument
+    return guarded_run_folder(_explore, args, bad_input=(ValueError,))
 
 
 def _explore(args: argparse.Namespace) -> int:

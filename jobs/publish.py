@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.exits import FAILED, OK, add_verbose, guarded, run_alone
+from jobs.exits import FAILED, OK, add_verbose, guarded_run_folder, run_alone
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,11 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pipeline.publish.hub import HubPublishError
 
-    return guarded(
-        lambda: _reshard(args) if args.reshard else _publish(args),
-        verbose=args.verbose,
-        # a missing folder, a bad run id, a bucket that denies access: fix and rerun
-        bad_input=(FileNotFoundError, ValueError, PermissionError),
+    return guarded_run_folder(
+        _reshard if args.reshard else _publish,
+        args,
+        bad_input=(ValueError,),  # a bad run id: fix and rerun
         failures=(HubPublishError,),
     )
 

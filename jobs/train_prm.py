@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.exits import OK, add_verbose, guarded, run_alone
+from jobs.exits import OK, add_verbose, guarded_run_folder, run_alone
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,11 +71,10 @@ def run(args: argparse.Namespace) -> int:
     from actors.engines.step_layout import SeparatorError
     from pipeline.training.prm_trainer import NonFiniteTraining
 
-    return guarded(
-        lambda: _train(args),
-        verbose=args.verbose,
-        # a run folder that is missing or denied, a separator of several tokens
-        bad_input=(FileNotFoundError, PermissionError, SeparatorError),
+    return guarded_run_folder(
+        _train,
+        args,
+        bad_input=(SeparatorError,),  # a separator of several tokens
         # a loss or weights that stopped being numbers: stopped, nothing saved (exit 1)
         failures=(NonFiniteTraining,),
     )
