@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from actors.wrappers import PolicyWrapper, ScorerWrapper
 from search.answers import AnswerExtraction, is_answered
 from search.budget import TokenWeights
 from search.config import CostWeights
@@ -26,11 +27,9 @@ from search.protocols import (
     TOKEN_KINDS,
     ClampedCounts,
     Generation,
-    GenerationRequest,
     Policy,
     Score,
     Scorer,
-    ScoreRequest,
     TokenCounts,
 )
 
@@ -149,8 +148,8 @@ def clamped_counts(snapshot: Mapping[str, Any], engine: str) -> ClampedCounts:
     )
 
 
-class CountingPolicy:
-    """Counts what comes back from `policy`; everything else is delegated."""
+class CountingPolicy(PolicyWrapper):
+    """Counts what comes back from `policy`; everything else is `policy`'s."""
 
     def __init__(
         self,
@@ -159,44 +158,31 @@ class CountingPolicy:
         cost: CostWeights,
         extraction: AnswerExtraction = AnswerExtraction.BOXED,
     ) -> None:
-        self._policy = policy
+        super().__init__(policy)
         self._counters = counters
         self._cost = cost
         self._extraction = extraction
-        self.name = policy.name
 
-    async def generate(self, request: GenerationRequest) -> Sequence[Generation]:
-        generations = await self._policy.generate(request)
+    def returned(self, generations: Sequence[Generation]) -> None:
         c = self._counters
         c.nodes += len(generations)
         c.answered += sum(is_answered(g.text, g.finish, self._extraction) for g in generations)
         c.count(TokenCounts.of_request(generations), self._cost)
         for g in generations:
             c.count_clamped("policy", g.clamped)
-        return generations
-
-    async def count_tokens(self, text: str) -> int:
-        return await self._policy.count_tokens(text)
-
-    def __getattr__(self, name: str) -> Any:  # prompt_tokens, stats: whatever the policy has
-        return getattr(self._policy, name)
 
 
-class CountingScorer:
+class CountingScorer(ScorerWrapper):
+    """Counts what comes back from `scorer`; everything else is `scorer`'s."""
+
     def __init__(self, scorer: Scorer, counters: Counters, cost: CostWeights) -> None:
-        self._scorer = scorer
+        super().__init__(scorer)
         self._counters = counters
         self._cost = cost
-        self.name = scorer.name
 
-    async def score(self, request: ScoreRequest) -> Score:
-        score = await self._scorer.score(request)
+    def returned(self, score: Score) -> None:
         self._counters.count(TokenCounts.of_score(score), self._cost)
         self._counters.count_clamped("prm", score.clamped)
-        return score
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._scorer, name)
 
 
 class Reporter:

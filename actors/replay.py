@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from actors.progress import Counters
 from actors.scorer_kinds import SCORER_KINDS
+from actors.wrappers import PolicyWrapper, ScorerWrapper
 from search.protocols import (
     FinishReason,
     Generation,
@@ -218,19 +219,18 @@ def replayed_score(value: Any, request: ScoreRequest) -> Score | None:
     return score
 
 
-class ReplayPolicy:
+class ReplayPolicy(PolicyWrapper):
     """`policy` with the current tree's journal in front of it."""
 
     def __init__(self, policy: Policy, counts: Counters, salt: str = "") -> None:
-        self._policy = policy
+        super().__init__(policy)
         self._counts = counts
         self._salt = salt
-        self.name = policy.name
 
     async def generate(self, request: GenerationRequest) -> Sequence[Generation]:
         journal = _journal.get()
         if journal is None:
-            return await self._policy.generate(request)
+            return await self.policy.generate(request)
         key = generation_key(request, self._salt)
         recorded = journal.take(key)
         generations = None if recorded is None else replayed_generations(recorded, request)
@@ -238,7 +238,7 @@ class ReplayPolicy:
             self._counts.replayed_requests += 1
             self._counts.replayed_policy_output_tokens += sum(g.output_tokens for g in generations)
             return generations
-        generations = list(await self._policy.generate(request))
+        generations = list(await self.policy.generate(request))
         if not any(g.finish is FinishReason.ERROR for g in generations):
             await journal.record(key, encode_generations(generations))
         return generations
@@ -246,34 +246,30 @@ class ReplayPolicy:
     async def count_tokens(self, text: str) -> int:
         journal = _journal.get()
         if journal is None:
-            return await self._policy.count_tokens(text)
+            return await self.policy.count_tokens(text)
         key = _key("c", (self._salt, text))
         recorded = journal.take(key)
         if isinstance(recorded, int) and recorded >= 0:
             return recorded
         if recorded is not None:
             _ignored("token count")
-        tokens = await self._policy.count_tokens(text)
+        tokens = await self.policy.count_tokens(text)
         await journal.record(key, tokens)
         return tokens
 
-    def __getattr__(self, name: str) -> Any:  # prompt_tokens, stats, ...
-        return getattr(self._policy, name)
 
-
-class ReplayScorer:
+class ReplayScorer(ScorerWrapper):
     """`scorer` with the current tree's journal in front of it."""
 
     def __init__(self, scorer: Scorer, counts: Counters, salt: str = "") -> None:
-        self._scorer = scorer
+        super().__init__(scorer)
         self._counts = counts
         self._salt = salt
-        self.name = scorer.name
 
     async def score(self, request: ScoreRequest) -> Score:
         journal = _journal.get()
         if journal is None:
-            return await self._scorer.score(request)
+            return await self.scorer.score(request)
         key = score_key(request, self._salt)
         recorded = journal.take(key)
         score = None if recorded is None else replayed_score(recorded, request)
@@ -281,10 +277,7 @@ class ReplayScorer:
             self._counts.replayed_requests += 1
             self._counts.replayed_prm_output_tokens += score.output_tokens
             return score
-        score = await self._scorer.score(request)
+        score = await self.scorer.score(request)
         if score.error is None:
             await journal.record(key, encode_score(score, request.parent_context))
         return score
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._scorer, name)

@@ -16,10 +16,10 @@ an engine outage does not use up a night's slice.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from actors.wrappers import PolicyWrapper
 from search.driver import SearchResult
-from search.protocols import FinishReason, Generation, GenerationRequest, Policy
+from search.protocols import FinishReason, Generation, Policy
 
 BREAKER_STAGE = "engine"  # the `stage` of the error rows of problems never started
 SEARCH_STAGE = "search"
@@ -87,24 +87,15 @@ class EngineBreaker:
         )
 
 
-class BreakerPolicy:
+class BreakerPolicy(PolicyWrapper):
     """A `Policy` that reports every request's outcome to an `EngineBreaker`."""
 
     def __init__(self, policy: Policy, breaker: EngineBreaker) -> None:
-        self.policy = policy
+        super().__init__(policy)
         self.breaker = breaker
-        self.name = policy.name
 
-    async def generate(self, request: GenerationRequest) -> Sequence[Generation]:
-        generations = await self.policy.generate(request)
+    def returned(self, generations: Sequence[Generation]) -> None:
         self.breaker.record(generations)
-        return generations
-
-    async def count_tokens(self, text: str) -> int:
-        return await self.policy.count_tokens(text)
-
-    def __getattr__(self, name: str) -> Any:  # prompt_tokens, stats... of the wrapped policy
-        return getattr(self.policy, name)
 
 
 __all__ = ["BREAKER_STAGE", "SEARCH_STAGE", "BreakerPolicy", "EngineBreaker", "failure_reason"]
