@@ -23,6 +23,14 @@ from search.protocols import TOKEN_KINDS, FinishReason
 # nodes without a PRM score of their own: left out of `node_scores`
 _UNSCORED = (None, FinishReason.ERROR, FinishReason.CONTEXT_OVERFLOW)
 
+# One training table's row count in `trees.kept_rows`.
+KEPT_ROWS = pa.struct(
+    [
+        pa.field("table", pa.string(), nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+    ]
+)
+
 TREES_SCHEMA = record_schema(
     "trees",
     [
@@ -115,6 +123,37 @@ TREES_SCHEMA = record_schema(
         ),
         *shared_fields("split"),
         *YIELD_FIELDS,
+        doc_field(
+            "tree",
+            pa.string(),
+            "with the night allocator (allocation.enabled): probe (the problem's first tree, "
+            "at probe_fraction x budget) or second (the B the allocator gave it; its nodes "
+            "continue the probe's node ids below the one root, and its training rows are the "
+            "problem's two trees' rows less the probe's); null: the run's one tree per problem",
+            nullable=True,
+        ),
+        doc_field(
+            "source_index",
+            pa.int64(),
+            "with the night allocator: the problem's place in the source's selection (its "
+            "allocation window is source_index // allocation.window); null without",
+            nullable=True,
+        ),
+        doc_field(
+            "n_incorrect",
+            pa.int64(),
+            "with the night allocator: answered nodes whose label is false (ungraded ones "
+            "excluded); null without",
+            nullable=True,
+        ),
+        doc_field(
+            "kept_rows",
+            pa.list_(pa.field("element", KEPT_ROWS, nullable=False)),
+            "with the night allocator: the training rows this tree gave the problem, per "
+            "table (what the allocator reads of a probe when a night is replayed); null "
+            "without",
+            nullable=True,
+        ),
         doc_field(
             "trace",
             pa.list_(pa.field("element", TRACE_POINT, nullable=False)),

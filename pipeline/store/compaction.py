@@ -149,7 +149,13 @@ def _compact(folder: RunFolder, lease: Lease, limits: Limits) -> CompactionResul
             for batch, table in _counted_tables(folder, counted, kind):
                 info = batches[batch]
                 # a marker from before fencing finishes nothing (`Counted`): its shards neither
-                writer.add(kind, info.generation, legacy=info.parts is None, table=table)
+                writer.add(
+                    kind,
+                    info.generation,
+                    legacy=info.parts is None,
+                    table=table,
+                    second=info.second,
+                )
             writer.flush(kind)
         lease.check()  # the fence: an overtaken compactor switches nothing
         record = Compaction(compaction_id, lease.generation, tuple(writer.shards), tuple(replaced))
@@ -202,21 +208,27 @@ class _ShardWriter:
         self.limits = limits
         self.shards: list[str] = []
         self.written: list[tuple[str, str]] = []  # (record type, batch) of each part written
-        self._open: dict[tuple[int, bool, Any], _Shard] = {}
+        self._open: dict[tuple[int, bool, bool, Any], _Shard] = {}
 
-    def add(self, kind: str, generation: int, *, legacy: bool, table: Any) -> None:
+    def add(
+        self, kind: str, generation: int, *, legacy: bool, table: Any, second: bool = False
+    ) -> None:
+        """`second`: the rows are a second tree's (`Batch.second`): such rows get shards
+        of their own, whose markers key them as second trees."""
         if not table.num_rows:
             return
-        key = (generation, legacy, table.schema)
+        key = (generation, legacy, second, table.schema)
         shard = self._open.get(key)
         if shard is None:
-            shard = self._open[key] = _Shard(kind, generation, legacy, table.schema, self.limits)
+            shard = self._open[key] = _Shard(
+                kind, generation, legacy, table.schema, self.limits, second
+            )
         for start in range(0, table.num_rows, self.limits.row_group_rows):
             piece = table.slice(start, self.limits.row_group_rows)
             if shard.full_after(piece):
                 self._write(shard)
                 shard = self._open[key] = _Shard(
-                    kind, generation, legacy, table.schema, self.limits
+                    kind, generation, legacy, table.schema, self.limits, second
                 )
             shard.add(piece)
 
@@ -242,7 +254,7 @@ class _ShardWriter:
         store = self.folder.store
         self.written.append((shard.kind, batch))
         store.write_bytes(data, shard.kind, part_name(batch))
-        marker = Batch.of({shard.kind: table}, shard.generation)
+        marker = Batch.of({shard.kind: table}, shard.generation, second=shard.second)
         if shard.legacy:
             marker = Batch(marker.generation, marker.parts, marker.problems, frozenset())
         store.write_bytes(marker.body(), MARKERS, batch)
@@ -253,8 +265,17 @@ class _Shard:
     """One shard being built: row groups buffered up to their limits, written into an
     in-memory Parquet file.  `table` keeps the ids its marker needs (problem_id, stage)."""
 
-    def __init__(self, kind: str, generation: int, legacy: bool, schema: Any, limits: Limits):
+    def __init__(
+        self,
+        kind: str,
+        generation: int,
+        legacy: bool,
+        schema: Any,
+        limits: Limits,
+        second: bool = False,
+    ):
         self.kind, self.generation, self.legacy, self.schema = kind, generation, legacy, schema
+        self.second = second
         self.limits = limits
         self.buffer = io.BytesIO()
         self.writer: Any = None

@@ -84,13 +84,35 @@ def part_name(batch: str) -> str:
     return f"part-{batch}.parquet"
 
 
+# A problem's second tree (the night allocator, `pipeline.run.allocation`) is its own key in
+# the markers: the probe and the second tree may be committed by two generations (a night
+# killed between them), and each must count, so they are finished apart.  A batch holds
+# one tree's rows (a compaction shard: the rows of second trees only, or of none).
+SECOND_TREE = "\x1fsecond"
+
+
+def tree_key(problem_id: str, second: bool) -> str:
+    """The key a batch marker gives a problem's rows: the problem id, or its second tree's."""
+    return problem_id + SECOND_TREE if second else problem_id
+
+
+def second_trees(trees: Any) -> set[str]:
+    """Problems whose row in a `trees` table is a second tree (`trees.tree`)."""
+    if trees.num_rows == 0 or "tree" not in trees.column_names:
+        return set()
+    pairs = zip(_ids(trees), _ids(trees, "tree"), strict=True)
+    return {str(pid) for pid, tree in pairs if pid is not None and tree == "second"}
+
+
 def drop_rows(table: Any, dropped: frozenset[str]) -> Any:
-    """`table` without the rows of the problem ids in `dropped` (rows that do not count)."""
+    """`table` without the rows of the problem ids in `dropped` (rows that do not count;
+    a second tree's key drops its problem's rows: its batch holds that tree only)."""
     if not dropped:
         return table
     pa = importlib.import_module("pyarrow")
     pc = importlib.import_module("pyarrow.compute")
-    lost = pc.is_in(table.column("problem_id"), value_set=pa.array(sorted(dropped)))
+    ids = sorted({key.removesuffix(SECOND_TREE) for key in dropped})
+    lost = pc.is_in(table.column("problem_id"), value_set=pa.array(ids))
     return table.filter(pc.invert(lost))
 
 
@@ -128,13 +150,20 @@ class Batch:
     done: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, tables: Mapping[str, Any], generation: int) -> Batch:
-        """The marker of a batch of (non-empty) pyarrow tables, keyed by record type."""
+    def of(cls, tables: Mapping[str, Any], generation: int, *, second: bool = False) -> Batch:
+        """The marker of a batch of (non-empty) pyarrow tables, keyed by record type.  A
+        batch whose `trees` row is a second tree, or any batch with `second` (a compaction
+        shard of second trees' rows), keys its problems by `tree_key`."""
         tables = {kind: t for kind, t in tables.items() if t.num_rows}
-        problems = {str(v) for t in tables.values() for v in _ids(t) if v is not None}
+        seconds = second_trees(tables["trees"]) if "trees" in tables else set()
+
+        def key(pid: str) -> str:
+            return tree_key(pid, second or pid in seconds)
+
+        problems = {key(str(v)) for t in tables.values() for v in _ids(t) if v is not None}
         done = set()
         if "trees" in tables:
-            done |= tree_keys(tables["trees"])
+            done |= {key(pid) for pid in tree_keys(tables["trees"])}
         if "errors" in tables:
             done |= source_error_keys(tables["errors"])
         return cls(
@@ -143,6 +172,11 @@ class Batch:
             frozenset(problems),
             frozenset(done),
         )
+
+    @property
+    def second(self) -> bool:
+        """Does this batch hold a second tree's rows (its keys say so)?"""
+        return any(key.endswith(SECOND_TREE) for key in self.problems)
 
     @classmethod
     def parse(cls, body: bytes) -> Batch:
