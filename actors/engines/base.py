@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
+from typing import Annotated, ClassVar, NamedTuple, Protocol, runtime_checkable
+
+from pydantic import Field
 
 from actors.engines.read_counts import checked_counts
 from actors.errors import EngineError as EngineError  # every engine raises it
@@ -20,6 +22,17 @@ TopLogprobs = tuple[tuple[str, float], ...]  # (token text, log-probability), be
 # beyond any machine's cores.  More threads than the process may start kill it in libgomp
 # ("Thread creation failed"), taking the replica down with no error to report.
 MAX_THREADS = 512
+
+# A CPU engine's `threads` setting, bounded as above.
+Threads = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=MAX_THREADS,
+        description=f"CPU threads the engine computes with (at most {MAX_THREADS}: more than a "
+        "process may start kill it in libgomp)",
+    ),
+]
 
 
 def short_name(model: str) -> str:

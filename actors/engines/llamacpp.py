@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from actors.engines.base import (
-    MAX_THREADS,
     Completion,
     EngineCapacity,
     EngineConfigBase,
@@ -32,6 +31,7 @@ from actors.engines.base import (
     EngineLoad,
     Package,
     Sampling,
+    Threads,
     TopLogprobs,
 )
 from actors.engines.gguf_file import GGUFError, read_gguf
@@ -79,13 +79,7 @@ class LlamaCppConfig(EngineConfigBase):
         "context_length x parallel. Refused beyond the context the GGUF was trained on, or "
         "where that KV cache and the model would take more than the machine's memory",
     )
-    threads: int = Field(
-        2,
-        ge=1,
-        le=MAX_THREADS,
-        description=f"CPU threads llama.cpp computes with (at most {MAX_THREADS}, ggml's "
-        "GGML_MAX_N_THREADS)",
-    )
+    threads: Threads = 2
     parallel: int = Field(4, ge=1, description="concurrent sequences (llama.cpp slots)")
     slot_prompt_similarity: float = Field(
         0.9,

@@ -54,13 +54,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from actors.engines.base import (
-    MAX_THREADS,
     EngineCapacity,
     EngineConfigBase,
     EngineError,
     EngineLoad,
     Package,
     StepValues,
+    Threads,
 )
 from actors.engines.checkpoint import (
     CONFIG,
@@ -126,13 +126,7 @@ class TransformersPRMConfig(EngineConfigBase):
         description="the checkpoint folder (config.json, weights and tokenizer files, as "
         "`bgmcts train-prm` saves them)"
     )
-    threads: int = Field(
-        1,
-        ge=1,
-        le=MAX_THREADS,
-        description=f"CPU threads torch computes with (at most {MAX_THREADS}: more than a "
-        "process may start kill it in libgomp)",
-    )
+    threads: Threads = 1
     max_batch: int = Field(16, ge=1, description="most paths in one padded forward")
     batch_window_s: float = Field(
         0.002, ge=0, le=1, description="how long a path waits for others to share its forward"
