@@ -12,6 +12,14 @@ OUTPUT_ROOT ?=
 # thread holds a core another engine needs (docs/benchmarks.md, "llama.cpp's threads on shared
 # cores": two llama.cpp engines at once 3.2x faster, one alone as fast).  A value set in the environment is kept.
 export GOMP_SPINCOUNT ?= 300
+# Python writes each module's bytecode (__pycache__) the first time it is imported, so later
+# processes load it instead of compiling the source again.  An environment with
+# PYTHONDONTWRITEBYTECODE set (some containers set it) turns that off, and then every Ray worker,
+# Serve replica and job process compiles ray, torch and transformers from source at its start:
+# `import ray.serve` took 3.2 s of CPU that way against 1.6 s from bytecode, and a test tier
+# starts hundreds of such processes (docs/benchmarks.md, "Bytecode").  The venvs are installed
+# with --no-compile, so only the modules something imports are ever compiled.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: synth synth-vllm prm test test-integration test-e2e test-heavy test-all test-scenarios coverage test-vllm-cpu test-trl lint typecheck unit docs bench chromium clean
 

@@ -12,6 +12,8 @@
 # Environment: PYTHON (default python3.11), TRL_VENV (default .venv-trl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Bytecode written at first import and reused by every later process (the Makefile says why)
+unset PYTHONDONTWRITEBYTECODE
 
 PYTHON=${PYTHON:-python3.11}
 VENV=${TRL_VENV:-.venv-trl}

