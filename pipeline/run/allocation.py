@@ -58,105 +58,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from pydantic import Field, model_validator
 from scipy.special import betaln
 
+from pipeline.config import AllocationConfig, TableWeights
 from pipeline.records import RecordsConfig
-from search.strict_config import StrictConfig
 
 PAIR_TABLES = ("dpo", "step_dpo")
 MAX_ANSWERS = 64
 ROW_TABLES = ("sft", "dpo", "step_dpo", "prm", "kto")
-
-
-class TableWeights(StrictConfig):
-    """What one kept row of each training table is worth to the allocator."""
-
-    sft: float = Field(
-        0.5,
-        ge=0,
-        description="one sft row; below a pair's: any solved problem gives sft rows, and the "
-        "probe already gives most of what the per-problem cap allows",
-    )
-    dpo: float = Field(
-        1.0,
-        ge=0,
-        description="one dpo pair: only a tree with both right and wrong answers gives one",
-    )
-    step_dpo: float = Field(1.0, ge=0, description="one step_dpo pair (as dpo)")
-    prm: float = Field(
-        0.0,
-        ge=0,
-        description="one prm row; 0: every answered path gives one, whatever the problem, so "
-        "budget buys them at the same rate anywhere",
-    )
-    kto: float = Field(0.0, ge=0, description="one kto row; 0 for prm's reason")
-
-
-class AllocationConfig(StrictConfig):
-    """The night-level allocator: a probe tree per problem, then the rest of the night's
-    tokens to the problems whose probes promise the most kept rows."""
-
-    enabled: bool = Field(
-        False,
-        description="false: every problem one tree at `budget` (uniform B); true: a probe "
-        "tree, then a second tree whose B the allocator decides",
-    )
-    probe_fraction: float = Field(
-        0.65,
-        gt=0,
-        lt=1,
-        description="the probe tree's B, as a share of `budget`; 0.65 was the best of 0.3-0.8 "
-        "on the simulated world (benchmarks.night_allocation, seeds 0-1): a smaller probe is "
-        "in BG-MCTS's costly early regime and often ends without an answer",
-    )
-    window: int = Field(
-        64, ge=1, description="problems whose probes are allocated together, in source order"
-    )
-    min_fraction: float = Field(
-        0.0,
-        ge=0,
-        le=1,
-        description="every problem's two trees get at least this share of `budget` (above "
-        "probe_fraction: a second tree for every problem, easy ones kept represented)",
-    )
-    max_multiple: float = Field(
-        4.0, gt=0, description="a problem's two trees together hold at most this many `budget`"
-    )
-    min_tree_fraction: float = Field(
-        0.1,
-        gt=0,
-        le=1,
-        description="no second tree smaller than this share of `budget` (too small to answer)",
-    )
-    step_fraction: float = Field(
-        0.05, gt=0, le=1, description="the allocator's step, as a share of `budget`"
-    )
-    hold_below: float = Field(
-        0.25,
-        ge=0,
-        description="an increase whose expected rows per token are below this share of what "
-        "the night's earlier windows got per token is not given: its tokens carry to later "
-        "windows (a stretch of easy problems leaves its share to the problems after it); the "
-        "night's last window gives out everything; 0: every window gives out its whole pool",
-    )
-    prior: tuple[float, float] | None = Field(
-        None,
-        description="Beta prior (a, b) of a problem's share of right answers, before its probe; "
-        "null: fitted to the night's committed probes so far (beta-binomial maximum "
-        "likelihood), (1, 1) until a probe has a graded answer",
-    )
-    weights: TableWeights = Field(
-        default_factory=TableWeights, description="what one kept row of each table is worth"
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> AllocationConfig:
-        if self.prior is not None and min(self.prior) <= 0:
-            raise ValueError("prior: both Beta parameters must be > 0")
-        if self.max_multiple < max(self.min_fraction, self.probe_fraction):
-            raise ValueError("max_multiple is below min_fraction or probe_fraction")
-        return self
 
 
 @dataclass(frozen=True, slots=True)
