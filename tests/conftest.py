@@ -59,13 +59,23 @@ def clear_serve() -> None:
 
 
 def stop_ray() -> None:
-    """Serve and Ray down (for a test that needs a cluster shaped its own way)."""
+    """Serve and Ray down (for a test that needs a cluster shaped its own way).
+
+    Then the garbage collector runs while no Ray is connected.  A new `ray.init` in this
+    process gives its driver the same job id, so its objects get the same ids as the old
+    session's; an ObjectRef of the old session freed later, inside the new one, would be
+    released against the new session's reference table.  That is the likely cause of a task
+    failing with "a Ray object whose owner is unknown", seen once in the node-loss
+    scenario's second cluster of one process.  Freed now, an old ref touches no session."""
+    import gc
+
     import ray
     from ray import serve
 
     if ray.is_initialized():
         serve.shutdown()  # type: ignore[no-untyped-call]
         ray.shutdown()
+    gc.collect()
 
 
 @pytest.fixture(scope="module")
