@@ -54,11 +54,13 @@ from common.redact import install_log_redaction, redact_text
 from pipeline.config import RunConfig
 from pipeline.problems.decontamination import build_decontaminator
 from pipeline.records import error_row, records_for
+from pipeline.records.allocated import probe_records, second_records
+from pipeline.run.allocation import NightAllocator
 from pipeline.run.stream_rows import Problem, Records, map_problems
 from pipeline.run.wall import WallCap
 from pipeline.store.request_log import TreeLog
 from pipeline.store.run_folder import RunFolder
-from search import TokenCounts, derive_seed, run_search
+from search import SearchResult, TokenCounts, derive_seed, run_search
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +256,7 @@ class SearchActor:
                 return None
             self.counters.trees_started += 1
             self.gauges.peak_in_flight = self.gate.peak
-            search = self._solve(problem.problem_id, problem.problem, problem.reference)
+            search = self._solve(problem)
             records = await (search if self.wall is None else self.wall.finish(search))
         finally:
             await self.gate.leave()
@@ -269,19 +271,39 @@ class SearchActor:
             self.counters.count(inserted, self.run.search.cost)
         return records
 
-    async def _solve(self, problem_id: str, problem: str, reference: str | None) -> Records:
+    def _budget(self, task: Problem) -> int:
+        """The tree's B: the run's, or with the night allocator the probe's or the one the
+        allocator gave the second tree."""
+        if task.tree == "probe":
+            return NightAllocator(self.run.allocation, self.run.budget).probe_budget
+        if task.tree == "second" and task.budget is not None:
+            return task.budget
+        return self.run.budget
+
+    async def _solve(self, task: Problem) -> Records:
+        problem_id, problem, reference = task.problem_id, task.problem, task.reference
         if self.breaker.open:
             return self._error(problem_id, BREAKER_STAGE, self.breaker.message)
         try:
             index = self.decontaminator
             contamination = None if index is None else index.match(problem)
-            seed = derive_seed(self.run.seed, problem_id)
-            journal = await self._journal(problem_id)
+            second = task.tree == "second"
+            # a second tree is searched anew with a seed of its own, and is not logged:
+            # the request log is the problem's probe's
+            seed = derive_seed(self.run.seed, problem_id, "second") if second else None
+            if seed is None:
+                seed = derive_seed(self.run.seed, problem_id)
+            journal = None if second else await self._journal(problem_id)
             try:
                 # every request of this tree: one replica, and the tree's request log
                 with tree_affinity(problem_id), tree_journal(journal):
                     result = await run_search(
-                        problem, self.run.search, self.policy, self.scorer, self.run.budget, seed
+                        problem,
+                        self.run.search,
+                        self.policy,
+                        self.scorer,
+                        self._budget(task),
+                        seed,
                     )
             finally:
                 if journal is not None:
@@ -295,6 +317,8 @@ class SearchActor:
                         problem_tokens=await self._problem_tokens(problem),
                     )
                 return self._error(problem_id, SEARCH_STAGE, str(reason))
+            if task.tree is not None and task.index is not None:
+                return await self._allocated(task, result, contamination)
             return await records_for(
                 result,
                 reference,
@@ -313,6 +337,26 @@ class SearchActor:
                 redact_text(traceback.format_exc(limit=5)),
             )
             return self._error(problem_id, SEARCH_STAGE, exc)
+
+    async def _allocated(
+        self, task: Problem, result: SearchResult, contamination: str | None
+    ) -> Records:
+        """A probe's or a second tree's records (`pipeline.records.allocated`)."""
+        assert task.index is not None
+        common: dict[str, Any] = {
+            "index": task.index,
+            "problem_id": task.problem_id,
+            "run_id": self.run_id,
+            "config": self.run.records,
+            "contamination": contamination,
+            "instruction": self.run.policy.prompts.policy_instruction,
+            "extraction": self.run.search.answer_extraction,
+            **self.models,
+        }
+        if task.tree == "second":
+            probe = (task.carry or {}).get("probe") or {}
+            return await second_records(result, probe, task.reference, **common)
+        return await probe_records(result, task.reference, **common)
 
     async def _journal(self, problem_id: str) -> TreeLog | None:
         """The tree's request log: what an earlier attempt recorded, for replay."""

@@ -43,7 +43,7 @@ from pipeline.problems.sources import (
     Record,
     iter_records,
 )
-from pipeline.records import error_row
+from pipeline.records import SCHEMAS, error_row
 from pipeline.run.stream_rows import (
     SOURCE_SCHEMA,
     problem_row,
@@ -61,8 +61,8 @@ BLOCK_ROWS = 1024  # records per block the read task yields
 
 def _blocks(records: Iterable[Record]) -> Iterator[pa.Table]:
     rows: list[dict[str, Any]] = []
-    for record in records:
-        rows.append(source_row(record))
+    for index, record in enumerate(records):
+        rows.append(source_row(record, index))
         if len(rows) >= BLOCK_ROWS:
             yield pa.Table.from_pylist(rows, schema=SOURCE_SCHEMA)
             rows = []
@@ -117,28 +117,65 @@ class ResumeFilter:
     The resume rule (`pipeline.store.resume.Done`) reads the committed keys once, in this
     actor, from the run folder's `trees.problem_id` and `errors.problem_id/stage` columns
     only (local folder or bucket alike): the driver never holds them.
+
+    With the night allocator (`allocation`) a problem is done when its second tree is
+    committed; one whose probe is committed goes on as a "probed" row (the window stage
+    replays its probe and may give it a second tree), any other as a probe; every row
+    carries its place in the selection, a tally the places of its errors and skips.
     """
 
-    def __init__(self, output_root: str, run_id: str) -> None:
+    def __init__(self, output_root: str, run_id: str, allocation: bool = False) -> None:
         self.run_id = run_id
-        self.done = Done.read(RunFolder.open(output_root, run_id))
+        folder = RunFolder.open(output_root, run_id)
+        self.done = Done.read(folder)
+        self.allocation = allocation
+        self.probed, self.seconds = committed_trees(folder) if allocation else (set(), set())
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         problems: list[dict[str, Any]] = []
         errors: list[dict[str, Any]] = []
         skipped = 0
+        places: list[int] = []  # the tally's: errors and skips (the allocator's windows)
         for row in batch.to_pylist():
             pid = row["problem_id"]
             message = source_error(row)
-            if self.done.skips(pid, source_error=message is not None):
+            if self.allocation and message is None:
+                if pid in self.seconds:
+                    skipped += 1
+                    places.append(int(row["index"]))
+                elif pid in self.probed:
+                    problems.append(problem_row(row, tree="probe", kind="probed"))
+                else:
+                    problems.append(problem_row(row, tree="probe"))
+            elif self.done.skips(pid, source_error=message is not None):
                 skipped += 1
+                places.append(int(row["index"]))
             elif message is not None:
                 errors.append(dict(error_row(pid, "source", message, run_id=self.run_id)))
+                places.append(int(row["index"]))
             else:
                 problems.append(problem_row(row))
         # the tally first: its errors are committed before any tree
-        tally = [tally_row(errors, skipped)] if errors or skipped else []
+        indices = places if self.allocation else None
+        tally = [tally_row(errors, skipped, indices)] if errors or skipped else []
         return stream_table(tally + problems)
+
+
+def committed_trees(folder: RunFolder) -> tuple[set[str], set[str]]:
+    """(problems whose probe is committed, problems whose second tree is): the night
+    allocator's resume rule reads the `trees` table's problem_id and tree columns only."""
+    probed: set[str] = set()
+    seconds: set[str] = set()
+    schema = SCHEMAS["trees"]  # a part from before the tree column reads it as nulls
+    for table in folder.tables("trees", columns=["problem_id", "tree"], schema=schema):
+        for pid, tree in zip(
+            table.column("problem_id").to_pylist(), table.column("tree").to_pylist(), strict=True
+        ):
+            if tree == "probe":
+                probed.add(str(pid))
+            elif tree == "second":
+                seconds.add(str(pid))
+    return probed, seconds
 
 
 def for_workers(source: AnySource) -> AnySource:
@@ -156,7 +193,9 @@ def for_workers(source: AnySource) -> AnySource:
     return source
 
 
-def problem_stream(source: AnySource, output_root: str | Path, run_id: str) -> ray.data.Dataset:
+def problem_stream(
+    source: AnySource, output_root: str | Path, run_id: str, allocation: bool = False
+) -> ray.data.Dataset:
     """Source -> resume filter -> one row per block: what the search stage consumes.
 
     One row per block comes from the dataset's own `target_max_block_size` (1 byte: every
@@ -175,7 +214,11 @@ def problem_stream(source: AnySource, output_root: str | Path, run_id: str) -> r
     try:
         return read_records(for_workers(source)).map_batches(
             ResumeFilter,
-            fn_constructor_kwargs={"output_root": str(output_root), "run_id": run_id},
+            fn_constructor_kwargs={
+                "output_root": str(output_root),
+                "run_id": run_id,
+                "allocation": allocation,
+            },
             batch_format="pyarrow",
             batch_size=BLOCK_ROWS,  # one resume call (and at most one tally) per 1,024 rows
             compute=ray.data.ActorPoolStrategy(size=1),

@@ -6,6 +6,18 @@
          (one problem per call, trees_per_actor calls running at once in each actor)
       -> each finished tree committed to the run folder's sink as it streams in
 
+With the night allocator (`allocation.enabled`, `pipeline.run.allocation`) the search
+stage searches probes, and two stages follow it before the commits:
+
+      -> map_batches(WindowStage)   one actor: files the probes by window, allocates each
+                                    complete window, adds its second trees
+                                    (`pipeline.run.window_stage`)
+      -> map_batches(SearchActor)   a second pool: searches the second trees (a probe's
+                                    result passes through)
+
+and the driver commits a second tree after the probes its window was allocated from
+(`SecondTrees`).
+
 The rows between the stages are declared in `pipeline.run.stream_rows`; the run folder
 (`pipeline.store.run_folder.RunFolder`) is opened once here and handed on.
 
@@ -28,6 +40,7 @@ import datetime as dt
 import sys
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -48,13 +61,15 @@ from pipeline.report.clamped_answers import (
 from pipeline.report.engine_reads import engine_reads
 from pipeline.report.row_cost import COLUMNS_READ, COST_PER_ROW_KEY, cost_per_row
 from pipeline.report.run_report import REPORT_FILES, REPORT_MD, write_run_report
+from pipeline.run.allocation_report import ALLOCATION_KEY, allocation_markdown, allocation_summary
+from pipeline.run.allocation_report import COLUMNS as ALLOCATION_COLUMNS
 from pipeline.run.cluster import on_head_node, quiet_ray, start_ray
 from pipeline.run.gpu_hours import GPU_HOURS_KEY, gpu_shape, rows_per_gpu_hour
 from pipeline.run.interrupt import raise_if_interrupted
 from pipeline.run.live import LiveProgress
 from pipeline.run.metrics import RunMetrics
 from pipeline.run.plan import check_engines
-from pipeline.run.stream_rows import results_of
+from pipeline.run.stream_rows import StreamResult, results_of
 from pipeline.run.summary import RunSummary
 from pipeline.run.wall import WallCap
 from pipeline.store import request_log
@@ -104,11 +119,6 @@ def synthesize(
     if wall_cap is None:
         wall_cap = WallCap.start(config)
     install_log_redaction()
-    if config.allocation.enabled:  # refused before any work, not run as uniform B
-        raise InputError(
-            "allocation.enabled: the night allocator plans a night (--dry-run prints it) but "
-            "does not run in the synthesis stream yet; set allocation.enabled: false"
-        )
     run_id = config.resolved_run_id
     selection = check_source(config.source)  # config errors: one line, before any work
     check_engines(config)  # a missing engine package or model file: the same, before Ray
@@ -305,8 +315,17 @@ def _synthesize(
         metrics = RunMetrics.for_run(config)
         metrics.select(selection)
         poller = metrics.poll(lambda: ray.get(board.snapshot.remote(), timeout=10))
-        problems = problem_stream(config.source, config.output_root, run_id)
+        allocation = config.allocation.enabled
+        problems = problem_stream(config.source, config.output_root, run_id, allocation)
         dataset = search_stage(problems, config, SearchActor, board_name, wall_cap=wall_cap)
+        if allocation:  # the probes' windows, then the second trees (`window_stage`)
+            dataset = search_stage(
+                window_stage(dataset, config, selection),
+                config,
+                SearchActor,
+                board_name,
+                wall_cap=wall_cap,
+            )
         live = _live_progress(board, config, selection, progress, progress_every_s)
         try:
             _commit_stream(dataset, sink, summary, folder, logged, live, metrics)
@@ -382,8 +401,9 @@ def _commit_stream(
     # finished tree until the next one arrives (measured: a fast tree waited for a
     # slow one), so a tree would be committed one tree late.
     batches = dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0)
+    held = SecondTrees()
     for batch in batches:
-        for result in results_of(batch):
+        for result in held.order(results_of(batch)):
             # A Ctrl-C stops the run here, between two commits, even when the
             # KeyboardInterrupt it raised was caught and dropped (`pipeline.run.interrupt`)
             raise_if_interrupted()
@@ -394,6 +414,7 @@ def _commit_stream(
                 continue
             if result.kind == "problem":
                 sink.write_batch(result.records)
+                held.committed(result)
                 summary.account(result.records)
                 if metrics is not None:
                     metrics.committed(result.records)
@@ -413,6 +434,43 @@ def _commit_stream(
                 live.set_total(live.total - len(errors) - result.skipped)
             if metrics is not None:
                 metrics.tally(errors, result.skipped)
+    for result in held.rest():  # never here: every probe a window needs comes first
+        sink.write_batch(result.records)
+        summary.account(result.records)
+
+
+class SecondTrees:
+    """The driver's order of commits under the night allocator: a second tree is committed
+    after the probes its window was allocated from (`StreamResult.needs`), so that a
+    killed night's committed second trees always have their window's probes committed
+    (the rerun replays the same window).  The probes travel the same stream and arrive
+    soon; a second tree waits here for them, a window's worth at most."""
+
+    def __init__(self) -> None:
+        self.probes: set[str] = set()
+        self.waiting: list[StreamResult] = []
+
+    def order(self, results: Iterable[StreamResult]) -> Iterator[StreamResult]:
+        for result in results:
+            if result.tree == "second" and not self.probes.issuperset(result.needs):
+                self.waiting.append(result)
+                continue
+            yield result
+            if result.tree == "probe" and result.kind == "problem":
+                yield from self._ready()
+
+    def committed(self, result: StreamResult) -> None:
+        if result.tree == "probe":
+            self.probes |= {str(t["problem_id"]) for t in result.records.get("trees", [])}
+
+    def _ready(self) -> Iterator[StreamResult]:
+        ready = [r for r in self.waiting if self.probes.issuperset(r.needs)]
+        self.waiting = [r for r in self.waiting if not self.probes.issuperset(r.needs)]
+        yield from ready
+
+    def rest(self) -> list[StreamResult]:
+        rest, self.waiting = self.waiting, []
+        return rest
 
 
 def _finish_run(
@@ -440,12 +498,33 @@ def _finish_run(
         ended[GPU_HOURS_KEY] = rows_per_gpu_hour(
             shape, rows_before, summary.rows, summary.wall_time_s
         )
+    allocated = _allocation(config, folder, summary.problems)
+    if allocated is not None:
+        ended[ALLOCATION_KEY] = allocated
     write_manifest(config, folder, summary={**_summary_fields(summary), **ended})
     try:
         with folder.local_copy(write_back=REPORT_FILES) as run_dir:
             write_run_report(run_dir, config.prices, config.scorer.kind)
+            if allocated is not None:
+                with (Path(run_dir) / REPORT_MD).open("a", encoding="utf-8") as report:
+                    report.write("\n" + "\n".join(allocation_markdown(allocated)))
     except Exception as exc:  # the data is written; a report failure must not lose the run
         print(f"warning: the run report could not be written: {redact_text(exc)}", file=sys.stderr)
+
+
+def _allocation(config: RunConfig, folder: RunFolder, selection: int) -> dict[str, Any] | None:
+    """run.json's night-allocator block (`pipeline.run.allocation_report`); None when off.
+    The night's problems: the selection less its bad rows."""
+    if not config.allocation.enabled:
+        return None
+    schema = SCHEMAS["trees"]
+    rows = [
+        row
+        for table in folder.tables("trees", columns=list(ALLOCATION_COLUMNS), schema=schema)
+        for row in table.to_pylist()
+    ]
+    problems = max(0, selection - len(folder.final_error_keys()))
+    return allocation_summary(rows, problems, config.budget)
 
 
 def _token_columns(folder: RunFolder) -> Any:
@@ -494,6 +573,25 @@ def record_snapshot(summary: RunSummary, snap: dict[str, Any], config: RunConfig
     summary.peak_in_flight_per_actor = int(snap.get("peak_in_flight") or 0) or None
     engines = {"policy": config.policy.engine.kind, "scorer": config.scorer.engine.kind}
     summary.clamped = merge_clamped(summary.clamped, clamped_from_board(snap, engines))
+
+
+def window_stage(dataset: Any, config: RunConfig, selection: int) -> Any:
+    """The night allocator's window stage (`pipeline.run.window_stage`): one actor, one
+    call at a time, on the head node, reserving no CPU."""
+    import ray
+
+    from pipeline.run.window_stage import WindowStage
+
+    return dataset.map_batches(
+        WindowStage,
+        fn_constructor_kwargs={"run": config.model_dump(mode="json"), "selection": selection},
+        batch_format="pyarrow",
+        batch_size=1,
+        # one call at a time: the windows' state is the allocator's, in order
+        compute=ray.data.ActorPoolStrategy(size=1, max_concurrent_calls_per_actor=1),
+        num_cpus=0,
+        **on_head_node(),
+    )
 
 
 def search_stage(

@@ -14,7 +14,6 @@ from jobs.synthesize import main as synth_main
 from pipeline.config import RunConfig, load_run_config
 from pipeline.errors import InputError
 from pipeline.run.allocation import AllocationConfig
-from pipeline.run.synthesis import synthesize
 from tests.tiny_run import tiny_run_config
 
 ROWS = [{"id": f"p{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(5)]
@@ -66,10 +65,3 @@ def test_the_dry_run_prints_the_allocation_plan(
     # off: the plan says nothing of it
     assert synth_main(["--config", str(_write(tmp_path)), "--dry-run"]) == 0
     assert "night allocator" not in capsys.readouterr().out
-
-
-def test_a_real_run_with_the_allocator_on_is_refused_before_any_work(tmp_path: Path) -> None:
-    config = load_run_config(_write(tmp_path, allocation={"enabled": True}))
-    with pytest.raises(InputError, match=r"^allocation\.enabled: .* does not run in the"):
-        synthesize(config, progress=None)
-    assert not (tmp_path / "out").exists()

@@ -1,0 +1,115 @@
+"""The night allocator in a real run: probes and second trees through the Ray Data stream.
+
+Real local Ray cluster (the session's shared one), Ray Data, Serve deployments, GenPRM
+protocol, grading and Parquet sink; only the model is the engine-shaped load model
+(`actors/engines/load_model.py`), whose answers are drawn from two (42 and 7): a problem
+whose reference is one of them gets right and wrong answers, one whose reference is
+neither gets wrong answers only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.config import RunConfig, parse_run_config
+from pipeline.report.hygiene import hygiene_of_run
+from pipeline.run.allocation import NightAllocator
+from pipeline.run.night_windows import Member, NightWindows, outcome_of
+from pipeline.run.synthesis import synthesize
+from pipeline.store.run_folder import MARKERS, RunFolder
+from tests.tiny_run import tiny_run_config
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
+
+B = 240
+N = 6
+ENGINE = {"kind": "load_model", "output_tokens": 16, "answers": ["42", "7"], "time_scale": 0.05}
+
+
+def _trees(folder: RunFolder) -> list[dict[str, Any]]:
+    return sorted(
+        folder.read("trees").to_pylist(), key=lambda t: (t["source_index"], t["tree"] or "")
+    )
+
+
+def _replayed_budgets(config: RunConfig, trees: list[dict[str, Any]]) -> dict[str, int]:
+    """The second-tree budgets a fresh allocator gives the committed probes, in order."""
+    windows = NightWindows(NightAllocator(config.allocation, B, config.records), N)
+    given: dict[str, int] = {}
+    for t in (t for t in trees if t["tree"] == "probe"):
+        for s in windows.add(Member(t["source_index"], t["problem_id"], outcome_of(t))):
+            given[s.problem_id] = s.budget
+    assert windows.done
+    return given
+
+
+def test_a_night_under_the_allocator_commits_probes_and_second_trees_within_its_total(
+    tmp_path: Path,
+) -> None:
+    rows = [
+        {"id": f"p{i}", "question": f"What is {i} + {i}?", "answer": ("42", "7", "99")[i % 3]}
+        for i in range(N)
+    ]
+    raw = tiny_run_config(
+        tmp_path,
+        rows,
+        budget=B,
+        engine=ENGINE,
+        run_id="night",
+        allocation={"enabled": True, "window": 3},
+        compact=False,  # the kill below removes the second trees' batch markers
+    )
+    config = parse_run_config(raw)
+    summary = synthesize(config, progress=None)
+    folder = RunFolder.open(tmp_path / "out", "night")
+    trees = _trees(folder)
+    probes = [t for t in trees if t["tree"] == "probe"]
+    seconds = {t["problem_id"]: t for t in trees if t["tree"] == "second"}
+    assert [t["source_index"] for t in probes] == list(range(N))
+    assert all(t["budget"] == int(0.65 * B) for t in probes)
+    assert seconds, "no second tree: the probes left nothing the allocator valued"
+    # every second tree at the budget a replay of the committed probes gives it, and none
+    # for a problem the replay gives nothing
+    assert {p: int(t["budget"]) for p, t in seconds.items()} == _replayed_budgets(config, trees)
+    # the night never spends more than its total: problems x B
+    assert sum(t["policy_output_tokens"] for t in trees) <= N * B
+    assert sum(t["c_used"] for t in trees) <= N * B
+    # every row a trainer reads is clean, and the problem's two trees are one problem
+    hygiene = hygiene_of_run(folder)
+    assert hygiene.dirty_rows == 0 and not hygiene.problems, hygiene.markdown()
+    nodes = folder.read("tree_nodes").to_pylist()
+    for pid in seconds:
+        ids = sorted(n["node_id"] for n in nodes if n["problem_id"] == pid)
+        assert ids == list(range(len(ids))), pid  # the second tree's continue the probe's
+    block = json.loads((folder.location / "run.json").read_text())["summary"]["allocation"]
+    assert block["probes"] == N and block["second_trees"] == len(seconds)
+    assert block["night_total"] == N * B and block["cost_units"] <= N * B
+    assert sum(block["second_budget_by_outcome"].values()) == sum(
+        int(t["budget"]) for t in seconds.values()
+    )
+    assert "## Night allocator" in (folder.location / "report.md").read_text()
+    assert summary.errors == 0
+
+    # killed before its second trees were committed: their markers gone, the rerun
+    # replays the committed probes and searches the same second trees at the same budgets
+    gone = [b for b, info in folder.batches().items() if info.second]
+    assert len(gone) == len(seconds)
+    for batch in gone:
+        folder.store.delete(MARKERS, batch)
+    rerun = synthesize(config, progress=None)
+    again = RunFolder.open(tmp_path / "out", "night")
+    trees_again = _trees(again)
+    assert Counter(t["tree"] for t in trees_again) == Counter(t["tree"] for t in trees)
+    assert {t["problem_id"]: int(t["budget"]) for t in trees_again if t["tree"] == "second"} == {
+        p: int(t["budget"]) for p, t in seconds.items()
+    }
+    assert rerun.searched == len(seconds)
