@@ -148,7 +148,10 @@ def problem_row(
         "records": None,
         "skipped": 0,
         "index": row.get("index") if tree is not None else None,
+        "indices": None,
         "tree": tree,
+        "budget": None,
+        "carry": None,
     }
 
 
@@ -164,7 +167,11 @@ def tally_row(
         "reference": None,
         "records": encode_records({"errors": errors}) if errors else None,
         "skipped": skipped,
+        "index": None,
         "indices": None if indices is None else list(indices),
+        "tree": None,
+        "budget": None,
+        "carry": None,
     }
 
 
@@ -187,6 +194,7 @@ def second_row(
         "records": None,
         "skipped": 0,
         "index": index,
+        "indices": None,
         "tree": "second",
         "budget": budget,
         # default=str: a value Parquet read back that JSON has no type for (none today)
