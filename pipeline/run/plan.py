@@ -264,6 +264,15 @@ def _short(text: str, width: int = 90) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
+# What the allocator's benchmark measured (docs/search.md, "the night allocator"): the rows a
+# night can expect are not known before its probes; the simulated world's ratios are.
+ALLOCATION_EXPECTED = (
+    "not known before the probes; on the simulated world (benchmarks.night_allocation, "
+    "docs/search.md) about 1.3x the DPO + step-DPO pairs per policy token of uniform B and "
+    "as many SFT rows (1.02x) at B = 10,000"
+)
+
+
 def render_plan(plan: RunPlan, file: TextIO | None = None) -> None:
     table = Table(title=f"dry run: run {plan.run_id} (nothing started)", show_header=False)
     table.add_column("what", style="bold")
@@ -284,6 +293,7 @@ def render_plan(plan: RunPlan, file: TextIO | None = None) -> None:
     if plan.allocation is not None:
         for what, value in plan_lines(plan.allocation, plan.budget, plan.problems):
             table.add_row(what, value)
+        table.add_row("expected rows", ALLOCATION_EXPECTED)
     table.add_row("search", plan.algorithm)
     table.add_row("policy engine", plan.policy)
     table.add_row("scorer engine", plan.scorer)

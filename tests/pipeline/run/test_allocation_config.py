@@ -62,6 +62,7 @@ def test_the_dry_run_prints_the_allocation_plan(
     assert "night allocator on: a probe tree per problem at B=650 (probe_fraction 0.65" in flat
     assert "the night's total 5,000 cost units (5 problems x B=1,000)" in flat
     assert "allocation windows 3 of up to 2 problems in source order" in flat
+    assert "expected rows not known before the probes; on the simulated world" in flat
     # off: the plan says nothing of it
     assert synth_main(["--config", str(_write(tmp_path)), "--dry-run"]) == 0
     assert "night allocator" not in capsys.readouterr().out
