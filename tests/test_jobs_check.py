@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.records import records_for
+from pipeline.records import RecordsSpec, records_for
 from pipeline.records.rebuild import rebuild_result
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
@@ -53,11 +53,13 @@ async def _records(entry: dict[str, Any], run_id: str) -> dict[str, list[dict[st
     return await records_for(
         rebuild_result(entry["nodes"], tree),
         tree["reference"],
-        problem_id=f"smollm2-{tree['problem_id']}",
-        run_id=run_id,
-        policy_model=tree["policy_model"],
-        prm_model=tree["prm_model"],
-        extraction=AnswerExtraction.LAST_NUMBER,
+        RecordsSpec(
+            problem_id=f"smollm2-{tree['problem_id']}",
+            run_id=run_id,
+            policy_model=tree["policy_model"],
+            prm_model=tree["prm_model"],
+            extraction=AnswerExtraction.LAST_NUMBER,
+        ),
     )
 
 

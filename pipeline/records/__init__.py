@@ -55,6 +55,9 @@ The modules, in layers: each imports only modules listed above it.
 * `types` - `SCHEMAS`, the one list of record types, `RECORD_TYPES`, `TRAINING_TYPES`;
 * `yields` - the data yield of a search, read off its built rows (its columns, which
   `trees` and `eval_trees` share and the data-yield tables sum, live in `schema`);
+* `spec` - `RecordsSpec`: what a tree's records are built with besides its result and
+  reference (the problem and run ids, the config, the models, the contamination, the
+  policy's prompt, the answer extraction), one object for every entry below;
 * `build` - `records_for`: one result graded and turned into every record type
   (and what decontamination removes), the paths gated once, each builder run once;
 * `problem_trees` - a problem searched by more than one tree (the night allocator's probe
@@ -112,6 +115,7 @@ from pipeline.records.schema import (
     to_table,
 )
 from pipeline.records.sft import SFT_SCHEMA, sft_candidates, sft_rows
+from pipeline.records.spec import RecordsSpec
 from pipeline.records.splits import split_of
 from pipeline.records.step_dpo import STEP_DPO_SCHEMA, step_dpo_rows
 from pipeline.records.training_text import TrainingText, training_text
@@ -153,6 +157,7 @@ __all__ = [
     "PseudoLabel",
     "RecordValidationError",
     "RecordsConfig",
+    "RecordsSpec",
     "Row",
     "SelfCorrection",
     "TrainingPromptConfig",

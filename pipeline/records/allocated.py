@@ -17,17 +17,15 @@ its probe tree's, and its second tree's built against the probe's committed reco
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from actors.prompts import POLICY_INSTRUCTION
 from pipeline.records.build import rows_for
-from pipeline.records.config import RecordsConfig
-from pipeline.records.context import BuildContext
-from pipeline.records.grading import GradedTree, grade_for_records
+from pipeline.records.grading import GradedTree
 from pipeline.records.problem_trees import forest, further_rows, uncapped
 from pipeline.records.rebuild import rebuild_result
 from pipeline.records.schema import Row
-from search.answers import AnswerExtraction
+from pipeline.records.spec import RecordsSpec
 from search.driver import SearchResult
 
 TRAINING = ("sft", "dpo", "step_dpo", "prm", "kto")
@@ -44,29 +42,11 @@ def _tag(tree: Row, kind: str, index: int, graded: GradedTree, rows: Mapping[str
 
 
 async def probe_records(
-    result: SearchResult,
-    reference: str | None,
-    *,
-    index: int,
-    problem_id: str,
-    run_id: str,
-    config: RecordsConfig,
-    policy_model: str | None = None,
-    prm_model: str | None = None,
-    contamination: str | None = None,
-    instruction: str = POLICY_INSTRUCTION,
-    extraction: AnswerExtraction = AnswerExtraction.BOXED,
+    result: SearchResult, reference: str | None, spec: RecordsSpec, *, index: int
 ) -> dict[str, list[Row]]:
     """A probe tree's records (module docstring)."""
-    graded = await grade_for_records(
-        result,
-        reference,
-        problem_id=problem_id,
-        config=config,
-        instruction=instruction,
-        extraction=extraction,
-    )
-    records = rows_for(graded, BuildContext(config, run_id, policy_model, prm_model), contamination)
+    graded = await spec.grade(result, reference)
+    records = rows_for(graded, spec.context, spec.contamination)
     records["trees"] = [_tag(records["trees"][0], "probe", index, graded, records)]
     return records
 
@@ -75,39 +55,17 @@ async def second_records(
     result: SearchResult,
     probe: Mapping[str, Sequence[Row]],
     reference: str | None,
+    spec: RecordsSpec,
     *,
     index: int,
-    problem_id: str,
-    run_id: str,
-    config: RecordsConfig,
-    policy_model: str | None = None,
-    prm_model: str | None = None,
-    contamination: str | None = None,
-    instruction: str = POLICY_INSTRUCTION,
-    extraction: AnswerExtraction = AnswerExtraction.BOXED,
 ) -> dict[str, list[Row]]:
     """A second tree's records against its probe's committed ones (module docstring)."""
     first = rebuild_result(probe["tree_nodes"], probe["trees"][0])
     both = forest(first, result)
-    later = uncapped(config)
-
-    async def graded(tree: SearchResult, rules: RecordsConfig) -> GradedTree:
-        return await grade_for_records(
-            tree,
-            reference,
-            problem_id=problem_id,
-            config=rules,
-            instruction=instruction,
-            extraction=extraction,
-        )
-
-    rows = rows_for(
-        await graded(both, later),
-        BuildContext(later, run_id, policy_model, prm_model),
-        contamination,
-    )
-    own = await graded(result, config)
-    alone = rows_for(own, BuildContext(config, run_id, policy_model, prm_model), contamination)
+    later = replace(spec, config=uncapped(spec.config))
+    rows = rows_for(await later.grade(both, reference), later.context, spec.contamination)
+    own = await spec.grade(result, reference)
+    alone = rows_for(own, spec.context, spec.contamination)
     # the second tree's node k (k >= 1) is the forest's node k + offset
     offset = len(first.tree) - 1
 
@@ -116,8 +74,8 @@ async def second_records(
 
     chosen = forest_id(result.chosen_node_id)
     kept = (
-        further_rows({t: probe.get(t, ()) for t in TRAINING}, rows, config)
-        if contamination is None
+        further_rows({t: probe.get(t, ()) for t in TRAINING}, rows, spec.config)
+        if spec.contamination is None
         else {t: [] for t in TRAINING}
     )
     tree = dict(alone["trees"][0], chosen_node_id=chosen)

@@ -16,59 +16,29 @@ from __future__ import annotations
 
 from collections import Counter
 
-from actors.prompts import POLICY_INSTRUCTION
-from pipeline.records.config import RecordsConfig
 from pipeline.records.context import BuildContext, Built, Drops, gate_counts
 from pipeline.records.dpo import dpo_rows
-from pipeline.records.grading import GradedTree, grade_for_records
+from pipeline.records.grading import GradedTree
 from pipeline.records.kto import kto_rows
 from pipeline.records.nodes import node_rows
 from pipeline.records.paths import GatedPaths
 from pipeline.records.prm import prm_rows
 from pipeline.records.schema import Row
 from pipeline.records.sft import capped, sft_candidates
+from pipeline.records.spec import RecordsSpec
 from pipeline.records.step_dpo import step_dpo_rows
 from pipeline.records.tree_nodes import tree_node_rows
 from pipeline.records.trees import tree_row
 from pipeline.records.yields import NO_YIELD, counts
-from search.answers import AnswerExtraction
 from search.driver import SearchResult
 
 
 async def records_for(
-    result: SearchResult,
-    reference: str | None,
-    *,
-    problem_id: str,
-    run_id: str,
-    config: RecordsConfig | None = None,
-    policy_model: str | None = None,
-    prm_model: str | None = None,
-    contamination: str | None = None,
-    instruction: str = POLICY_INSTRUCTION,
-    extraction: AnswerExtraction = AnswerExtraction.BOXED,
+    result: SearchResult, reference: str | None, spec: RecordsSpec
 ) -> dict[str, list[Row]]:
-    """Grade one result and build every record type's rows with `config`.
-
-    `instruction` is the policy's user-turn template (its `prompts.policy_instruction`):
-    the training prompt when `records.prompt.search_prompt` asks for it, else
-    `records.prompt.template` is.  `extraction` is the search's `answer_extraction`
-    (training texts end after the statement it read).
-
-    `contamination` names the benchmark the problem overlaps
-    (`pipeline.problems.decontamination`): the tree is still recorded (`nodes`, `trees`,
-    `tree_nodes`), but it gives no training rows.
-    """
-    context = BuildContext(config or RecordsConfig(), run_id, policy_model, prm_model)
-    graded = await grade_for_records(
-        result,
-        reference,
-        problem_id=problem_id,
-        config=context.config,
-        instruction=instruction,
-        extraction=extraction,
-    )
-    return rows_for(graded, context, contamination)
+    """Grade one result and build every record type's rows as `spec` says (its config,
+    prompt, answer extraction, models and contamination: `RecordsSpec`)."""
+    return rows_for(await spec.grade(result, reference), spec.context, spec.contamination)
 
 
 def rows_for(

@@ -22,6 +22,7 @@ from actors.prompts import POLICY_INSTRUCTION
 from pipeline.records.build import records_for
 from pipeline.records.config import RecordsConfig
 from pipeline.records.schema import Row
+from pipeline.records.spec import RecordsSpec
 from search.answers import AnswerExtraction
 from search.driver import SearchResult
 from search.protocols import TOKEN_KINDS, FinishReason, TokenCounts
@@ -100,14 +101,16 @@ async def rebuild_records(
             records_for(
                 rebuild_result(nodes[str(tree["problem_id"])], tree),
                 tree["reference"],
-                problem_id=str(tree["problem_id"]),
-                run_id=str(tree["run_id"]),
-                config=config,
-                policy_model=tree["policy_model"],
-                prm_model=tree["prm_model"],
-                contamination=tree["contaminated"],
-                instruction=instruction,
-                extraction=extraction,
+                RecordsSpec(
+                    problem_id=str(tree["problem_id"]),
+                    run_id=str(tree["run_id"]),
+                    config=config,
+                    policy_model=tree["policy_model"],
+                    prm_model=tree["prm_model"],
+                    contamination=tree["contaminated"],
+                    instruction=instruction,
+                    extraction=extraction,
+                ),
             )
             for tree in trees
         )

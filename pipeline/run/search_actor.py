@@ -53,7 +53,7 @@ from common.grading import warm_up
 from common.redact import install_log_redaction, redact_text
 from pipeline.config import RunConfig
 from pipeline.problems.decontamination import build_decontaminator
-from pipeline.records import error_row, records_for
+from pipeline.records import RecordsSpec, error_row, records_for
 from pipeline.records.allocated import probe_records, second_records
 from pipeline.run.allocation import NightAllocator
 from pipeline.run.stream_rows import Problem, Records, map_problems
@@ -134,10 +134,6 @@ class SearchActor:
         self._steering: asyncio.Task[None] | None = None  # held: the loop keeps weak refs
         # one index per actor (MATH500 + GSM8K test: well under a second to build)
         self.decontaminator = build_decontaminator(self.run.records.decontamination)
-        self.models = {
-            "policy_model": self.run.policy.engine.model,
-            "prm_model": self.run.scorer.engine.model,
-        }
         engine = self.run.policy.engine
         self.context_length: int | None = getattr(
             engine, "context_length", getattr(engine, "max_model_len", None)
@@ -317,19 +313,10 @@ class SearchActor:
                         problem_tokens=await self._problem_tokens(problem),
                     )
                 return self._error(problem_id, SEARCH_STAGE, str(reason))
+            spec = self._spec(problem_id, contamination)
             if task.tree is not None and task.index is not None:
-                return await self._allocated(task, result, contamination)
-            return await records_for(
-                result,
-                reference,
-                problem_id=problem_id,
-                run_id=self.run_id,
-                config=self.run.records,
-                contamination=contamination,
-                instruction=self.run.policy.prompts.policy_instruction,
-                extraction=self.run.search.answer_extraction,
-                **self.models,
-            )
+                return await self._allocated(task, result, spec)
+            return await records_for(result, reference, spec)
         except Exception as exc:  # one bad problem must not kill the run
             log.warning(
                 "problem %s failed: %s",
@@ -338,25 +325,27 @@ class SearchActor:
             )
             return self._error(problem_id, SEARCH_STAGE, exc)
 
-    async def _allocated(
-        self, task: Problem, result: SearchResult, contamination: str | None
-    ) -> Records:
+    def _spec(self, problem_id: str, contamination: str | None) -> RecordsSpec:
+        """How this problem's tree becomes rows: the run's records config, models, prompt
+        and answer extraction, and the benchmark the problem overlaps."""
+        return RecordsSpec(
+            problem_id=problem_id,
+            run_id=self.run_id,
+            config=self.run.records,
+            policy_model=self.run.policy.engine.model,
+            prm_model=self.run.scorer.engine.model,
+            contamination=contamination,
+            instruction=self.run.policy.prompts.policy_instruction,
+            extraction=self.run.search.answer_extraction,
+        )
+
+    async def _allocated(self, task: Problem, result: SearchResult, spec: RecordsSpec) -> Records:
         """A probe's or a second tree's records (`pipeline.records.allocated`)."""
         assert task.index is not None
-        common: dict[str, Any] = {
-            "index": task.index,
-            "problem_id": task.problem_id,
-            "run_id": self.run_id,
-            "config": self.run.records,
-            "contamination": contamination,
-            "instruction": self.run.policy.prompts.policy_instruction,
-            "extraction": self.run.search.answer_extraction,
-            **self.models,
-        }
         if task.tree == "second":
             probe = (task.carry or {}).get("probe") or {}
-            return await second_records(result, probe, task.reference, **common)
-        return await probe_records(result, task.reference, **common)
+            return await second_records(result, probe, task.reference, spec, index=task.index)
+        return await probe_records(result, task.reference, spec, index=task.index)
 
     async def _journal(self, problem_id: str) -> TreeLog | None:
         """The tree's request log: what an earlier attempt recorded, for replay."""

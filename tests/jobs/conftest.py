@@ -39,17 +39,19 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 async def _records(entry: dict[str, Any], index: int) -> dict[str, list[dict[str, Any]]]:
-    from pipeline.records import RecordsConfig, records_for
+    from pipeline.records import RecordsConfig, RecordsSpec, records_for
     from pipeline.records.rebuild import rebuild_result
     from search.answers import AnswerExtraction
 
     return await records_for(
         rebuild_result(entry["nodes"], entry["tree"]),
         entry["tree"]["reference"],
-        problem_id=f"p{index}",
-        run_id="records",
-        config=RecordsConfig(),
-        extraction=AnswerExtraction.LAST_NUMBER,
+        RecordsSpec(
+            problem_id=f"p{index}",
+            run_id="records",
+            config=RecordsConfig(),
+            extraction=AnswerExtraction.LAST_NUMBER,
+        ),
     )
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.problems.decontamination import DecontaminationConfig, build_decontaminator
-from pipeline.records import RecordsConfig, records_for
+from pipeline.records import RecordsConfig, RecordsSpec, records_for
 from pipeline.records.rebuild import rebuild_result
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
@@ -69,12 +69,14 @@ async def build(output_root: Path) -> Path:
         records = await records_for(
             result,
             REFERENCE,
-            problem_id=f"p{i}",
-            run_id=RUN_ID,
-            config=records_config,
-            policy_model=policy.name,
-            prm_model="scripted-prm",
-            contamination=decontaminator.match(problem),
+            RecordsSpec(
+                problem_id=f"p{i}",
+                run_id=RUN_ID,
+                config=records_config,
+                policy_model=policy.name,
+                prm_model="scripted-prm",
+                contamination=decontaminator.match(problem),
+            ),
         )
         sink.write_batch(records)
     for entry in _real_trees():
@@ -82,12 +84,14 @@ async def build(output_root: Path) -> Path:
         records = await records_for(
             rebuild_result(entry["nodes"], tree),
             tree["reference"],
-            problem_id=f"smollm2-{tree['problem_id']}",
-            run_id=RUN_ID,
-            config=records_config,
-            policy_model=tree["policy_model"],
-            prm_model=tree["prm_model"],
-            extraction=AnswerExtraction.LAST_NUMBER,
+            RecordsSpec(
+                problem_id=f"smollm2-{tree['problem_id']}",
+                run_id=RUN_ID,
+                config=records_config,
+                policy_model=tree["policy_model"],
+                prm_model=tree["prm_model"],
+                extraction=AnswerExtraction.LAST_NUMBER,
+            ),
         )
         sink.write_batch(records)
     manifest = {

@@ -12,7 +12,7 @@ import yaml
 
 from pipeline.problems.arithmetic import generate, make_problem
 from pipeline.problems.sources import load_problems, parse_source
-from pipeline.records import records_for
+from pipeline.records import RecordsSpec, records_for
 from pipeline.store.run_folder import RunFolder
 from pipeline.store.sink import ParquetSink
 from search import parse_search_config, run_search
@@ -94,7 +94,9 @@ def test_dry_run_prints_the_plan_after_resume_without_ray(
             seed=0,
         )
     )
-    records = asyncio.run(records_for(result, None, problem_id="arith/0/2", run_id="dry"))
+    records = asyncio.run(
+        records_for(result, None, RecordsSpec(problem_id="arith/0/2", run_id="dry"))
+    )
     sink = ParquetSink(RunFolder.open(tmp_path / "out", "dry"))
     sink.write_batch({"trees": records["trees"]})
     sink.write_batch(

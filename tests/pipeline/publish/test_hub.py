@@ -529,7 +529,7 @@ def test_server_tree_missing_folder_is_entry_not_found(env: HubServer) -> None:
 async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
     """A real run folder: scripted searches -> records -> the streaming sink -> run.json."""
     from pipeline.config import parse_run_config
-    from pipeline.records import RecordsConfig, records_for
+    from pipeline.records import RecordsConfig, RecordsSpec, records_for
     from pipeline.run.synthesis import write_manifest
     from pipeline.store.run_folder import RunFolder
     from pipeline.store.sink import ParquetSink
@@ -559,10 +559,12 @@ async def _sink_run(root: Path, run_id: str) -> tuple[Path, Any]:
         records = await records_for(
             result,
             "12",
-            problem_id=f"p{seed}",
-            run_id=run_id,
-            config=RecordsConfig(),
-            contamination="math500" if seed == 2 else None,
+            RecordsSpec(
+                problem_id=f"p{seed}",
+                run_id=run_id,
+                config=RecordsConfig(),
+                contamination="math500" if seed == 2 else None,
+            ),
         )
         sink.write_batch(records)
     write_manifest(config, sink.folder)

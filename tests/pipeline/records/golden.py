@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.records import RecordsConfig, records_for
+from pipeline.records import RecordsConfig, RecordsSpec, records_for
 from pipeline.records.rebuild import rebuild_result
 from search import SearchResult, parse_search_config, run_search
 from search.answers import AnswerExtraction
@@ -137,14 +137,16 @@ async def _records_cases() -> dict[str, dict[str, Any]]:
             records = await records_for(
                 result,
                 ref,
-                problem_id=case.split("/noref")[0].split("/contaminated")[0],
-                run_id="golden",
-                config=config,
-                policy_model="policy-model",
-                prm_model="prm-model",
-                contamination=contamination,
-                instruction=INSTRUCTION,
-                extraction=extraction,
+                RecordsSpec(
+                    problem_id=case.split("/noref")[0].split("/contaminated")[0],
+                    run_id="golden",
+                    config=config,
+                    policy_model="policy-model",
+                    prm_model="prm-model",
+                    contamination=contamination,
+                    instruction=INSTRUCTION,
+                    extraction=extraction,
+                ),
             )
             cases[case] = records
     return cases

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.records import SCHEMAS, RecordsConfig, records_for, to_table
+from pipeline.records import SCHEMAS, RecordsConfig, RecordsSpec, records_for, to_table
 from pipeline.records.allocated import probe_records, second_records
 from pipeline.records.rebuild import rebuild_result
 from search.answers import AnswerExtraction
@@ -28,14 +28,9 @@ def test_a_probe_and_its_second_tree_are_one_problem_with_no_row_twice() -> None
     entry = _entry(0)
     result = rebuild_result(entry["nodes"], entry["tree"])
     reference = entry["tree"]["reference"]
-    common: dict[str, Any] = {
-        "problem_id": "p",
-        "run_id": "r",
-        "config": RecordsConfig(),
-        "extraction": AnswerExtraction.LAST_NUMBER,
-    }
-    probe = asyncio.run(probe_records(result, reference, index=7, **common))
-    plain = asyncio.run(records_for(result, reference, **common))
+    spec = RecordsSpec("p", "r", config=RecordsConfig(), extraction=AnswerExtraction.LAST_NUMBER)
+    probe = asyncio.run(probe_records(result, reference, spec, index=7))
+    plain = asyncio.run(records_for(result, reference, spec))
     # the probe's rows are the rows of the one tree a run would write, its trees row tagged
     assert {k: v for k, v in probe.items() if k != "trees"} == {
         k: v for k, v in plain.items() if k != "trees"
@@ -48,7 +43,7 @@ def test_a_probe_and_its_second_tree_are_one_problem_with_no_row_twice() -> None
     }
     carried = json.loads(json.dumps(probe))
     # the same search again as the second tree: every training row is a duplicate
-    second = asyncio.run(second_records(result, carried, reference, index=7, **common))
+    second = asyncio.run(second_records(result, carried, reference, spec, index=7))
     for kind, rows in second.items():
         to_table(rows, SCHEMAS[kind])  # every row of its table's schema
     assert all(second[t] == [] for t in ("sft", "dpo", "step_dpo", "prm", "kto"))

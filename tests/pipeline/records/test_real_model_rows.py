@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.records import SCHEMAS, RecordsConfig, records_for, to_table
+from pipeline.records import SCHEMAS, RecordsConfig, RecordsSpec, records_for, to_table
 from pipeline.records.rebuild import rebuild_result
 from pipeline.report.hygiene import after_answer, hygiene
 from search.answers import AnswerExtraction
@@ -40,10 +40,12 @@ async def _records() -> dict[str, list[dict[str, Any]]]:
         records = await records_for(
             result,
             tree["reference"],
-            problem_id=tree["problem_id"],
-            run_id="fixture",
-            config=RecordsConfig(),
-            extraction=AnswerExtraction.LAST_NUMBER,
+            RecordsSpec(
+                problem_id=tree["problem_id"],
+                run_id="fixture",
+                config=RecordsConfig(),
+                extraction=AnswerExtraction.LAST_NUMBER,
+            ),
         )
         for name, rows in records.items():
             out[name] += rows

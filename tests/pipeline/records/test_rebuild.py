@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 
-from pipeline.records import RecordsConfig, Row, rebuild_records, rebuild_result, records_for
+from pipeline.records import (
+    RecordsConfig,
+    RecordsSpec,
+    Row,
+    rebuild_records,
+    rebuild_result,
+    records_for,
+)
 from search.answers import AnswerExtraction
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "smollm2_trees.jsonl"
@@ -34,13 +41,15 @@ def _written(config: RecordsConfig) -> dict[str, list[Row]]:
             await records_for(
                 rebuild_result(e["nodes"], e["tree"]),
                 e["tree"]["reference"],
-                problem_id=str(e["tree"]["problem_id"]),
-                run_id="run-1",
-                config=config,
-                policy_model=e["tree"]["policy_model"],
-                prm_model=e["tree"]["prm_model"],
-                contamination="math500" if i == 3 else None,
-                extraction=LAST,
+                RecordsSpec(
+                    problem_id=str(e["tree"]["problem_id"]),
+                    run_id="run-1",
+                    config=config,
+                    policy_model=e["tree"]["policy_model"],
+                    prm_model=e["tree"]["prm_model"],
+                    contamination="math500" if i == 3 else None,
+                    extraction=LAST,
+                ),
             )
             for i, e in enumerate(entries[:4])
         ]

@@ -23,6 +23,7 @@ from pipeline.records import (
     GatesConfig,
     GradedTree,
     RecordsConfig,
+    RecordsSpec,
     RecordValidationError,
     dpo_rows,
     error_row,
@@ -446,7 +447,7 @@ async def test_one_training_prompt_in_every_table() -> None:
     custom = "Solve this, step by step: {problem}"
     open_gates = RecordsConfig(gates=OPEN)
     records = await records_for(
-        result, "12", problem_id="p", run_id="r", instruction=custom, config=open_gates
+        result, "12", RecordsSpec(problem_id="p", run_id="r", instruction=custom, config=open_gates)
     )
     assert all(records[k] for k in ("sft", "dpo", "kto", "prm"))
     assert _user_texts(records) == {result.problem}
@@ -454,13 +455,15 @@ async def test_one_training_prompt_in_every_table() -> None:
         update={"prompt": {"template": "Problem: {problem}\nAnswer in a box."}}
     )
     templated = RecordsConfig.model_validate(templated.model_dump())
-    records = await records_for(result, "12", problem_id="p", run_id="r", config=templated)
+    records = await records_for(
+        result, "12", RecordsSpec(problem_id="p", run_id="r", config=templated)
+    )
     assert _user_texts(records) == {f"Problem: {result.problem}\nAnswer in a box."}
     scaffold = RecordsConfig.model_validate(
         {**open_gates.model_dump(), "prompt": {"search_prompt": True}}
     )
     records = await records_for(
-        result, "12", problem_id="p", run_id="r", instruction=custom, config=scaffold
+        result, "12", RecordsSpec(problem_id="p", run_id="r", instruction=custom, config=scaffold)
     )
     assert _user_texts(records) == {custom.format(problem=result.problem)}
     with pytest.raises(ValidationError, match="template"):
@@ -470,7 +473,9 @@ async def test_one_training_prompt_in_every_table() -> None:
 async def test_records_for_applies_the_config() -> None:
     result = (await _results())[0]
     config = RecordsConfig(min_sft_score=0.3, max_pairs_per_problem=1, pairing="random", seed=5)
-    records = await records_for(result, "12", problem_id="p", run_id="r", config=config)
+    records = await records_for(
+        result, "12", RecordsSpec(problem_id="p", run_id="r", config=config)
+    )
     assert len(records["trees"]) == 1 and len(records["dpo"]) <= 1
     assert all(r["score"] >= 0.3 for r in records["sft"])
     assert all(p["pairing"] == "random" for p in records["dpo"])

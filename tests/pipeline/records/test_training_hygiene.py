@@ -14,6 +14,7 @@ from pipeline.records import (
     BuildContext,
     GatesConfig,
     RecordsConfig,
+    RecordsSpec,
     grade_result,
     prm_rows,
     records_for,
@@ -150,11 +151,13 @@ async def _records(tree: Tree, config: RecordsConfig | None = None) -> dict[str,
     return await records_for(
         _result(tree),
         "19",
-        problem_id="mia",
-        run_id="r",
-        config=config,
-        instruction="Example problem: ...\nProblem:\n{problem}",
-        extraction=LAST,
+        RecordsSpec(
+            problem_id="mia",
+            run_id="r",
+            config=config or RecordsConfig(),
+            instruction="Example problem: ...\nProblem:\n{problem}",
+            extraction=LAST,
+        ),
     )
 
 

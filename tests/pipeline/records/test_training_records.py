@@ -26,6 +26,7 @@ from pipeline.records import (
     GatesConfig,
     GradedTree,
     RecordsConfig,
+    RecordsSpec,
     grade_result,
     kto_rows,
     node_rows,
@@ -240,9 +241,11 @@ def test_extra_benchmark_files_and_bad_ones(tmp_path: Path) -> None:
 
 async def test_contaminated_problems_keep_their_tree_but_give_no_training_rows() -> None:
     result = await _search(1)
-    clean = await records_for(result, "12", problem_id="p", run_id="r")
+    clean = await records_for(result, "12", RecordsSpec(problem_id="p", run_id="r"))
     marked = await records_for(
-        result, "12", problem_id="p", run_id="r", contamination="math500", config=RecordsConfig()
+        result,
+        "12",
+        RecordsSpec(problem_id="p", run_id="r", contamination="math500", config=RecordsConfig()),
     )
     for kind in ("sft", "dpo", "prm", "kto"):
         assert clean[kind], kind
@@ -262,7 +265,9 @@ async def test_run_summary_counts_decontaminated_problems(tmp_path: Path) -> Non
     result = await _search(0)
     for contamination in ("math500", None, "gsm8k_test", "math500"):
         summary.account(
-            await records_for(result, "12", problem_id="p", run_id="r", contamination=contamination)
+            await records_for(
+                result, "12", RecordsSpec(problem_id="p", run_id="r", contamination=contamination)
+            )
         )
     assert summary.searched == 4
     assert summary.contaminated == {"math500": 2, "gsm8k_test": 1}

@@ -23,7 +23,14 @@ from typing import Any
 import pytest
 
 from common.grading import Verdict, compare, compare_all, too_costly
-from pipeline.records import BuildContext, GradedTree, RecordsConfig, grade_result, records_for
+from pipeline.records import (
+    BuildContext,
+    GradedTree,
+    RecordsConfig,
+    RecordsSpec,
+    grade_result,
+    records_for,
+)
 from pipeline.records.build import rows_for
 from pipeline.records.grading import Compare, answer_key
 from pipeline.records.nodes import NODES_SCHEMA
@@ -321,7 +328,9 @@ async def test_a_comparison_cut_off_for_real_leaves_its_answer_ungraded() -> Non
     assert slow
     config = RecordsConfig.model_validate({"gates": OPEN, "grade_timeout_s": 2.0})
     records = await records_for(
-        result, "12", problem_id="p", run_id="r", config=config, extraction=AnswerExtraction.BOXED
+        result,
+        "12",
+        RecordsSpec(problem_id="p", run_id="r", config=config, extraction=AnswerExtraction.BOXED),
     )
     labels: dict[int, Any] = {r["node_id"]: r["label"] for r in records["tree_nodes"]}
     for n in result.answered_nodes:
@@ -369,7 +378,7 @@ async def test_the_run_report_and_summary_count_ungraded_nodes_apart() -> None:
 SLOW_START = """
 import asyncio, json, time
 import common.grading as grading
-from pipeline.records import RecordsConfig, records_for
+from pipeline.records import RecordsConfig, RecordsSpec, records_for
 from search.answers import AnswerExtraction
 from tests.pipeline.records.test_ungraded import OPEN, _search
 
@@ -384,9 +393,8 @@ grading._PoolStart._start = slow_start
 async def main():
     result = await _search(2)
     config = RecordsConfig.model_validate({"gates": OPEN, "grade_timeout_s": 1.0})
-    records = await records_for(
-        result, "12", problem_id="p", run_id="r", config=config, extraction=AnswerExtraction.BOXED
-    )
+    spec = RecordsSpec("p", "r", config=config, extraction=AnswerExtraction.BOXED)
+    records = await records_for(result, "12", spec)
     labels = {r["node_id"]: r["label"] for r in records["tree_nodes"]}
     expected = {n.id: n.answer == "12" for n in result.answered_nodes}
     got = {str(k): labels[k] for k in expected}

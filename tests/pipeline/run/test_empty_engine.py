@@ -32,7 +32,7 @@ from actors.engines.openai_compat import OpenAIConfig, OpenAIEngine
 from actors.policy import EnginePolicy
 from actors.search_outcome import failure_reason
 from jobs.synthesize import main as synthesize_main
-from pipeline.records import GatesConfig, PrmConfig, RecordsConfig, records_for
+from pipeline.records import GatesConfig, PrmConfig, RecordsConfig, RecordsSpec, records_for
 from pipeline.store.run_folder import RunFolder
 from search import parse_search_config, run_search
 from search.protocols import FinishReason, Generation, GenerationRequest
@@ -257,7 +257,9 @@ async def test_an_empty_step_is_never_in_a_training_row_or_a_prm_step() -> None:
         ),
         prm=PrmConfig(unanswered_branches=True),
     )
-    records = await records_for(result, "12", problem_id="p", run_id="r", config=every_gate_open)
+    records = await records_for(
+        result, "12", RecordsSpec(problem_id="p", run_id="r", config=every_gate_open)
+    )
     ends = [r["node_id"] for kind in ("sft", "kto", "prm") for r in records[kind]]
     ends += [
         r[f"{side}_node_id"]

@@ -40,7 +40,7 @@ import yaml
 
 from actors.engines.base import Sampling
 from actors.engines.load_model import LoadModelConfig, LoadModelEngine
-from pipeline.records import error_row, records_for
+from pipeline.records import RecordsSpec, error_row, records_for
 from pipeline.store.run_folder import RunFolder
 from search import parse_search_config, run_search
 from search.protocols import Generation, GenerationRequest
@@ -355,7 +355,7 @@ async def test_error_rows_and_node_errors_never_hold_credentials() -> None:
     result = await run_search(
         "q?", config, LeakyPolicy(seed=0, p_error=0.4), ScriptedScorer(seed=0), 2000, 0
     )
-    records = await records_for(result, "12", problem_id="p", run_id="r")
+    records = await records_for(result, "12", RecordsSpec(problem_id="p", run_id="r"))
     errors = [n["error"] for n in records["tree_nodes"] if n["error"]]
     rows = [
         error_row("p", "search", f"every request failed: POST {LEAKY_URL}", run_id="r"),

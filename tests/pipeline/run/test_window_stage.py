@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.problems.sources import iter_records
+from pipeline.records import RecordsSpec
 from pipeline.records.allocated import probe_records, second_records
 from pipeline.records.rebuild import rebuild_result
 from pipeline.run.stream import ResumeFilter, _blocks
@@ -51,19 +52,16 @@ def _solve(config: RunConfig, searched: list[Problem]) -> Any:
             # searched at the B the stage asked for (a fixture tree spends at most 300)
             budget = p.budget if p.tree == "second" else int(0.65 * B)
             result = replace(rebuild_result(entry["nodes"], entry["tree"]), budget=float(budget))
-            common: dict[str, Any] = {
-                "index": p.index,
-                "problem_id": p.problem_id,
-                "run_id": "r",
-                "config": config.records,
-                "extraction": AnswerExtraction.LAST_NUMBER,
-            }
+            spec = RecordsSpec(
+                p.problem_id, "r", config=config.records, extraction=AnswerExtraction.LAST_NUMBER
+            )
             reference = entry["tree"]["reference"]
             if p.tree == "second":
                 assert p.carry is not None and p.budget is not None
-                out.append(await second_records(result, p.carry["probe"], reference, **common))
+                probe = p.carry["probe"]
+                out.append(await second_records(result, probe, reference, spec, index=p.index))
             else:
-                out.append(await probe_records(result, reference, **common))
+                out.append(await probe_records(result, reference, spec, index=p.index))
         return out
 
     return solve

@@ -26,6 +26,7 @@ from jobs import cli
 from jobs.exits import BAD_INPUT, OK
 from pipeline.records import RECORD_TYPES, SCHEMAS, RecordsConfig, error_row, records_for, to_table
 from pipeline.records.rebuild import rebuild_result
+from pipeline.records.spec import RecordsSpec
 from pipeline.report.hygiene import hygiene_of_run
 from pipeline.store.compacted import COMPACTED, is_shard
 from pipeline.store.compaction import Limits, compact_run, count_files
@@ -50,10 +51,12 @@ def _tree_records(index: int) -> dict[str, list[dict[str, Any]]]:
         records_for(
             rebuild_result(entry["nodes"], entry["tree"]),
             entry["tree"]["reference"],
-            problem_id="x",
-            run_id="r",
-            config=RecordsConfig(),
-            extraction=AnswerExtraction.LAST_NUMBER,
+            RecordsSpec(
+                problem_id="x",
+                run_id="r",
+                config=RecordsConfig(),
+                extraction=AnswerExtraction.LAST_NUMBER,
+            ),
         )
     )
 

@@ -30,6 +30,7 @@ from jobs.exits import BAD_INPUT, OK, guarded
 from pipeline.problems.sources import JsonlSource, load_problems
 from pipeline.records import RECORD_TYPES, SCHEMAS, RecordsConfig, error_row, records_for, to_table
 from pipeline.records.rebuild import rebuild_result
+from pipeline.records.spec import RecordsSpec
 from pipeline.run.nightly import run_spent
 from pipeline.run.summary import summarize_run_dir
 from pipeline.store.lease import FlockLease, LeaseLost
@@ -57,10 +58,12 @@ def _records(problem_id: str, run_id: str) -> dict[str, list[dict[str, Any]]]:
         records_for(
             result,
             entry["tree"]["reference"],
-            problem_id=problem_id,
-            run_id=run_id,
-            config=RecordsConfig(),
-            extraction=AnswerExtraction.LAST_NUMBER,
+            RecordsSpec(
+                problem_id=problem_id,
+                run_id=run_id,
+                config=RecordsConfig(),
+                extraction=AnswerExtraction.LAST_NUMBER,
+            ),
         )
     )
 
