@@ -36,6 +36,10 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         SamplingParams=object,
     )
     monkeypatch.setattr(vllm_engine, "import_vllm", lambda: fake)
+    # The recorder has no `vllm.v1.metrics`: with Ray up in this process (an earlier test's
+    # cluster, when every tier runs in one session) the engine would import vLLM's Ray stat
+    # logger.  tests/vllm/test_vllm_engine.py checks those loggers with the real vLLM.
+    monkeypatch.setattr(vllm_engine, "ray_stat_loggers", lambda: None)
     return calls
 
 
