@@ -77,7 +77,7 @@ def run(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pa
     problems.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     log = io.StringIO()
     summary = synthesize(
-        parse_run_config(_config(tmp / "out", problems)), progress=log, progress_every_s=0.5
+        parse_run_config(_config(tmp / "out", problems)), progress=log, progress_every_s=0.25
     )
     assert summary.searched == 3
     return summary.run_dir, log.getvalue()
@@ -88,8 +88,10 @@ def test_progress_shows_nodes_while_the_batch_is_still_running(run: tuple[Path, 
     _, log = run
     views = [tuple(int(g) for g in m.groups()) for m in LINE.finditer(log)]
     # (done, total, in flight, nodes); the three trees are one batch, returned at its end
+    # At least two lines inside the batch (it lasted about 1.5 s once bytecode made every
+    # process start faster, with a line each 0.25 s), their node counts growing.
     running = [v for v in views if v[0] == 0 and v[2] == 3]
-    assert len(running) >= 3, log
+    assert len(running) >= 2, log
     nodes = [v[3] for v in running]
     assert max(nodes) > 0 and len(set(nodes)) > 1, log  # nodes grow inside the batch
     assert views[-1][:3] == (3, 3, 0), log  # the last line: all done

@@ -38,8 +38,9 @@ pytestmark = pytest.mark.e2e
 
 PROBLEMS = 10
 # The gate's two-node version: enough problems that trees are still in flight when the
-# first one commits, with two search actors of two trees each.
-SMALL_PROBLEMS = 6
+# first one commits, with two search actors of two trees each, and still some to search
+# once the replacement node has joined.
+SMALL_PROBLEMS = 8
 
 
 def _in_flight(run_dir: Path) -> bool:
@@ -111,8 +112,11 @@ def _lose_the_search_node(
             ray.shutdown()
     _exactly_once(out, "search-lost", problems)
     assert summary.errors == 0
-    # the actors that were on the lost node were restarted on its replacement
-    assert {hosts[actor] for actor in lost["actors"]} == {lost["replacement"]}
+    # Every search actor that ran after the loss, restarted or new, ran on the replacement
+    # (the head has no search resource).  A lost actor whose work was all done may still be
+    # restarting when the run ends, and then keeps the lost node's id.
+    after = {node for actor, node in hosts.items() if node != lost["node"]}
+    assert after == {lost["replacement"]}, (hosts, lost)
     assert summary.replayed_requests > 0  # the killed trees resumed from their logs
     assert not (out / "run=search-lost" / FOLDER).exists()  # every log cleaned
 
