@@ -16,9 +16,10 @@ whether it finished, so
   problems only while the problems it has started cannot exceed the cap: each
   may spend up to B (a search never exceeds its budget), so it admits
   floor((cap - spent) / B) more, runs them to the end (no search is ever cut),
-  then tops up with what early-stopped searches left unspent.  The slice recorded in
-  the ledger is what the night admitted, so the next night continues right after it,
-  and the night's spend is recorded too;
+  then tops up with what early-stopped searches left unspent (not under the night
+  allocator, which gives the slice's whole total to the slice's own problems).  The
+  slice recorded in the ledger is what the night admitted, so the next night continues
+  right after it, and the night's spend is recorded too;
 * with `max_wall_s` (a wall-time cap from the job's start, top-ups included) a night
   stops at a tree boundary (`pipeline.run.wall`): it commits and publishes what it has,
   tops up no more, and is recorded "failed" with reason "wall time" and the problems it
@@ -392,8 +393,11 @@ def run_night(
         _record_night(night, spent=spent, spend_cap=spend_cap)
         if summary.stopped:  # the wall-time cap: the rest of the slice is the rerun's
             return summary, night
-        # Top up only the last night: a later night already starts after this slice.
-        last = ledger.nights[-1]["date"] == night.date
+        # Top up only the last night: a later night already starts after this slice.  Never
+        # under the night allocator: its last window already gave out everything the probes
+        # left, and a problem added now would join that window, so a replay of the window
+        # would no longer give the second trees it committed.
+        last = ledger.nights[-1]["date"] == night.date and not config.allocation.enabled
         room = config.nightly.problems_per_night - night.limit
         more = min(room, admissible(spend_cap, spent, config.budget)) if last else 0
         if more <= 0 or exhausted:

@@ -9,6 +9,7 @@ neither gets wrong answers only.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from pathlib import Path
@@ -20,6 +21,7 @@ from pipeline.config import RunConfig, parse_run_config
 from pipeline.report.hygiene import hygiene_of_run
 from pipeline.run.allocation import NightAllocator
 from pipeline.run.night_windows import Member, NightWindows, outcome_of
+from pipeline.run.nightly import plan_night, run_night, run_spent
 from pipeline.run.synthesis import synthesize
 from pipeline.store.run_folder import RunFolder
 from tests.tiny_run import tiny_run_config
@@ -97,3 +99,45 @@ def test_a_night_under_the_allocator_commits_probes_and_second_trees_within_its_
     )
     assert "## Night allocator" in (folder.location / "report.md").read_text()
     assert summary.errors == 0
+
+
+def test_a_capped_night_under_the_allocator_spends_within_its_cap_and_is_not_topped_up(
+    tmp_path: Path,
+) -> None:
+    """A nightly slice under a spend cap admits floor(cap / B) problems; their probes and
+    second trees stay within the cap, and what they leave unspent does not admit another
+    problem (which would join the last window and change its committed allocation)."""
+    rows = [
+        {"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": ("42", "7", "99")[i % 3]}
+        for i in range(2 * N)
+    ]
+    spend_cap = N * B + B - 1  # N problems, and one more for anything they leave
+    raw = tiny_run_config(
+        tmp_path,
+        rows,
+        budget=B,
+        engine=ENGINE,
+        allocation={"enabled": True, "window": 4},
+        # every tree stops at its first answer (App. I's early stop): the night leaves most
+        # of its total unspent, room that would admit more problems under uniform B
+        search={
+            "algorithm": "bg_mcts",
+            "step_max_tokens": 16,
+            "early_stop": True,
+            "early_stop_threshold": 0.0,
+        },
+        nightly={"problems_per_night": 2 * N, "run_id_prefix": "n-", "budget_per_night": spend_cap},
+    )
+    config = parse_run_config(raw)
+    ledger, night = plan_night(config, dt.date(2026, 12, 6))
+    assert (night.skip, night.limit) == (0, N)
+    _, night = run_night(config, ledger, night, lambda c: synthesize(c, progress=None))
+    spent = run_spent(config, night.run_id)
+    assert spent <= N * B, spent
+    assert spent <= spend_cap - B, "the probes and second trees left too little for a top-up"
+    assert night.limit == N  # left unspent, not topped up
+    trees = _trees(RunFolder.open(tmp_path / "out", night.run_id))
+    assert {t["source_index"] for t in trees if t["tree"] == "probe"} == set(range(N))
+    assert any(t["tree"] == "second" for t in trees)
+    _, following = plan_night(config, dt.date(2026, 12, 7), dry_run=True)
+    assert following.skip == N  # the next night starts right after what this one admitted
