@@ -17,7 +17,11 @@ ERRORS_SCHEMA = record_schema(
             nullable=True,
         ),
         doc_field(
-            "stage", pa.string(), "where it failed (source, search, grade, records, sink...)"
+            "stage",
+            pa.string(),
+            "where it failed (source, search, grade, records, sink...); a night allocator's "
+            "probe that failed ends in ' (probe)' (a rerun retries it but gives it no second "
+            "tree: its window was allocated without it)",
         ),
         doc_field("error_type", pa.string(), "exception class name, if any", nullable=True),
         doc_field("message", pa.string(), "the error message"),

@@ -11,17 +11,27 @@ been allocated, calls `NightAllocator.allocate` on the window's probes in source
 
 The allocator's state (carry, the fitted prior, the running rates) is a function of the
 committed probes alone, window after window: a rerun that replays the same committed
-probes in the same windows rebuilds it and gets the same budgets.  Nothing else is stored.
+probes in the same windows rebuilds it and gets the same budgets.  A probe that failed
+(an `errors` row instead of a tree) is the one exception to "the committed probes": a rerun
+retries it, and a retried probe that succeeds must not change the window that was
+allocated without it.  So a failed probe's error rows say it (their `stage` ends in
+`FAILED_PROBE`), its window's second trees are committed after them (`SecondTree.
+window_probes`), and a rerun files a probe that failed before as no probe: its retry's rows
+are kept, it gets no second tree, and its window is allocated as the failed night did.
+Nothing else is stored.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.run.allocation import ROW_TABLES, NightAllocator, ProbeOutcome
+
+# How a failed probe's error rows end their `stage` ("search (probe)"): read back by a rerun.
+FAILED_PROBE = " (probe)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +53,7 @@ class SecondTree:
     problem_id: str
     budget: int
     payload: Any = None
-    window_probes: tuple[str, ...] = ()  # the probes its window was allocated from
+    window_probes: tuple[str, ...] = ()  # its window's probes, failed ones included
 
 
 @dataclass(slots=True)
@@ -92,7 +102,8 @@ class NightWindows:
         outcomes = [m.outcome for m in probed if m.outcome is not None]
         plan = self.allocator.allocate(outcomes, last=self.next_window == self.windows - 1)
         self.plans.append(plan.budgets)
-        used = tuple(o.problem_id for o in outcomes)
+        # committed before the second trees: the probes read, and the failed ones' errors
+        used = tuple(str(members[i].problem_id) for i in sorted(members) if members[i].problem_id)
         return [
             SecondTree(m.index, str(m.problem_id), budget, m.payload, used)
             for m, budget in zip(probed, plan.budgets, strict=True)
@@ -109,6 +120,29 @@ def kept_rows(records: Mapping[str, Any]) -> dict[str, int]:
     return {table: len(records.get(table, ())) for table in ROW_TABLES}
 
 
+def as_failed_probe(records: Mapping[str, Any]) -> dict[str, Any]:
+    """A probe's records as the driver commits them: a probe without a tree failed, and its
+    error rows' `stage` says so (`FAILED_PROBE`)."""
+    out = dict(records)
+    if not records.get("trees") and records.get("errors"):
+        out["errors"] = [
+            {**e, "stage": f"{e['stage']}{FAILED_PROBE}"}
+            if not str(e["stage"]).endswith(FAILED_PROBE)
+            else e
+            for e in records["errors"]
+        ]
+    return out
+
+
+def failed_probes(errors: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The problems whose probe failed in an earlier invocation, from `errors` rows."""
+    return {
+        str(e["problem_id"])
+        for e in errors
+        if e.get("problem_id") is not None and str(e.get("stage")).endswith(FAILED_PROBE)
+    }
+
+
 def outcome_of(tree: Mapping[str, Any]) -> ProbeOutcome:
     """A committed probe's outcome from its `trees` row (its allocator columns)."""
     rows = {str(r["table"]): int(r["rows"]) for r in tree.get("kept_rows") or ()}
@@ -122,4 +156,13 @@ def outcome_of(tree: Mapping[str, Any]) -> ProbeOutcome:
     )
 
 
-__all__ = ["Member", "NightWindows", "SecondTree", "kept_rows", "outcome_of"]
+__all__ = [
+    "FAILED_PROBE",
+    "Member",
+    "NightWindows",
+    "SecondTree",
+    "as_failed_probe",
+    "failed_probes",
+    "kept_rows",
+    "outcome_of",
+]

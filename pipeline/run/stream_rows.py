@@ -39,6 +39,7 @@ from typing import Any, Literal
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 
 from pipeline.problems.sources import Record, is_error
+from pipeline.run.night_windows import as_failed_probe
 
 Records = dict[str, list[dict[str, Any]]]  # record type -> rows, as `pipeline.records` builds
 
@@ -239,7 +240,8 @@ async def map_problems(
             if output is None:
                 kinds[i] = "stopped"
             else:
-                records[i] = encode_records(output)
+                probe = column("tree")[i] == "probe"
+                records[i] = encode_records(as_failed_probe(output) if probe else output)
     trees = list(column("tree"))
     # the driver needs only the records; the window stage a probe's problem too
     keep = [trees[i] == "probe" and kinds[i] in ("problem", "probed") for i in range(n)]

@@ -460,8 +460,9 @@ class SecondTrees:
                 yield from self._ready()
 
     def committed(self, result: StreamResult) -> None:
-        if result.tree == "probe":
-            self.probes |= {str(t["problem_id"]) for t in result.records.get("trees", [])}
+        if result.tree == "probe":  # a probe's tree, or a failed probe's error rows
+            rows = [*result.records.get("trees", []), *result.records.get("errors", [])]
+            self.probes |= {str(r["problem_id"]) for r in rows if r.get("problem_id")}
 
     def _ready(self) -> Iterator[StreamResult]:
         ready = [r for r in self.waiting if self.probes.issuperset(r.needs)]

@@ -31,7 +31,13 @@ import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 from pipeline.config import RunConfig
 from pipeline.records import SCHEMAS
 from pipeline.run.allocation import NightAllocator
-from pipeline.run.night_windows import Member, NightWindows, SecondTree, outcome_of
+from pipeline.run.night_windows import (
+    Member,
+    NightWindows,
+    SecondTree,
+    failed_probes,
+    outcome_of,
+)
 from pipeline.run.stream_rows import Records, decode_records, second_row, stream_table
 from pipeline.store.run_folder import RunFolder
 
@@ -55,6 +61,10 @@ class WindowStage:
                 self.replayed[int(row["source_index"])] = row
             elif row["tree"] == "second":
                 self.seconds.add(str(row["problem_id"]))
+        # probes that failed in an earlier invocation: their windows were allocated without
+        # them, so a retry that succeeds is filed as no probe (`night_windows`)
+        errors = self.folder.tables("errors", columns=["problem_id", "stage"])
+        self.failed = failed_probes(r for t in errors for r in t.to_pylist())
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         out: list[dict[str, Any]] = []
@@ -74,10 +84,13 @@ class WindowStage:
             elif index is not None and row.get("tree") == "probe":
                 records = decode_records(row["records"]) if kind == "problem" else {}
                 trees = records.get("trees") or []
+                pid = str(row["problem_id"])
+                if kind == "problem":  # a tree or a failed probe's errors: the driver commits
+                    self.live.add(pid)
                 member = (
                     Member(
                         int(index),
-                        str(row["problem_id"]),
+                        pid,
                         outcome_of(trees[0]),
                         payload={
                             "problem": row["problem"],
@@ -85,11 +98,12 @@ class WindowStage:
                             "records": _probe_part(records),
                         },
                     )
-                    if trees  # else a failed or stopped probe: no tree to allocate from
-                    else Member(int(index))
+                    if trees and pid not in self.failed
+                    # a failed probe, or one that failed before (its window is allocated
+                    # without it), is no probe; a stopped one (the wall-time cap) commits
+                    # nothing, and no second tree starts after the cap
+                    else Member(int(index), pid if kind == "problem" else None)
                 )
-                if trees:
-                    self.live.add(str(row["problem_id"]))
                 seconds += self.windows.add(member)
                 out.append(dict(row, problem=None, reference=None))
             else:
@@ -103,6 +117,8 @@ class WindowStage:
         if tree is None:  # a bad source row
             return Member(index)
         pid = str(tree["problem_id"])
+        if pid in self.failed:  # committed by a retry: its window was allocated without it
+            return Member(index)
         return Member(index, pid, outcome_of(tree), second_done=done or pid in self.seconds)
 
     def _second_rows(self, seconds: list[SecondTree]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from pipeline.config import RunConfig, parse_run_config
 from pipeline.problems.sources import iter_records
 from pipeline.records import RecordsSpec
 from pipeline.records.allocated import probe_records, second_records
+from pipeline.records.errors import error_row
 from pipeline.records.rebuild import rebuild_result
 from pipeline.run.stream import ResumeFilter, _blocks
 from pipeline.run.stream_rows import (
@@ -42,12 +43,17 @@ ENTRIES = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").spli
 B = 500  # the probe's B (325) holds a fixture tree (C_used 300 at most)
 
 
-def _solve(config: RunConfig, searched: list[Problem]) -> Any:
+def _solve(config: RunConfig, searched: list[Problem], fail: frozenset[str] = frozenset()) -> Any:
+    """The searches' stand-in; a probe of a problem in `fail` fails (an error row)."""
+
     async def solve(problems: list[Problem]) -> list[Records | None]:
         out: list[Records | None] = []
         for p in problems:
             searched.append(p)
             assert p.index is not None
+            if p.tree == "probe" and p.problem_id in fail:
+                out.append({"errors": [error_row(p.problem_id, "search", "down", run_id="r")]})
+                continue
             entry = ENTRIES[p.index % len(ENTRIES)]
             # searched at the B the stage asked for (a fixture tree spends at most 300)
             budget = p.budget if p.tree == "second" else int(0.65 * B)
@@ -73,11 +79,13 @@ def _rows(columns: dict[str, list[Any]]) -> Any:
     )
 
 
-def _night(config: RunConfig, selection: int) -> tuple[list[StreamResult], list[Problem]]:
+def _night(
+    config: RunConfig, selection: int, fail: frozenset[str] = frozenset()
+) -> tuple[list[StreamResult], list[Problem]]:
     """One invocation: every stage in order; what the driver commits, and what was searched."""
     root = str(config.output_root)
     searched: list[Problem] = []
-    solve = _solve(config, searched)
+    solve = _solve(config, searched, fail)
     resume = ResumeFilter(root, "r", allocation=True)
     window = WindowStage(config.model_dump(mode="json"), selection)
     sink = ParquetSink(RunFolder.open(root, "r"))
@@ -144,3 +152,52 @@ def test_the_stages_probe_allocate_and_resume_a_killed_night(tmp_path: Path) -> 
         ("p0", budgets["p0"]),
         ("p5", budgets["p5"]),
     ]
+
+
+def test_a_probe_that_failed_is_retried_but_its_window_replays_as_allocated(
+    tmp_path: Path,
+) -> None:
+    """A probe that fails leaves its window allocated without it; the rerun retries it and
+    keeps its rows, but gives it no second tree, and the window's second trees not yet
+    committed get the budgets the failed night gave them."""
+    rows = [
+        {"id": f"p{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(6)
+    ]
+    raw = tiny_run_config(
+        tmp_path,
+        rows,
+        budget=B,
+        run_id="r",
+        allocation={"enabled": True, "window": 3, "min_fraction": 0.9},
+    )
+    config = parse_run_config(raw)
+    committed, _ = _night(config, selection=6, fail=frozenset({"p1"}))
+    folder = RunFolder.open(tmp_path / "out", "r")
+    trees = folder.read("trees").to_pylist()
+    budgets = {t["problem_id"]: t["budget"] for t in trees if t["tree"] == "second"}
+    assert sorted(budgets) == ["p0", "p2", "p3", "p4", "p5"]  # min_fraction: all but p1
+    [error] = folder.read("errors").to_pylist()
+    assert (error["problem_id"], error["stage"]) == ("p1", "search (probe)")
+    # the window's second trees are committed after the failed probe's error row
+    order = [(r.tree, row["problem_id"]) for r in committed for row in r.records.get("trees", [])]
+    failed_at = next(i for i, r in enumerate(committed) if r.records.get("errors"))
+    assert all(order.index(("second", p)) >= failed_at for p in ("p0", "p2"))
+
+    # killed before p0's second tree was committed; the rerun retries p1's probe
+    for batch, info in folder.batches().items():
+        if info.second and any(k.startswith("p0") for k in info.problems):
+            folder.store.delete("_committed", batch)
+    _, again = _night(config, selection=6)
+    assert sorted((p.problem_id, p.tree, p.budget) for p in again) == [
+        ("p0", "second", budgets["p0"]),  # the budget the failed night gave it
+        ("p1", "probe", None),  # retried, and given no second tree
+    ]
+    trees = folder.read("trees").to_pylist()
+    assert sorted(t["tree"] for t in trees if t["problem_id"] == "p1") == ["probe"]
+    probes_spent = sum(
+        t["c_used"] for t in trees if t["tree"] == "probe" and t["problem_id"] != "p1"
+    )
+    seconds = sum(t["budget"] for t in trees if t["tree"] == "second")
+    assert probes_spent + seconds <= 6 * B  # the night's total, p1's retry aside
+    # a third invocation finds nothing left to do
+    assert _night(config, selection=6)[1] == []
