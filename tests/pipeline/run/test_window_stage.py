@@ -56,7 +56,7 @@ def _solve(config: RunConfig, searched: list[Problem], fail: frozenset[str] = fr
                 continue
             entry = ENTRIES[p.index % len(ENTRIES)]
             # searched at the B the stage asked for (a fixture tree spends at most 300)
-            budget = p.budget if p.tree == "second" else int(0.65 * B)
+            budget = p.budget if p.tree == "second" and p.budget else int(0.65 * B)
             result = replace(rebuild_result(entry["nodes"], entry["tree"]), budget=float(budget))
             spec = RecordsSpec(
                 p.problem_id, "r", config=config.records, extraction=AnswerExtraction.LAST_NUMBER
