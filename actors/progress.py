@@ -44,6 +44,10 @@ _CLAMPED_PARTS = ("answers", *COUNT_FAULTS)
 class Counters:
     trees_started: int = 0
     trees_done: int = 0  # searched, graded and returned (errors included)
+    # of those, the night allocator's second trees (the display counts problems' first
+    # trees against the selection, and second trees apart)
+    second_started: int = 0
+    second_done: int = 0
     tree_errors: int = 0
     nodes: int = 0  # children generated (every expanded node)
     answered: int = 0

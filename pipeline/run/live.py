@@ -5,7 +5,8 @@ twice a second.  On a terminal it redraws a rich panel in place (2 refreshes a s
 elsewhere (``ray job logs``, cron mail, a file) it prints one plain line every
 `every_s` seconds and a last one at the end.  What it shows:
 
-    trees done / in flight / total | nodes expanded | policy tok/s | PRM tok/s
+    trees done / in flight / total (under the night allocator each problem's probe; its
+    second trees apart) | nodes expanded | policy tok/s | PRM tok/s
     | cache: each engine's prompt tokens read from its prefix cache so far
     | answered nodes (correct) | budget spent / budget total | elapsed | ETA
 
@@ -55,14 +56,29 @@ class View:
     budget_total: float  # problems x B: the most the trees can spend
     elapsed_s: float
     eta_s: float | None
+    # the night allocator's second trees (not in `done`, `in_flight`: those are each
+    # problem's first tree, counted against the selection)
+    second_done: int = 0
+    second_in_flight: int = 0
+
+    def trees(self) -> str:
+        seconds = self.second_done + self.second_in_flight
+        return (
+            f"{self.done}/{self.total} done, {self.in_flight} in flight"
+            + (f", {self.errors} failed" if self.errors else "")
+            + (
+                f"; second trees {self.second_done} done, {self.second_in_flight} in flight"
+                if seconds
+                else ""
+            )
+        )
 
     def line(self) -> str:
         eta = "-" if self.eta_s is None else _duration(self.eta_s)
         share = f" ({self.spent / self.budget_total:.0%})" if self.budget_total else ""
         budget = f"{self.spent:,.0f}/{self.budget_total:,.0f}{share}"
         return (
-            f"trees {self.done}/{self.total} done, {self.in_flight} in flight"
-            f"{f', {self.errors} failed' if self.errors else ''} | "
+            f"trees {self.trees()} | "
             f"nodes {self.nodes} | policy {self.policy_tok_s:.1f} tok/s | "
             f"PRM {self.prm_tok_s:.1f} tok/s | {self.cache_hits()} | answered {self.answered} "
             f"(correct {self.correct}) | budget {budget} | "
@@ -73,11 +89,7 @@ class View:
         table = Table(title="synthesis", show_header=False, title_justify="left", box=None)
         table.add_column("what", style="bold")
         table.add_column("value")
-        table.add_row(
-            "trees",
-            f"{self.done}/{self.total} done, {self.in_flight} in flight"
-            + (f", {self.errors} failed" if self.errors else ""),
-        )
+        table.add_row("trees", self.trees())
         table.add_row("nodes expanded", str(self.nodes))
         table.add_row("tokens/s", f"policy {self.policy_tok_s:.1f}, PRM {self.prm_tok_s:.1f}")
         table.add_row("prompt tokens read from cache", self.cache_hits().removeprefix("cache "))
@@ -173,16 +185,20 @@ class LiveProgress:
         span = now - t0
         elapsed = now - self.start
         spent = float(snap.get("spent", 0.0))
-        done = int(snap.get("trees_done", 0))
+        second_done = int(snap.get("second_done", 0))
+        second_in_flight = max(0, int(snap.get("second_started", 0)) - second_done)
+        done = int(snap.get("trees_done", 0)) - second_done
         eta = None
-        if done >= self.total:
+        if done >= self.total and not second_in_flight:
             eta = 0.0
         elif spent > 0:
             eta = elapsed * max(self.budget_total - spent, 0.0) / spent
         return View(
             total=self.total,
             done=done,
-            in_flight=max(0, int(snap.get("trees_started", 0)) - done),
+            in_flight=max(
+                0, int(snap.get("trees_started", 0)) - done - second_done - second_in_flight
+            ),
             errors=int(snap.get("tree_errors", 0)),
             nodes=int(snap.get("nodes", 0)),
             answered=int(snap.get("answered", 0)),
@@ -195,6 +211,8 @@ class LiveProgress:
             budget_total=self.budget_total,
             elapsed_s=elapsed,
             eta_s=eta,
+            second_done=second_done,
+            second_in_flight=second_in_flight,
         )
 
     def _snapshot(self) -> Snapshot:

@@ -251,6 +251,7 @@ class SearchActor:
             if self.wall is not None and self.wall.up():  # no new tree after the cap
                 return None
             self.counters.trees_started += 1
+            self.counters.second_started += int(problem.tree == "second")
             self.gauges.peak_in_flight = self.gate.peak
             search = self._solve(problem)
             records = await (search if self.wall is None else self.wall.finish(search))
@@ -260,6 +261,7 @@ class SearchActor:
             log.warning("problem %s: abandoned at the wall-time cap", problem.problem_id)
             return None
         self.counters.trees_done += 1
+        self.counters.second_done += int(problem.tree == "second")
         self.counters.tree_errors += bool(records.get("errors"))
         self.counters.correct += sum(bool(n["label"]) for n in records.get("nodes", []))
         for tree in records.get("trees", []):  # continuation prompts, known at the end

@@ -366,6 +366,21 @@ def test_live_view_rates_and_budget_eta() -> None:
     assert "| cache policy - PRM - |" in first.line()  # nothing sent yet
 
 
+def test_live_view_counts_the_allocators_second_trees_apart() -> None:
+    """Under the night allocator every problem's probe counts against the selection and its
+    second tree apart: 4 of 4 probes done is not the end while second trees run."""
+    live = LiveProgress(lambda: {}, total=4, budget=100, file=io.StringIO())
+    live.start = 90.0
+    snap = {"spent": 300.0, "trees_started": 7, "trees_done": 5}
+    view = live.view({**snap, "second_started": 3, "second_done": 1}, now=110.0)
+    assert (view.done, view.in_flight, view.second_done, view.second_in_flight) == (4, 0, 1, 2)
+    assert "trees 4/4 done, 0 in flight; second trees 1 done, 2 in flight |" in view.line()
+    assert view.eta_s == pytest.approx(20 * 100 / 300)  # budget-based, not 0
+    assert "second trees 1 done, 2 in flight" in str(view.table().columns[1]._cells)
+    uniform = live.view(snap, now=111.0)
+    assert "second" not in uniform.line() and (uniform.done, uniform.in_flight) == (5, 2)
+
+
 def test_live_progress_prints_plain_lines_off_a_terminal() -> None:
     out = io.StringIO()
     count = [0]
