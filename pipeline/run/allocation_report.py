@@ -2,8 +2,10 @@
 
 From the committed `trees` rows: the probes by outcome (mixed: right and wrong answers;
 all_correct; none_correct: wrong answers only; unanswered), the second trees and their
-budgets by their probe's outcome, and the night's spend against its total T = problems
-x budget: the policy output tokens and the cost units (C_used) of every tree.
+budgets by their probe's outcome, the night's spend against its total T = problems
+x budget (the policy output tokens and the cost units, C_used, of every tree), and the
+dataset's difficulty mix: the training rows each table kept, by the probe's outcome, from
+the probes and from the second trees (each tree's `kept_rows`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ COLUMNS = (
     "budget",
     "c_used",
     "policy_output_tokens",
+    "kept_rows",
 )
+TABLES = ("sft", "dpo", "step_dpo", "prm", "kto")
 
 
 def probe_outcome(tree: Mapping[str, Any]) -> str:
@@ -51,6 +55,11 @@ def allocation_summary(
         given[kind] += int(t["budget"])
         count[kind] += 1
     allocated = [t for t in rows if t["tree"] in ("probe", "second")]
+    mix = {k: {"probe": Counter[str](), "second": Counter[str]()} for k in OUTCOMES}
+    for t in allocated:
+        kind = outcome.get(str(t["problem_id"]), "unanswered")
+        for entry in t.get("kept_rows") or ():
+            mix[kind][str(t["tree"])][str(entry["table"])] += int(entry["rows"])
     return {
         "night_total": problems * budget,
         "probes": len(outcome),
@@ -60,6 +69,11 @@ def allocation_summary(
         "second_budget_by_outcome": {k: given[k] for k in OUTCOMES},
         "cost_units": round(sum(float(t["c_used"]) for t in allocated), 1),
         "policy_output_tokens": sum(int(t["policy_output_tokens"]) for t in allocated),
+        # the kept rows by the probe's outcome: {outcome: {probe|second: {table: rows}}}
+        "rows_by_outcome": {
+            k: {tree: {table: rows[table] for table in TABLES} for tree, rows in trees.items()}
+            for k, trees in mix.items()
+        },
     }
 
 
@@ -81,6 +95,19 @@ def allocation_markdown(summary: Mapping[str, Any]) -> list[str]:
             f"{summary['second_trees_by_outcome'][kind]} | "
             f"{summary['second_budget_by_outcome'][kind]:,} |"
         )
+    mix = summary.get("rows_by_outcome")
+    if mix:  # a run.json written before the mix was counted has none
+        lines += [
+            "",
+            "The difficulty mix: kept training rows by the probe's outcome, from the probe "
+            "+ from the second tree.",
+            "",
+            "| probe outcome | " + " | ".join(TABLES) + " |",
+            "|---|" + "---:|" * len(TABLES),
+        ]
+        for kind in OUTCOMES:
+            cells = [f"{mix[kind]['probe'][t]} + {mix[kind]['second'][t]}" for t in TABLES]
+            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
@@ -88,6 +115,7 @@ __all__ = [
     "ALLOCATION_KEY",
     "COLUMNS",
     "OUTCOMES",
+    "TABLES",
     "allocation_markdown",
     "allocation_summary",
     "probe_outcome",

@@ -97,7 +97,13 @@ def test_a_night_under_the_allocator_commits_probes_and_second_trees_within_its_
     assert sum(block["second_budget_by_outcome"].values()) == sum(
         int(t["budget"]) for t in seconds.values()
     )
-    assert "## Night allocator" in (folder.location / "report.md").read_text()
+    # the difficulty mix accounts for every kept training row
+    mix = block["rows_by_outcome"]
+    for table in ("sft", "dpo", "step_dpo", "prm", "kto"):
+        kept = sum(trees[t][table] for trees in mix.values() for t in ("probe", "second"))
+        assert kept == folder.count(table), table
+    report = (folder.location / "report.md").read_text()
+    assert "## Night allocator" in report and "The difficulty mix" in report
     assert summary.errors == 0
 
 
