@@ -139,7 +139,6 @@ test-trl:
 # A subset of the benchmarks, all on CPU; benchmarks/README.md lists every one and marks these.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.wide_to_deep
-	$(BIN)/python -m benchmarks.pipeline_throughput
 	$(BIN)/python -m benchmarks.training_records
 	$(BIN)/python -m benchmarks.decontamination --quick
 
