@@ -29,6 +29,7 @@ from benchmarks.support.synthesis import (
 )
 from pipeline.evaluation.night_allocation import NightTally
 from pipeline.run.allocation import ROW_TABLES
+from pipeline.run.allocation_report import probe_outcome
 
 ARMS = ("uniform", "allocator")
 # a selection of the embedded default's one-step problems no earlier benchmark searched
@@ -56,15 +57,6 @@ def run_night(work: Path, arm: str, seed: int, problems: int, budget: int) -> Ru
         for problem_id in folder.read(table).column("problem_id").to_pylist():
             rows.setdefault(problem_id, Counter())[table] += 1
     return folder.read("trees").to_pylist(), rows
-
-
-def _outcome(tree: dict[str, Any]) -> str:
-    wrong = tree["n_answered"] - tree["n_correct"]
-    if not tree["n_answered"]:
-        return "unanswered"
-    if tree["n_correct"] and wrong:
-        return "mixed"
-    return "all_correct" if tree["n_correct"] else "none_correct"
 
 
 def kinds(runs: Sequence[Run]) -> dict[str, str]:
@@ -96,9 +88,9 @@ def tally(run: Run, kind: dict[str, str], problems: Sequence[str], budget: int) 
             cached = t["prm_prompt_cached_tokens"] or 0
             night.scorer_tokens += t["prm_input_tokens"] - cached + t["prm_output_tokens"]
             if t["tree"] == "probe":
-                night.probes[_outcome(t)] += 1
+                night.probes[probe_outcome(t)] += 1
                 second = [s for s in by_problem[p] if s["tree"] == "second"]
-                night.second_tokens[_outcome(t)] += int(sum(s["budget"] for s in second))
+                night.second_tokens[probe_outcome(t)] += int(sum(s["budget"] for s in second))
     night.over_budget += max(0.0, night.policy_tokens - night.total)
     return night
 
