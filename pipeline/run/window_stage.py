@@ -39,7 +39,7 @@ from pipeline.run.night_windows import (
     outcome_of,
 )
 from pipeline.run.stream_rows import Records, decode_records, second_row, stream_table
-from pipeline.store.run_folder import RunFolder
+from pipeline.store.run_folder import RunFolder, batch_of
 
 # What a second tree is built against: the probe's tree and its training rows.
 PROBE_TABLES = ("trees", "tree_nodes", "sft", "dpo", "step_dpo", "prm", "kto")
@@ -159,11 +159,23 @@ def _trees(folder: RunFolder) -> Iterable[dict[str, Any]]:
 
 def _read_probes(folder: RunFolder, problem_ids: list[str]) -> dict[str, Records]:
     """The committed probe records of `problem_ids` (their second trees are not committed:
-    every row of theirs but a trees row marked second is the probe's)."""
-    wanted = pa.array(sorted(set(problem_ids)))
+    every row of theirs but a trees row marked second is the probe's).  Only the parts of
+    the batches that hold them are read (each batch's marker names its problems; one from
+    before markers did names none, and is read): a resumed night reads each window's
+    probes, not the whole run, once per window."""
+    ids = set(problem_ids)
+    batches = {
+        name
+        for name, batch in folder.batches().items()
+        if not batch.second and (batch.parts is None or batch.problems & ids)
+    }
+    wanted = pa.array(sorted(ids))
     out: dict[str, Records] = {pid: {kind: [] for kind in PROBE_TABLES} for pid in problem_ids}
     for kind in PROBE_TABLES:
-        for table in folder.tables(kind, schema=SCHEMAS[kind]):
+        for part in folder.parts(kind):
+            if batch_of(part) not in batches:
+                continue
+            table = folder.read_part(part, schema=SCHEMAS[kind])
             import pyarrow.compute as pc  # type: ignore[import-untyped]
 
             mine = table.filter(pc.is_in(table.column("problem_id"), value_set=wanted))

@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pipeline.config import RunConfig, parse_run_config
 from pipeline.problems.sources import iter_records
 from pipeline.records import RecordsSpec
@@ -33,7 +35,7 @@ from pipeline.run.stream_rows import (
 )
 from pipeline.run.synthesis import SecondTrees
 from pipeline.run.window_stage import WindowStage
-from pipeline.store.run_folder import RunFolder
+from pipeline.store.run_folder import RunFolder, batch_of
 from pipeline.store.sink import ParquetSink
 from search.answers import AnswerExtraction
 from tests.tiny_run import tiny_run_config
@@ -105,7 +107,9 @@ def _night(
     return committed, searched
 
 
-def test_the_stages_probe_allocate_and_resume_a_killed_night(tmp_path: Path) -> None:
+def test_the_stages_probe_allocate_and_resume_a_killed_night(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rows: list[dict[str, str]] = [
         {"id": f"p{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(7)
     ]
@@ -145,7 +149,22 @@ def test_the_stages_probe_allocate_and_resume_a_killed_night(tmp_path: Path) -> 
     for batch, info in folder.batches().items():
         if info.second and any(k.startswith(("p0", "p5")) for k in info.problems):
             folder.store.delete("_committed", batch)
+    reads: list[str] = []
+    read_part = RunFolder.read_part
+
+    def counted_read(self: RunFolder, part: Any, **kwargs: Any) -> Any:
+        reads.append(str(part))
+        return read_part(self, part, **kwargs)
+
+    monkeypatch.setattr(RunFolder, "read_part", counted_read)
     _, again = _night(config, selection=8)
+    # their probes' records were read back from their probes' batches alone
+    probe_batches = {
+        name
+        for name, batch in folder.batches().items()
+        if not batch.second and batch.problems & {"p0", "p5"}
+    }
+    assert reads and {batch_of(part) for part in reads} == probe_batches
     # searched as the problems they are (the resume filter's rows carry them through)
     assert all(p.problem == f"What is {p.problem_id[1:]} + {p.problem_id[1:]}?" for p in again)
     assert sorted((p.problem_id, p.budget) for p in again) == [
