@@ -38,8 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 MEASURES: dict[str, tuple[str, ...]] = {
     "benchmarks.night_allocation": (
         "benchmarks/night_allocation.py",
+        "benchmarks/support/night_runs.py",
         "pipeline/evaluation/night_allocation.py",
         "pipeline/run/allocation.py",
+        "pipeline/run/night_windows.py",
+        "pipeline/run/window_stage.py",
+        "pipeline/records/allocated.py",
         "pipeline/records/problem_trees.py",
         "search/simulated.py",
     ),
