@@ -143,9 +143,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     record_night(NIGHT, "2026-12-05", skip=40, limit=6, spent=123.0, spend_cap=500.0)
 
     def progressed(samples: Samples) -> bool:
-        """A commit and a tree in flight (not the moment between two trees), or the end."""
+        """A commit and a tree in flight (not the moment between two trees), or the end.
+        The driver counts a commit at once, the search actor's board a tree's start and
+        end when it next reports: a tree the board still has in flight may be committed
+        already, so the one in flight must be a tree started after the commits."""
         running = ours(samples, "trees_in_flight") >= 1
-        return (ours(samples, "trees_committed") >= 1 and running) or not worker.is_alive()
+        committed = ours(samples, "trees_committed")
+        later = ours(samples, "trees_started") >= committed + 1
+        return (committed >= 1 and running and later) or not worker.is_alive()
 
     during = wait_for(port, progressed, JOB_DEADLINE_S)
     still_running = worker.is_alive()

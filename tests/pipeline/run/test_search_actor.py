@@ -9,7 +9,6 @@ Real local Ray and Serve with the model-free load model (no model to load, so it
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,14 +83,3 @@ def test_a_problem_longer_than_the_context_is_an_errors_row_not_a_failed_call(
     assert error["problem_id"] == "p/long"
     assert "trees" not in long_records
     assert fits_records["trees"][0]["problem_id"] == "p/fits"
-
-
-def test_the_throughput_benchmarks_recording_actor_takes_the_actors_arguments() -> None:
-    """Ray Data builds the actor with the run and the progress board's name; a subclass
-    that drops one fails only when the benchmark runs (as `pipeline_throughput` once did)."""
-    from benchmarks.pipeline_throughput import RecordingSearchActor
-
-    def parameters(init: Any) -> list[str]:
-        return list(inspect.signature(init).parameters)
-
-    assert parameters(RecordingSearchActor.__init__) == parameters(SearchActor.__init__)
