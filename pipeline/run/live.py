@@ -185,20 +185,22 @@ class LiveProgress:
         span = now - t0
         elapsed = now - self.start
         spent = float(snap.get("spent", 0.0))
-        second_done = int(snap.get("second_done", 0))
-        second_in_flight = max(0, int(snap.get("second_started", 0)) - second_done)
+        # each problem's first tree (its only one, or its probe) apart from second trees
+        second_started, second_done = (
+            int(snap.get("second_started", 0)),
+            int(snap.get("second_done", 0)),
+        )
+        started = int(snap.get("trees_started", 0)) - second_started
         done = int(snap.get("trees_done", 0)) - second_done
         eta = None
-        if done >= self.total and not second_in_flight:
+        if done >= self.total and second_started <= second_done:
             eta = 0.0
         elif spent > 0:
             eta = elapsed * max(self.budget_total - spent, 0.0) / spent
         return View(
             total=self.total,
             done=done,
-            in_flight=max(
-                0, int(snap.get("trees_started", 0)) - done - second_done - second_in_flight
-            ),
+            in_flight=max(0, started - done),
             errors=int(snap.get("tree_errors", 0)),
             nodes=int(snap.get("nodes", 0)),
             answered=int(snap.get("answered", 0)),
@@ -212,7 +214,7 @@ class LiveProgress:
             elapsed_s=elapsed,
             eta_s=eta,
             second_done=second_done,
-            second_in_flight=second_in_flight,
+            second_in_flight=max(0, second_started - second_done),
         )
 
     def _snapshot(self) -> Snapshot:

@@ -125,13 +125,12 @@ def as_failed_probe(records: Mapping[str, Any]) -> dict[str, Any]:
     error rows' `stage` says so (`FAILED_PROBE`)."""
     out = dict(records)
     if not records.get("trees") and records.get("errors"):
-        out["errors"] = [
-            {**e, "stage": f"{e['stage']}{FAILED_PROBE}"}
-            if not str(e["stage"]).endswith(FAILED_PROBE)
-            else e
-            for e in records["errors"]
-        ]
+        out["errors"] = [{**e, "stage": _probe_stage(str(e["stage"]))} for e in records["errors"]]
     return out
+
+
+def _probe_stage(stage: str) -> str:
+    return stage if stage.endswith(FAILED_PROBE) else f"{stage}{FAILED_PROBE}"
 
 
 def failed_probes(errors: Iterable[Mapping[str, Any]]) -> set[str]:

@@ -397,9 +397,9 @@ def run_night(
         # under the night allocator: its last window already gave out everything the probes
         # left, and a problem added now would join that window, so a replay of the window
         # would no longer give the second trees it committed.
-        last = ledger.nights[-1]["date"] == night.date and not config.allocation.enabled
+        tops_up = ledger.nights[-1]["date"] == night.date and not config.allocation.enabled
         room = config.nightly.problems_per_night - night.limit
-        more = min(room, admissible(spend_cap, spent, config.budget)) if last else 0
+        more = min(room, admissible(spend_cap, spent, config.budget)) if tops_up else 0
         if more <= 0 or exhausted:
             return summary, night
         if not ledger.extend(night.date, night.limit + more):  # a later night came first

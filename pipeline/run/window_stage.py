@@ -163,6 +163,8 @@ def _read_probes(folder: RunFolder, problem_ids: list[str]) -> dict[str, Records
     the batches that hold them are read (each batch's marker names its problems; one from
     before markers did names none, and is read): a resumed night reads each window's
     probes, not the whole run, once per window."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
     ids = set(problem_ids)
     batches = {
         name
@@ -176,8 +178,6 @@ def _read_probes(folder: RunFolder, problem_ids: list[str]) -> dict[str, Records
             if batch_of(part) not in batches:
                 continue
             table = folder.read_part(part, schema=SCHEMAS[kind])
-            import pyarrow.compute as pc  # type: ignore[import-untyped]
-
             mine = table.filter(pc.is_in(table.column("problem_id"), value_set=wanted))
             for row in mine.to_pylist():
                 if kind == "trees" and row.get("tree") != "probe":

@@ -107,13 +107,15 @@ def _night(
     return committed, searched
 
 
-def test_the_stages_probe_allocate_and_resume_a_killed_night(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rows: list[dict[str, str]] = [
-        {"id": f"p{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(7)
+def _problems(count: int) -> list[dict[str, str]]:
+    return [
+        {"id": f"p{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)}
+        for i in range(count)
     ]
-    rows.insert(3, {"id": "bad", "answer": "1"})  # no question: a bad source row, place 3
+
+
+def _allocated(tmp_path: Path, rows: list[dict[str, str]]) -> RunConfig:
+    """Windows of 3, and every problem a second tree (min_fraction 0.9)."""
     raw = tiny_run_config(
         tmp_path,
         rows,
@@ -121,7 +123,15 @@ def test_the_stages_probe_allocate_and_resume_a_killed_night(
         run_id="r",
         allocation={"enabled": True, "window": 3, "min_fraction": 0.9},
     )
-    config = parse_run_config(raw)
+    return parse_run_config(raw)
+
+
+def test_the_stages_probe_allocate_and_resume_a_killed_night(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = _problems(7)
+    rows.insert(3, {"id": "bad", "answer": "1"})  # no question: a bad source row, place 3
+    config = _allocated(tmp_path, rows)
     committed, searched = _night(config, selection=8)
     probes = [p for p in searched if p.tree == "probe"]
     seconds = [p for p in searched if p.tree == "second"]
@@ -179,17 +189,7 @@ def test_a_probe_that_failed_is_retried_but_its_window_replays_as_allocated(
     """A probe that fails leaves its window allocated without it; the rerun retries it and
     keeps its rows, but gives it no second tree, and the window's second trees not yet
     committed get the budgets the failed night gave them."""
-    rows = [
-        {"id": f"p{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(6)
-    ]
-    raw = tiny_run_config(
-        tmp_path,
-        rows,
-        budget=B,
-        run_id="r",
-        allocation={"enabled": True, "window": 3, "min_fraction": 0.9},
-    )
-    config = parse_run_config(raw)
+    config = _allocated(tmp_path, _problems(6))
     committed, _ = _night(config, selection=6, fail=frozenset({"p1"}))
     folder = RunFolder.open(tmp_path / "out", "r")
     trees = folder.read("trees").to_pylist()
